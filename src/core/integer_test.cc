@@ -1,0 +1,39 @@
+#include "core/integer.h"
+
+#include <gtest/gtest.h>
+
+namespace tally {
+namespace {
+
+TEST(ParseInt64, AcceptsRedisSpellings) {
+  EXPECT_EQ(ParseInt64("0"), 0);
+  EXPECT_EQ(ParseInt64("42"), 42);
+  EXPECT_EQ(ParseInt64("-7"), -7);
+  EXPECT_EQ(ParseInt64("9223372036854775807"), INT64_MAX);
+  EXPECT_EQ(ParseInt64("-9223372036854775808"), INT64_MIN);
+}
+
+TEST(ParseInt64, RefusesEverythingElse) {
+  for (const char* text : {"", "-", "+1", " 1", "1 ", "01", "-0", "1.5", "abc", "1e3",
+                           "9223372036854775808", "-9223372036854775809",
+                           "99999999999999999999", "123456789012345678901"}) {
+    EXPECT_EQ(ParseInt64(text), std::nullopt) << text;
+  }
+}
+
+TEST(FormatInt64, RoundTrips) {
+  char buf[24];
+  for (int64_t v : {int64_t{0}, int64_t{-1}, int64_t{123456789}, INT64_MAX, INT64_MIN}) {
+    const int n = FormatInt64(v, buf);
+    EXPECT_EQ(ParseInt64(std::string_view(buf, n)), v);
+  }
+}
+
+TEST(CheckedAdd, DetectsOverflow) {
+  EXPECT_EQ(CheckedAdd(INT64_MAX, 1), std::nullopt);
+  EXPECT_EQ(CheckedAdd(INT64_MIN, -1), std::nullopt);
+  EXPECT_EQ(CheckedAdd(INT64_MAX, -1), INT64_MAX - 1);
+}
+
+}  // namespace
+}  // namespace tally

@@ -1,0 +1,110 @@
+#include "servers/redis/resp_writer.h"
+
+#include <cstdio>
+
+#include "core/integer.h"
+
+namespace tally::redis {
+
+void ReplyWriter::Header(char type, int64_t count) {
+  char buf[24];
+  buf[0] = type;
+  const int n = FormatInt64(count, buf + 1);
+  buf[n + 1] = '\r';
+  buf[n + 2] = '\n';
+  out_->append(buf, n + 3);
+}
+
+void ReplyWriter::SimpleString(std::string_view text) {
+  out_->push_back('+');
+  out_->append(text);
+  out_->append("\r\n", 2);
+}
+
+void ReplyWriter::Error(std::string_view message) {
+  out_->push_back('-');
+  // A reply line cannot hold CR or LF; Redis replaces them with spaces too.
+  for (char c : message) out_->push_back(c == '\r' || c == '\n' ? ' ' : c);
+  out_->append("\r\n", 2);
+}
+
+void ReplyWriter::Integer(int64_t value) { Header(':', value); }
+
+void ReplyWriter::Bulk(std::string_view bytes) {
+  Header('$', static_cast<int64_t>(bytes.size()));
+  out_->append(bytes);
+  out_->append("\r\n", 2);
+}
+
+void ReplyWriter::BulkInteger(int64_t value) {
+  char digits[24];
+  const int n = FormatInt64(value, digits);
+  Bulk(std::string_view(digits, n));
+}
+
+void ReplyWriter::Null() {
+  if (protocol_ >= 3) {
+    out_->append("_\r\n", 3);
+  } else {
+    out_->append("$-1\r\n", 5);
+  }
+}
+
+void ReplyWriter::NullArray() {
+  if (protocol_ >= 3) {
+    out_->append("_\r\n", 3);
+  } else {
+    out_->append("*-1\r\n", 5);
+  }
+}
+
+void ReplyWriter::ArrayHeader(size_t count) { Header('*', static_cast<int64_t>(count)); }
+
+void ReplyWriter::MapHeader(size_t pairs) {
+  if (protocol_ >= 3) {
+    Header('%', static_cast<int64_t>(pairs));
+  } else {
+    Header('*', static_cast<int64_t>(pairs * 2));
+  }
+}
+
+void ReplyWriter::SetHeader(size_t count) {
+  Header(protocol_ >= 3 ? '~' : '*', static_cast<int64_t>(count));
+}
+
+void ReplyWriter::PushHeader(size_t count) {
+  Header(protocol_ >= 3 ? '>' : '*', static_cast<int64_t>(count));
+}
+
+void ReplyWriter::Boolean(bool value) {
+  if (protocol_ >= 3) {
+    out_->append(value ? "#t\r\n" : "#f\r\n", 4);
+  } else {
+    Integer(value ? 1 : 0);
+  }
+}
+
+void ReplyWriter::Double(double value) {
+  char buf[64];
+  const int n = std::snprintf(buf, sizeof buf, "%.17g", value);
+  if (protocol_ >= 3) {
+    out_->push_back(',');
+    out_->append(buf, n);
+    out_->append("\r\n", 2);
+  } else {
+    Bulk(std::string_view(buf, n));
+  }
+}
+
+void ReplyWriter::Verbatim(std::string_view text) {
+  if (protocol_ >= 3) {
+    Header('=', static_cast<int64_t>(text.size() + 4));
+    out_->append("txt:", 4);
+    out_->append(text);
+    out_->append("\r\n", 2);
+  } else {
+    Bulk(text);
+  }
+}
+
+}  // namespace tally::redis

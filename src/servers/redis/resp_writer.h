@@ -1,0 +1,42 @@
+// Serialises replies in RESP2 or RESP3 into a connection's output bytes.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace tally::redis {
+
+// Appends replies to a byte string. RESP3 differs from RESP2 only where the type
+// system differs (null, map, double, boolean, set, push); the caller picks the version per
+// connection (HELLO 3).
+class ReplyWriter {
+ public:
+  ReplyWriter(std::string* out, int protocol) : out_(out), protocol_(protocol) {}
+
+  int protocol() const { return protocol_; }
+  void set_protocol(int protocol) { protocol_ = protocol; }
+
+  void SimpleString(std::string_view text);  // +OK
+  void Error(std::string_view message);      // -ERR ... (message holds the prefix)
+  void Integer(int64_t value);               // :42
+  void Bulk(std::string_view bytes);         // $3\r\nabc
+  void BulkInteger(int64_t value);           // an integer as a bulk string (GET)
+  void Null();                               // $-1 (RESP2) or _ (RESP3)
+  void NullArray();                          // *-1 (RESP2) or _ (RESP3)
+  void ArrayHeader(size_t count);            // *n
+  void MapHeader(size_t pairs);              // %n (RESP3) or *2n (RESP2)
+  void SetHeader(size_t count);              // ~n (RESP3) or *n (RESP2)
+  void PushHeader(size_t count);             // >n (RESP3) or *n (RESP2)
+  void Boolean(bool value);                  // #t (RESP3) or :1 (RESP2)
+  void Double(double value);                 // ,1.5 (RESP3) or bulk (RESP2)
+  void Verbatim(std::string_view text);      // =n\r\ntxt:... (RESP3) or bulk (RESP2)
+  void Raw(std::string_view bytes) { out_->append(bytes); }
+
+ private:
+  void Header(char type, int64_t count);
+  std::string* out_;
+  int protocol_;
+};
+
+}  // namespace tally::redis
