@@ -1,0 +1,121 @@
+// CommitBatch: what one group commit makes durable, in a form any store can write
+// atomically. The engine fills it; a Persistence implementation writes it.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/status.h"
+
+namespace tally::engine {
+
+// A counter's durable state: its value and, when it has one, its expiry deadline.
+struct CounterRecord {
+  int64_t value = 0;
+  int64_t deadline_ms = 0;  // Unix milliseconds; 0 = no expiry
+};
+
+// The operations of one atomic commit, applied in this order: clear all counters (when
+// `clear_all`), then `deletes`, then `puts`. Keys are stored back to back in `key_bytes`.
+class CommitBatch {
+ public:
+  struct Put {
+    uint32_t key_offset;
+    uint32_t key_length;
+    CounterRecord record;
+  };
+
+  void Clear() {
+    clear_all_ = false;
+    key_bytes_.clear();
+    deletes_.clear();
+    puts_.clear();
+    epoch_ = 0;
+  }
+  bool empty() const { return !clear_all_ && deletes_.empty() && puts_.empty(); }
+
+  void ClearAll() { clear_all_ = true; }
+  void AddDelete(std::string_view key) { deletes_.push_back(Store(key)); }
+  void AddPut(std::string_view key, CounterRecord record) {
+    const auto [offset, length] = Store(key);
+    puts_.push_back(Put{offset, length, record});
+  }
+
+  bool clear_all() const { return clear_all_; }
+  size_t delete_count() const { return deletes_.size(); }
+  size_t put_count() const { return puts_.size(); }
+  std::string_view delete_key(size_t i) const {
+    return {key_bytes_.data() + deletes_[i].first, deletes_[i].second};
+  }
+  std::string_view put_key(size_t i) const {
+    return {key_bytes_.data() + puts_[i].key_offset, puts_[i].key_length};
+  }
+  const CounterRecord& put_record(size_t i) const { return puts_[i].record; }
+
+  // The commit epoch this batch makes durable.
+  uint64_t epoch() const { return epoch_; }
+  void set_epoch(uint64_t epoch) { epoch_ = epoch; }
+
+ private:
+  std::pair<uint32_t, uint32_t> Store(std::string_view key) {
+    const auto offset = static_cast<uint32_t>(key_bytes_.size());
+    key_bytes_.append(key);
+    return {offset, static_cast<uint32_t>(key.size())};
+  }
+
+  bool clear_all_ = false;
+  std::string key_bytes_;
+  std::vector<std::pair<uint32_t, uint32_t>> deletes_;
+  std::vector<Put> puts_;
+  uint64_t epoch_ = 0;
+};
+
+// What a store reports about itself.
+struct PersistenceStats {
+  uint64_t checkpoints = 0;           // background checkpoints completed
+  uint64_t checkpoint_failures = 0;
+  uint64_t last_checkpoint_ms = 0;    // how long the last one took
+  uint64_t keys_since_checkpoint = 0; // distinct keys changed since the last checkpoint
+  uint64_t log_bytes = 0;             // bytes in the current log segment
+  uint64_t disk_bytes = 0;            // bytes of the store's tables
+};
+
+// Receives the stored state at start (see Persistence::Load).
+class LoadVisitor {
+ public:
+  virtual ~LoadVisitor() = default;
+  virtual void Put(std::string_view key, const CounterRecord& record) = 0;
+  virtual void Delete(std::string_view key) = 0;
+  virtual void ClearAll() = 0;
+};
+
+// What the engine needs from a durable store. Implemented by the storage layer
+// (RocksDbStore); the engine never sees how bytes reach the disk.
+class Persistence {
+ public:
+  virtual ~Persistence() = default;
+
+  // Writes the whole batch atomically. With `sync`, returns only once the batch is on
+  // stable storage (fsync'd), so that it survives a crash of the machine.
+  virtual Status Commit(const CommitBatch& batch, bool sync) = 0;
+
+  // Makes everything committed so far durable against a machine crash (fsync).
+  virtual Status Sync() = 0;
+
+  // Replays the stored state at start: every counter as a Put, in any order, then — for
+  // state that was durable in a log but not yet in the store's tables — the logged
+  // operations in commit order. A later operation on a key supersedes an earlier one.
+  virtual Status Load(LoadVisitor& visitor) = 0;
+
+  // Called on the committer thread about every 100 ms, between commits: background work
+  // that is due (a checkpoint) may start here.
+  virtual void Maintain() {}
+
+  // Figures for INFO and metrics.
+  virtual PersistenceStats stats() const { return {}; }
+};
+
+}  // namespace tally::engine

@@ -1,0 +1,145 @@
+#include "engine/committer.h"
+
+#include <chrono>
+
+#include <spdlog/spdlog.h>
+
+namespace tally::engine {
+
+using Clock = std::chrono::steady_clock;
+
+Committer::Committer(Keyspace* keyspace, Persistence* persistence, CommitterOptions options)
+    : keyspace_(keyspace), persistence_(persistence), options_(options) {}
+
+Committer::~Committer() { Stop(); }
+
+void Committer::AddDurableListener(std::function<void(uint64_t)> listener) {
+  std::lock_guard lock(listeners_mutex_);
+  listeners_.push_back(std::move(listener));
+}
+
+void Committer::Start() {
+  durable_epoch_.store(keyspace_->open_epoch() - 1, std::memory_order_release);
+  thread_ = std::thread([this] { Run(); });
+}
+
+void Committer::Stop() {
+  {
+    std::lock_guard lock(mutex_);
+    if (stopping_) return;
+    stopping_ = true;
+  }
+  wake_.notify_one();
+  if (thread_.joinable()) thread_.join();
+}
+
+void Committer::RequestCommit() {
+  if (commit_requested_.load(std::memory_order_relaxed)) return;
+  if (!commit_requested_.exchange(true, std::memory_order_acq_rel)) {
+    std::lock_guard lock(mutex_);
+    wake_.notify_one();
+  }
+}
+
+void Committer::WaitDurable(uint64_t epoch) {
+  std::unique_lock lock(mutex_);
+  durable_changed_.wait(lock, [&] { return stopping_ || durable_epoch() >= epoch; });
+}
+
+CommitStats Committer::stats() const {
+  std::lock_guard lock(stats_mutex_);
+  return stats_;
+}
+
+void Committer::Run() {
+  auto next_sync = Clock::now() + std::chrono::milliseconds(options_.sync_interval_ms);
+  auto next_reclaim = Clock::now() + std::chrono::milliseconds(options_.reclaim_interval_ms);
+  bool unsynced = false;  // async mode: written but not yet fsync'd
+  for (;;) {
+    bool stopping;
+    {
+      std::unique_lock lock(mutex_);
+      const auto deadline = std::min(next_reclaim, unsynced ? next_sync : next_reclaim);
+      wake_.wait_until(lock, deadline, [&] {
+        return stopping_ || commit_requested_.load(std::memory_order_acquire);
+      });
+      stopping = stopping_;
+    }
+    commit_requested_.store(false, std::memory_order_release);
+
+    const auto now = Clock::now();
+    if (now >= next_reclaim) {
+      const size_t removed = keyspace_->ReclaimExpired(options_.reclaim_budget);
+      if (removed > 0) {
+        std::lock_guard lock(stats_mutex_);
+        stats_.reclaimed += removed;
+      }
+      next_reclaim = now + std::chrono::milliseconds(options_.reclaim_interval_ms);
+      persistence_->Maintain();
+    }
+
+    const bool sync_now = options_.durability == Durability::kSync || stopping;
+    if (CommitOnce(sync_now)) unsynced = !sync_now;
+
+    if (unsynced && (stopping || Clock::now() >= next_sync)) {
+      if (auto status = persistence_->Sync(); !status) {
+        spdlog::error("fsync of the write-ahead log failed: {}", status.error().message);
+      } else {
+        unsynced = false;
+      }
+      next_sync = Clock::now() + std::chrono::milliseconds(options_.sync_interval_ms);
+    }
+    if (stopping) {
+      // Drain until nothing is left: writers may have raced with the stop.
+      while (CommitOnce(true)) {
+      }
+      std::lock_guard lock(mutex_);
+      durable_changed_.notify_all();
+      return;
+    }
+  }
+}
+
+bool Committer::CommitOnce(bool sync) {
+  batch_.Clear();
+  if (!keyspace_->Drain(&batch_)) return false;
+  const auto started = Clock::now();
+  // A failed write leaves the epoch not durable: its replies stay held, and the same batch
+  // is retried (its puts carry absolute values, so a retry is harmless).
+  int attempt = 0;
+  while (!batch_.empty()) {
+    auto status = persistence_->Commit(batch_, sync);
+    if (status) break;
+    {
+      std::lock_guard lock(stats_mutex_);
+      stats_.failures++;
+      stats_.healthy = false;
+    }
+    spdlog::error("commit of epoch {} failed (attempt {}): {}", batch_.epoch(), ++attempt,
+                  status.error().message);
+    std::this_thread::sleep_for(std::chrono::milliseconds(std::min(1000, 10 << std::min(attempt, 6))));
+  }
+  const auto micros = static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - started).count());
+  {
+    std::lock_guard lock(stats_mutex_);
+    stats_.commits++;
+    stats_.puts += batch_.put_count();
+    stats_.deletes += batch_.delete_count();
+    stats_.last_commit_micros = micros;
+    stats_.total_commit_micros += micros;
+    stats_.healthy = true;
+  }
+  durable_epoch_.store(batch_.epoch(), std::memory_order_release);
+  {
+    std::lock_guard lock(listeners_mutex_);
+    for (const auto& listener : listeners_) listener(batch_.epoch());
+  }
+  {
+    std::lock_guard lock(mutex_);
+    durable_changed_.notify_all();
+  }
+  return true;
+}
+
+}  // namespace tally::engine

@@ -1,0 +1,100 @@
+// Committer: the group commit. One background thread turns the keyspace's changes into
+// durable batches: it waits for a write, drains every change of the open epoch into one
+// CommitBatch (closing the epoch), writes it through Persistence — fsync'd in sync mode —
+// and then announces the epoch as durable. While one batch is being written, writers go
+// on filling the next epoch, so the fsync cost is shared by everything that arrived during
+// it. It also reclaims expired counters in the background.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "engine/commit_batch.h"
+#include "engine/keyspace.h"
+
+namespace tally::engine {
+
+enum class Durability {
+  kSync,   // acknowledge after the batch is fsync'd
+  kAsync,  // acknowledge at once; commit continuously, fsync every sync_interval_ms
+};
+
+struct CommitterOptions {
+  Durability durability = Durability::kSync;
+  // Async mode: how often the write-ahead log is fsync'd. Default 100 ms.
+  int sync_interval_ms = 100;
+  // How often expired counters are reclaimed, and how many at most each time.
+  int reclaim_interval_ms = 100;
+  size_t reclaim_budget = 20000;
+};
+
+// Counters of the committer's work, for INFO and metrics.
+struct CommitStats {
+  uint64_t commits = 0;
+  uint64_t puts = 0;
+  uint64_t deletes = 0;
+  uint64_t failures = 0;
+  uint64_t last_commit_micros = 0;
+  uint64_t total_commit_micros = 0;
+  uint64_t reclaimed = 0;
+  bool healthy = true;
+};
+
+class Committer {
+ public:
+  Committer(Keyspace* keyspace, Persistence* persistence, CommitterOptions options);
+  ~Committer();  // Stops (see Stop()).
+  Committer(const Committer&) = delete;
+  Committer& operator=(const Committer&) = delete;
+
+  // Calls `listener` on the committer thread with each epoch once it is durable. Any thread,
+  // any time.
+  void AddDurableListener(std::function<void(uint64_t epoch)> listener);
+
+  void Start();
+
+  // Commits whatever is left (fsync'd, whatever the mode) and joins the thread.
+  void Stop();
+
+  // Wakes the committer: something was written. Cheap when a wake-up is already pending.
+  void RequestCommit();
+
+  // Every epoch up to this one is durable (in async mode: written, not yet fsync'd).
+  uint64_t durable_epoch() const { return durable_epoch_.load(std::memory_order_acquire); }
+
+  // Blocks until `epoch` is durable (or the committer stops). For tests and tools.
+  void WaitDurable(uint64_t epoch);
+
+  CommitStats stats() const;
+  Durability durability() const { return options_.durability; }
+
+ private:
+  void Run();
+  // Drains and writes one batch; false when there was nothing to write.
+  bool CommitOnce(bool force_sync);
+
+  Keyspace* const keyspace_;
+  Persistence* const persistence_;
+  const CommitterOptions options_;
+  std::mutex listeners_mutex_;
+  std::vector<std::function<void(uint64_t)>> listeners_;  // guarded by listeners_mutex_
+
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  std::condition_variable durable_changed_;
+  bool stopping_ = false;                  // guarded by mutex_
+  std::atomic<bool> commit_requested_{false};
+  std::atomic<uint64_t> durable_epoch_{0};
+  std::thread thread_;
+
+  CommitBatch batch_;  // used by the committer thread only
+  mutable std::mutex stats_mutex_;
+  CommitStats stats_;  // guarded by stats_mutex_
+};
+
+}  // namespace tally::engine

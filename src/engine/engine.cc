@@ -1,0 +1,45 @@
+#include "engine/engine.h"
+
+#include <spdlog/spdlog.h>
+
+namespace tally::engine {
+
+Engine::Engine(Persistence* persistence, EngineOptions options)
+    : persistence_(persistence),
+      keyspace_(options.clock),
+      committer_(&keyspace_, persistence, options.commit) {
+  keyspace_.set_on_write([this] { committer_.RequestCommit(); });
+}
+
+Engine::~Engine() { Stop(); }
+
+namespace {
+
+// Feeds the stored state into the keyspace and counts what it loaded.
+class KeyspaceLoader final : public LoadVisitor {
+ public:
+  explicit KeyspaceLoader(Keyspace* keyspace) : keyspace_(keyspace) {}
+  void Put(std::string_view key, const CounterRecord& record) override {
+    keyspace_->LoadPut(key, record);
+  }
+  void Delete(std::string_view key) override { keyspace_->LoadDelete(key); }
+  void ClearAll() override { keyspace_->LoadClear(); }
+
+ private:
+  Keyspace* keyspace_;
+};
+
+}  // namespace
+
+Status Engine::Start() {
+  KeyspaceLoader loader(&keyspace_);
+  if (auto status = persistence_->Load(loader); !status) return status;
+  loaded_counters_ = keyspace_.size();
+  spdlog::info("loaded {} counters", loaded_counters_);
+  committer_.Start();
+  return OkStatus();
+}
+
+void Engine::Stop() { committer_.Stop(); }
+
+}  // namespace tally::engine

@@ -1,0 +1,101 @@
+#include "engine/increment_buffer.h"
+
+#include <algorithm>
+#include <cstring>
+
+namespace tally::engine {
+namespace {
+constexpr size_t kBlockBytes = 16 * 1024;
+}  // namespace
+
+IncrementBuffer::IncrementBuffer(Keyspace* keyspace) : keyspace_(keyspace) {}
+
+std::string_view IncrementBuffer::CopyKey(std::string_view key) {
+  if (blocks_.empty() || block_used_ + key.size() > block_size_) {
+    block_size_ = std::max(kBlockBytes, key.size());
+    blocks_.push_back(std::make_unique<char[]>(block_size_));
+    block_used_ = 0;
+  }
+  char* dest = blocks_.back().get() + block_used_;
+  std::memcpy(dest, key.data(), key.size());
+  block_used_ += key.size();
+  return {dest, key.size()};
+}
+
+uint32_t IncrementBuffer::Add(const HashedKey& key, int64_t delta) {
+  auto it = index_.find(KeyRef{key.key, key.hash});
+  uint32_t key_position;
+  if (it == index_.end()) {
+    key_position = static_cast<uint32_t>(keys_.size());
+    const KeyRef stored{CopyKey(key.key), key.hash};
+    keys_.push_back(PendingKey{stored});
+    index_.emplace(stored, key_position);
+  } else {
+    key_position = it->second;
+  }
+  keys_[key_position].delta_count++;
+  key_of_delta_.push_back(key_position);
+  deltas_.push_back(delta);
+  return static_cast<uint32_t>(deltas_.size() - 1);
+}
+
+uint64_t IncrementBuffer::Publish() {
+  const size_t n = deltas_.size();
+  outcomes_.resize(n);
+  if (n == 0) return 0;
+
+  // Lay each key's deltas out contiguously, keeping their order (a counting sort by key).
+  uint32_t offset = 0;
+  for (PendingKey& key : keys_) {
+    key.first_delta = offset;
+    offset += key.delta_count;
+    key.delta_count = 0;
+  }
+  sorted_deltas_.resize(n);
+  sorted_tickets_.resize(n);
+  sorted_outcomes_.resize(n);
+  for (uint32_t ticket = 0; ticket < n; ++ticket) {
+    PendingKey& key = keys_[key_of_delta_[ticket]];
+    const uint32_t slot = key.first_delta + key.delta_count++;
+    sorted_deltas_[slot] = deltas_[ticket];
+    sorted_tickets_[slot] = ticket;
+  }
+
+  // Visit keys stripe by stripe so that each stripe is locked once.
+  keys_by_stripe_.resize(keys_.size());
+  for (uint32_t i = 0; i < keys_.size(); ++i) keys_by_stripe_[i] = i;
+  std::sort(keys_by_stripe_.begin(), keys_by_stripe_.end(), [this](uint32_t a, uint32_t b) {
+    return StripeOf(keys_[a].ref.hash) < StripeOf(keys_[b].ref.hash);
+  });
+
+  uint64_t required_epoch = 0;
+  size_t i = 0;
+  while (i < keys_by_stripe_.size()) {
+    const size_t stripe = StripeOf(keys_[keys_by_stripe_[i]].ref.hash);
+    View view = keyspace_->LockStripe(stripe);
+    for (; i < keys_by_stripe_.size() && StripeOf(keys_[keys_by_stripe_[i]].ref.hash) == stripe;
+         ++i) {
+      const PendingKey& key = keys_[keys_by_stripe_[i]];
+      view.IncrBySequence(
+          HashedKey(key.ref.key, key.ref.hash),
+          std::span<const int64_t>(sorted_deltas_.data() + key.first_delta, key.delta_count),
+          std::span<IncrementOutcome>(sorted_outcomes_.data() + key.first_delta, key.delta_count));
+    }
+    required_epoch = std::max(required_epoch, view.required_epoch());
+  }
+  for (size_t slot = 0; slot < n; ++slot) outcomes_[sorted_tickets_[slot]] = sorted_outcomes_[slot];
+  return required_epoch;
+}
+
+void IncrementBuffer::Clear() {
+  index_.clear();
+  keys_.clear();
+  key_of_delta_.clear();
+  deltas_.clear();
+  outcomes_.clear();
+  if (blocks_.size() > 1) blocks_.erase(blocks_.begin() + 1, blocks_.end());
+  block_used_ = 0;
+  block_size_ = blocks_.empty() ? 0 : kBlockBytes;
+}
+
+}  // namespace tally::engine

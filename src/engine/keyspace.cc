@@ -1,0 +1,490 @@
+#include "engine/keyspace.h"
+
+#include <algorithm>
+#include <cassert>
+
+#include "core/integer.h"
+
+namespace tally::engine {
+
+using EntryId = CounterMap::EntryId;
+constexpr EntryId kNoEntry = CounterMap::kNoEntry;
+
+namespace detail {
+
+// One stripe: its map, its expiry bookkeeping and its changes since the last drain.
+// Every member is guarded by `mutex`, except the two counters mirrored for lock-free stats.
+struct alignas(64) StripeState {
+  std::mutex mutex;
+  CounterMap map;
+  absl::flat_hash_map<EntryId, int64_t> deadlines;
+  // (deadline, entry) in deadline order; entries whose deadline changed since are stale and
+  // are skipped when popped.
+  std::priority_queue<std::pair<int64_t, EntryId>, std::vector<std::pair<int64_t, EntryId>>,
+                      std::greater<>>
+      expiry_queue;
+  std::vector<EntryId> dirty;         // entries to write at the next drain (may repeat)
+  std::vector<std::string> deleted;   // keys to delete at the next drain
+  uint64_t last_write_epoch = 0;      // epoch of the latest write to this stripe
+  std::atomic<size_t> size{0};
+  std::atomic<size_t> expiring{0};
+  std::atomic<size_t> memory{0};
+
+  // Refreshes the mirrors that stats read without the lock.
+  void UpdateMirrors() {
+    size.store(map.size(), std::memory_order_relaxed);
+    expiring.store(deadlines.size(), std::memory_order_relaxed);
+    memory.store(map.MemoryBytes() + deadlines.capacity() * (sizeof(EntryId) + 8 + 1) +
+                     expiry_queue.size() * 16,
+                 std::memory_order_relaxed);
+  }
+
+  void MarkDirty(EntryId id) {
+    if (!map.HasFlag(id, CounterMap::kDirty)) {
+      map.SetFlag(id, CounterMap::kDirty);
+      dirty.push_back(id);
+    }
+  }
+
+  int64_t DeadlineOf(EntryId id) const {
+    if (!map.HasFlag(id, CounterMap::kHasExpiry)) return 0;
+    return deadlines.find(id)->second;
+  }
+
+  void SetDeadline(EntryId id, int64_t deadline_ms) {
+    map.SetFlag(id, CounterMap::kHasExpiry);
+    deadlines[id] = deadline_ms;
+    expiry_queue.emplace(deadline_ms, id);
+    UpdateMirrors();
+  }
+
+  void ClearDeadline(EntryId id) {
+    if (!map.HasFlag(id, CounterMap::kHasExpiry)) return;
+    map.ClearFlag(id, CounterMap::kHasExpiry);
+    deadlines.erase(id);
+    UpdateMirrors();
+  }
+
+  void Remove(EntryId id) {
+    ClearDeadline(id);
+    deleted.emplace_back(map.key(id));
+    map.Erase(id);
+    UpdateMirrors();
+  }
+
+  EntryId Insert(const HashedKey& key) {
+    bool inserted;
+    const EntryId id = map.FindOrInsert(key, &inserted);
+    if (inserted) UpdateMirrors();
+    return id;
+  }
+
+  // Drops stale queue entries once they outnumber the live deadlines, so that a key whose
+  // expiry is reset over and over cannot grow the queue without bound.
+  void CompactExpiryQueue() {
+    if (expiry_queue.size() <= 2 * deadlines.size() + 1024) return;
+    decltype(expiry_queue) fresh;
+    for (const auto& [id, deadline] : deadlines) fresh.emplace(deadline, id);
+    expiry_queue.swap(fresh);
+  }
+};
+
+}  // namespace detail
+
+using detail::StripeState;
+
+// ---- View -------------------------------------------------------------------------------
+
+View::View(View&& other) noexcept
+    : keyspace_(other.keyspace_),
+      now_ms_(other.now_ms_),
+      locked_(other.locked_),
+      required_epoch_(other.required_epoch_),
+      wrote_(other.wrote_) {
+  other.locked_.reset();
+  other.wrote_ = false;
+}
+
+View::~View() {
+  if (keyspace_ != nullptr) keyspace_->ReleaseView(*this);
+}
+
+StripeState& View::ForRead(const HashedKey& key) {
+  const size_t index = StripeOf(key.hash);
+  assert(locked_.test(index));
+  StripeState& stripe = keyspace_->stripe(index);
+  required_epoch_ = std::max(required_epoch_, stripe.last_write_epoch);
+  return stripe;
+}
+
+StripeState& View::ForWrite(const HashedKey& key) {
+  const size_t index = StripeOf(key.hash);
+  assert(locked_.test(index));
+  StripeState& stripe = keyspace_->stripe(index);
+  const uint64_t epoch = keyspace_->open_epoch();
+  stripe.last_write_epoch = epoch;
+  required_epoch_ = std::max(required_epoch_, epoch);
+  wrote_ = true;
+  return stripe;
+}
+
+EntryId View::LiveEntry(StripeState& stripe, const HashedKey& key, bool remove_expired) {
+  const EntryId id = stripe.map.Find(key);
+  if (id == kNoEntry) return kNoEntry;
+  if (stripe.map.HasFlag(id, CounterMap::kHasExpiry) && stripe.DeadlineOf(id) <= now_ms_) {
+    if (remove_expired) stripe.Remove(id);
+    return kNoEntry;
+  }
+  return id;
+}
+
+std::optional<int64_t> View::Get(const HashedKey& key) {
+  StripeState& stripe = ForRead(key);
+  const EntryId id = LiveEntry(stripe, key, false);
+  if (id == kNoEntry) return std::nullopt;
+  return stripe.map.value(id);
+}
+
+Result<int64_t> View::IncrBy(const HashedKey& key, int64_t delta) {
+  IncrementOutcome outcome;
+  IncrBySequence(key, std::span<const int64_t>(&delta, 1), std::span<IncrementOutcome>(&outcome, 1));
+  if (outcome.overflow) {
+    return MakeError(ErrorCode::kOverflow, "increment or decrement would overflow");
+  }
+  return outcome.value;
+}
+
+void View::IncrBySequence(const HashedKey& key, std::span<const int64_t> deltas,
+                          std::span<IncrementOutcome> outcomes) {
+  StripeState& stripe = ForWrite(key);
+  EntryId id = LiveEntry(stripe, key, true);
+  if (id == kNoEntry) id = stripe.Insert(key);
+  int64_t value = stripe.map.value(id);
+  for (size_t i = 0; i < deltas.size(); ++i) {
+    const std::optional<int64_t> sum = CheckedAdd(value, deltas[i]);
+    outcomes[i].overflow = !sum.has_value();
+    if (sum) value = *sum;
+    outcomes[i].value = value;
+  }
+  stripe.map.value(id) = value;
+  stripe.MarkDirty(id);
+}
+
+Result<int64_t> View::IncrByWithExpiry(const HashedKey& key, int64_t delta, int64_t deadline_ms,
+                                       bool only_if_no_expiry) {
+  StripeState& stripe = ForWrite(key);
+  EntryId id = LiveEntry(stripe, key, true);
+  if (id == kNoEntry) id = stripe.Insert(key);
+  const std::optional<int64_t> sum = CheckedAdd(stripe.map.value(id), delta);
+  if (!sum) return MakeError(ErrorCode::kOverflow, "increment or decrement would overflow");
+  stripe.map.value(id) = *sum;
+  if (!only_if_no_expiry || !stripe.map.HasFlag(id, CounterMap::kHasExpiry)) {
+    stripe.SetDeadline(id, deadline_ms);
+  }
+  stripe.MarkDirty(id);
+  return *sum;
+}
+
+SetOutcome View::Set(const HashedKey& key, int64_t value, const SetOptions& options) {
+  StripeState& stripe = ForWrite(key);
+  EntryId id = LiveEntry(stripe, key, true);
+  SetOutcome outcome;
+  if (id != kNoEntry) outcome.previous = stripe.map.value(id);
+  if ((options.condition == SetCondition::kIfMissing && id != kNoEntry) ||
+      (options.condition == SetCondition::kIfExists && id == kNoEntry)) {
+    return outcome;
+  }
+  outcome.applied = true;
+  if (id == kNoEntry) id = stripe.Insert(key);
+  stripe.map.value(id) = value;
+  switch (options.expiry) {
+    case ExpiryAction::kClear:
+      stripe.ClearDeadline(id);
+      break;
+    case ExpiryAction::kKeep:
+      break;
+    case ExpiryAction::kSetDeadline:
+      if (options.deadline_ms <= now_ms_) {
+        stripe.Remove(id);
+        return outcome;
+      }
+      stripe.SetDeadline(id, options.deadline_ms);
+      break;
+  }
+  stripe.MarkDirty(id);
+  return outcome;
+}
+
+bool View::Delete(const HashedKey& key) {
+  StripeState& stripe = ForWrite(key);
+  const EntryId id = LiveEntry(stripe, key, true);
+  if (id == kNoEntry) return false;
+  stripe.Remove(id);
+  return true;
+}
+
+bool View::Exists(const HashedKey& key) {
+  StripeState& stripe = ForRead(key);
+  return LiveEntry(stripe, key, false) != kNoEntry;
+}
+
+int64_t View::DeadlineMillis(const HashedKey& key) {
+  StripeState& stripe = ForRead(key);
+  const EntryId id = LiveEntry(stripe, key, false);
+  if (id == kNoEntry) return -2;
+  if (!stripe.map.HasFlag(id, CounterMap::kHasExpiry)) return -1;
+  return stripe.DeadlineOf(id);
+}
+
+int64_t View::TimeToLiveMillis(const HashedKey& key) {
+  const int64_t deadline = DeadlineMillis(key);
+  if (deadline < 0) return deadline;
+  return std::max<int64_t>(0, deadline - now_ms_);
+}
+
+bool View::Expire(const HashedKey& key, int64_t deadline_ms, ExpireCondition condition) {
+  StripeState& stripe = ForWrite(key);
+  const EntryId id = LiveEntry(stripe, key, true);
+  if (id == kNoEntry) return false;
+  const bool has_expiry = stripe.map.HasFlag(id, CounterMap::kHasExpiry);
+  const int64_t current = stripe.DeadlineOf(id);
+  // A key without expiry counts as expiring never: GT never holds, LT always does.
+  switch (condition) {
+    case ExpireCondition::kAlways:
+      break;
+    case ExpireCondition::kIfNoExpiry:
+      if (has_expiry) return false;
+      break;
+    case ExpireCondition::kIfHasExpiry:
+      if (!has_expiry) return false;
+      break;
+    case ExpireCondition::kIfGreater:
+      if (!has_expiry || deadline_ms <= current) return false;
+      break;
+    case ExpireCondition::kIfLess:
+      if (has_expiry && deadline_ms >= current) return false;
+      break;
+  }
+  if (deadline_ms <= now_ms_) {
+    stripe.Remove(id);
+    return true;
+  }
+  stripe.SetDeadline(id, deadline_ms);
+  stripe.MarkDirty(id);
+  return true;
+}
+
+bool View::Persist(const HashedKey& key) {
+  StripeState& stripe = ForWrite(key);
+  const EntryId id = LiveEntry(stripe, key, true);
+  if (id == kNoEntry || !stripe.map.HasFlag(id, CounterMap::kHasExpiry)) return false;
+  stripe.ClearDeadline(id);
+  stripe.MarkDirty(id);
+  return true;
+}
+
+void View::FlushAll() {
+  assert(locked_.all());
+  const uint64_t epoch = keyspace_->open_epoch();
+  for (size_t i = 0; i < kStripeCount; ++i) {
+    StripeState& stripe = keyspace_->stripe(i);
+    stripe.map.Clear();
+    stripe.deadlines.clear();
+    stripe.expiry_queue = {};
+    stripe.dirty.clear();
+    stripe.deleted.clear();
+    stripe.last_write_epoch = epoch;
+    stripe.UpdateMirrors();
+  }
+  keyspace_->clear_all_pending_ = true;
+  required_epoch_ = std::max(required_epoch_, epoch);
+  wrote_ = true;
+}
+
+// ---- Keyspace ---------------------------------------------------------------------------
+
+Keyspace::Keyspace(const Clock* clock) : clock_(clock) {
+  for (auto& stripe : stripes_) stripe = std::make_unique<StripeState>();
+}
+
+Keyspace::~Keyspace() = default;
+
+View Keyspace::Lock(const HashedKey& key) { return LockStripe(StripeOf(key.hash)); }
+
+View Keyspace::Lock(std::span<const HashedKey> keys) {
+  View view(this, clock_->NowMillis());
+  std::bitset<kStripeCount> wanted;
+  for (const HashedKey& key : keys) wanted.set(StripeOf(key.hash));
+  // Ascending order everywhere: no two lockers can wait on each other.
+  for (size_t i = 0; i < kStripeCount; ++i) {
+    if (wanted.test(i)) stripe(i).mutex.lock();
+  }
+  view.locked_ = wanted;
+  return view;
+}
+
+View Keyspace::LockStripe(size_t index) {
+  View view(this, clock_->NowMillis());
+  stripe(index).mutex.lock();
+  view.locked_.set(index);
+  return view;
+}
+
+View Keyspace::LockAll() {
+  View view(this, clock_->NowMillis());
+  for (size_t i = 0; i < kStripeCount; ++i) stripe(i).mutex.lock();
+  view.locked_.set();
+  return view;
+}
+
+void Keyspace::ReleaseView(View& view) {
+  if (view.locked_.none()) return;
+  for (size_t i = 0; i < kStripeCount; ++i) {
+    if (view.locked_.test(i)) stripe(i).mutex.unlock();
+  }
+  view.locked_.reset();
+  if (view.wrote_ && on_write_) on_write_();
+}
+
+void Keyspace::LoadPut(std::string_view key_bytes, const CounterRecord& record) {
+  const HashedKey key(key_bytes);
+  StripeState& s = stripe(StripeOf(key.hash));
+  std::lock_guard lock(s.mutex);
+  EntryId id = s.map.Find(key);
+  if (record.deadline_ms != 0 && record.deadline_ms <= clock_->NowMillis()) {
+    if (id != kNoEntry) s.map.Erase(id);
+    s.deleted.emplace_back(key_bytes);
+    s.UpdateMirrors();
+    return;
+  }
+  if (id == kNoEntry) id = s.Insert(key);
+  s.map.value(id) = record.value;
+  s.ClearDeadline(id);
+  if (record.deadline_ms != 0) s.SetDeadline(id, record.deadline_ms);
+}
+
+void Keyspace::LoadDelete(std::string_view key_bytes) {
+  const HashedKey key(key_bytes);
+  StripeState& s = stripe(StripeOf(key.hash));
+  std::lock_guard lock(s.mutex);
+  const EntryId id = s.map.Find(key);
+  if (id == kNoEntry) return;
+  s.ClearDeadline(id);
+  s.map.Erase(id);
+  s.UpdateMirrors();
+}
+
+void Keyspace::LoadClear() {
+  for (size_t i = 0; i < kStripeCount; ++i) {
+    StripeState& s = stripe(i);
+    std::lock_guard lock(s.mutex);
+    s.map.Clear();
+    s.deadlines.clear();
+    s.expiry_queue = {};
+    s.deleted.clear();
+    s.UpdateMirrors();
+  }
+}
+
+bool Keyspace::Drain(CommitBatch* batch) {
+  View all = LockAll();
+  const uint64_t epoch = open_epoch_.load(std::memory_order_relaxed);
+  // Close the epoch when anything was written in it, even a write that changed nothing
+  // (a SET NX that did not apply): its reply waits for the epoch to be durable.
+  bool touched = clear_all_pending_;
+  for (size_t i = 0; i < kStripeCount && !touched; ++i) {
+    const StripeState& s = stripe(i);
+    touched = !s.dirty.empty() || !s.deleted.empty() || s.last_write_epoch == epoch;
+  }
+  if (!touched) return false;
+
+  open_epoch_.store(epoch + 1, std::memory_order_release);
+  batch->set_epoch(epoch);
+  if (clear_all_pending_) {
+    batch->ClearAll();
+    clear_all_pending_ = false;
+  }
+  for (size_t i = 0; i < kStripeCount; ++i) {
+    StripeState& s = stripe(i);
+    for (const std::string& key : s.deleted) batch->AddDelete(key);
+    s.deleted.clear();
+    for (const EntryId id : s.dirty) {
+      if (!s.map.IsLive(id) || !s.map.HasFlag(id, CounterMap::kDirty)) continue;
+      s.map.ClearFlag(id, CounterMap::kDirty);
+      batch->AddPut(s.map.key(id), CounterRecord{s.map.value(id), s.DeadlineOf(id)});
+    }
+    s.dirty.clear();
+  }
+  return true;
+}
+
+size_t Keyspace::ReclaimExpired(size_t budget) {
+  const int64_t now = clock_->NowMillis();
+  size_t removed = 0;
+  for (size_t i = 0; i < kStripeCount && removed < budget; ++i) {
+    StripeState& s = stripe(i);
+    std::lock_guard lock(s.mutex);
+    while (removed < budget && !s.expiry_queue.empty() && s.expiry_queue.top().first <= now) {
+      const auto [deadline, id] = s.expiry_queue.top();
+      s.expiry_queue.pop();
+      if (!s.map.IsLive(id) || !s.map.HasFlag(id, CounterMap::kHasExpiry) ||
+          s.deadlines.find(id)->second != deadline) {
+        continue;  // stale: the key's deadline changed or the key is gone
+      }
+      s.Remove(id);
+      ++removed;
+    }
+    s.CompactExpiryQueue();
+  }
+  if (removed > 0 && on_write_) on_write_();
+  return removed;
+}
+
+uint64_t Keyspace::Scan(uint64_t cursor, size_t count,
+                        const std::function<bool(std::string_view)>& match,
+                        std::vector<std::string>* keys, bool stripes_held) {
+  size_t stripe_index = cursor >> 32;
+  auto id = static_cast<EntryId>(cursor & 0xFFFFFFFFu);
+  size_t visited = 0;
+  const int64_t now = clock_->NowMillis();
+  while (stripe_index < kStripeCount) {
+    StripeState& s = stripe(stripe_index);
+    {
+      std::unique_lock lock(s.mutex, std::defer_lock);
+      if (!stripes_held) lock.lock();
+      const EntryId limit = s.map.entry_limit();
+      for (; id < limit && visited < count; ++id, ++visited) {
+        if (!s.map.IsLive(id)) continue;
+        if (s.map.HasFlag(id, CounterMap::kHasExpiry) && s.DeadlineOf(id) <= now) continue;
+        const std::string_view key = s.map.key(id);
+        if (!match || match(key)) keys->emplace_back(key);
+      }
+      if (id < limit) return (uint64_t{stripe_index} << 32) | id;
+    }
+    ++stripe_index;
+    id = 0;
+    if (visited >= count) break;
+  }
+  if (stripe_index >= kStripeCount) return 0;
+  return uint64_t{stripe_index} << 32;
+}
+
+size_t Keyspace::size() const {
+  size_t total = 0;
+  for (const auto& s : stripes_) total += s->size.load(std::memory_order_relaxed);
+  return total;
+}
+
+size_t Keyspace::expiring_count() const {
+  size_t total = 0;
+  for (const auto& s : stripes_) total += s->expiring.load(std::memory_order_relaxed);
+  return total;
+}
+
+size_t Keyspace::memory_bytes() const {
+  size_t total = 0;
+  for (const auto& s : stripes_) total += s->memory.load(std::memory_order_relaxed);
+  return total;
+}
+
+}  // namespace tally::engine

@@ -1,0 +1,207 @@
+// Keyspace: every plain counter of a tally node, in memory, split into stripes.
+//
+// Concurrency design. The keyspace is split into kStripeCount stripes by key hash; each
+// stripe is a CounterMap with its own mutex, expiry index and list of changes since the
+// last commit. An operation locks only the stripes of its keys (a View), so writers of
+// different keys rarely meet. Writers of ONE hot key are spread differently: each worker
+// thread first sums its increments in its own IncrementBuffer (its shard of the counter)
+// and folds them into the stripe once per event-loop turn, so N increments cost one lock
+// and one lookup. The stripe's value is therefore the roll-up of every shard, kept by the
+// engine: a read is one lookup under one lock, exact and O(1).
+//
+// Durability. Writes are stamped with the open commit epoch. The committer (see
+// Committer) locks all stripes at once, closes the epoch, and drains the changed entries'
+// current values into one CommitBatch: many increments of a counter inside one epoch
+// become one write, and a transaction that held several stripes at once lands wholly in
+// one epoch. A reply may reveal a value only once the epochs it depends on are durable
+// (View::required_epoch()).
+//
+// Expiry. Deadlines are absolute Unix milliseconds. An expired key is invisible to reads
+// at once; writers remove it on touch; ReclaimExpired() removes the rest in the
+// background, in deadline order, a bounded amount per call.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <bitset>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <optional>
+#include <queue>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <absl/container/flat_hash_map.h>
+
+#include "core/clock.h"
+#include "core/status.h"
+#include "engine/commit_batch.h"
+#include "engine/counter_map.h"
+#include "engine/key_hash.h"
+
+namespace tally::engine {
+
+inline constexpr size_t kStripeCount = 128;
+
+inline size_t StripeOf(uint64_t hash) { return hash >> 57; }  // top 7 bits
+static_assert(kStripeCount == 128);
+
+// Which condition a SET must meet to apply (NX / XX).
+enum class SetCondition { kAlways, kIfMissing, kIfExists };
+
+// What SET does to an existing expiry.
+enum class ExpiryAction { kClear, kKeep, kSetDeadline };
+
+// Which condition EXPIRE-family commands must meet (NX / XX / GT / LT).
+enum class ExpireCondition { kAlways, kIfNoExpiry, kIfHasExpiry, kIfGreater, kIfLess };
+
+struct SetOptions {
+  SetCondition condition = SetCondition::kAlways;
+  ExpiryAction expiry = ExpiryAction::kClear;
+  int64_t deadline_ms = 0;  // with kSetDeadline
+};
+
+struct SetOutcome {
+  bool applied = false;
+  std::optional<int64_t> previous;  // the value before, when there was one
+};
+
+// One increment's outcome when increments are applied in sequence.
+struct IncrementOutcome {
+  bool overflow = false;
+  int64_t value = 0;  // the value right after this increment (unchanged on overflow)
+};
+
+class Keyspace;
+namespace detail {
+struct StripeState;
+}  // namespace detail
+
+// The locked stripes of one operation, and the operations themselves. Every key an
+// operation passes must lie in a locked stripe. Unlocks on destruction. Not thread-safe;
+// lives on one thread for the span of one command (or one transaction).
+class View {
+ public:
+  View(View&& other) noexcept;
+  View& operator=(View&&) = delete;
+  ~View();
+
+  // The value, or nullopt when the key is missing or expired.
+  std::optional<int64_t> Get(const HashedKey& key);
+
+  // Adds `delta`; the new value, or an overflow error that changes nothing.
+  Result<int64_t> IncrBy(const HashedKey& key, int64_t delta);
+
+  // Applies `deltas` in order with one lookup; an increment that would overflow is skipped
+  // and reported, the others apply.
+  void IncrBySequence(const HashedKey& key, std::span<const int64_t> deltas,
+                      std::span<IncrementOutcome> outcomes);
+
+  // Adds `delta` and sets the deadline: always, or (only_if_no_expiry) only when the key
+  // had none. A missing or expired key starts from 0.
+  Result<int64_t> IncrByWithExpiry(const HashedKey& key, int64_t delta, int64_t deadline_ms,
+                                   bool only_if_no_expiry);
+
+  SetOutcome Set(const HashedKey& key, int64_t value, const SetOptions& options);
+
+  // True when the key existed (and was removed).
+  bool Delete(const HashedKey& key);
+  bool Exists(const HashedKey& key);
+
+  // Milliseconds to live; -1 without expiry; -2 when missing (Redis's PTTL).
+  int64_t TimeToLiveMillis(const HashedKey& key);
+  // The absolute deadline; -1 without expiry; -2 when missing (Redis's PEXPIRETIME).
+  int64_t DeadlineMillis(const HashedKey& key);
+
+  // Sets the deadline when `condition` holds; a deadline not in the future deletes the key.
+  // True when applied.
+  bool Expire(const HashedKey& key, int64_t deadline_ms, ExpireCondition condition);
+
+  // Removes the deadline. True when there was one.
+  bool Persist(const HashedKey& key);
+
+  // Removes every counter. REQUIRES: the view holds all stripes (Keyspace::LockAll).
+  void FlushAll();
+
+  // The commit epoch that must be durable before a reply built from this view may be sent.
+  uint64_t required_epoch() const { return required_epoch_; }
+  bool wrote() const { return wrote_; }
+  int64_t now_ms() const { return now_ms_; }
+
+ private:
+  friend class Keyspace;
+  View(Keyspace* keyspace, int64_t now_ms) : keyspace_(keyspace), now_ms_(now_ms) {}
+
+  detail::StripeState& ForRead(const HashedKey& key);
+  detail::StripeState& ForWrite(const HashedKey& key);
+  // The live entry, or kNoEntry when missing or expired (an expired one is removed when
+  // `remove_expired`).
+  CounterMap::EntryId LiveEntry(detail::StripeState& stripe, const HashedKey& key, bool remove_expired);
+
+  Keyspace* keyspace_;
+  int64_t now_ms_;
+  std::bitset<kStripeCount> locked_;
+  uint64_t required_epoch_ = 0;
+  bool wrote_ = false;
+};
+
+// The engine's table of plain counters. Thread-safe.
+class Keyspace {
+ public:
+  explicit Keyspace(const Clock* clock);
+  Keyspace(const Keyspace&) = delete;
+  Keyspace& operator=(const Keyspace&) = delete;
+  ~Keyspace();
+
+  View Lock(const HashedKey& key);
+  View Lock(std::span<const HashedKey> keys);
+  View LockStripe(size_t stripe);
+  View LockAll();
+
+  // Called after a View that wrote is released; the committer hooks in here.
+  void set_on_write(std::function<void()> on_write) { on_write_ = std::move(on_write); }
+
+  // Replays stored state at start, before any other use: LoadPut puts a counter in place
+  // (an expired one is dropped, and deleted from the store with the next commit).
+  void LoadPut(std::string_view key, const CounterRecord& record);
+  void LoadDelete(std::string_view key);
+  void LoadClear();
+
+  // Closes the open epoch and moves every change made in it into `batch` (whose epoch it
+  // sets; the batch may be empty when writes changed nothing). Returns false when nothing
+  // was written in the epoch (it then stays open).
+  bool Drain(CommitBatch* batch);
+
+  // Removes up to `budget` keys whose deadline has passed. Returns how many it removed.
+  size_t ReclaimExpired(size_t budget);
+
+  // One SCAN step from `cursor` (0 starts), visiting about `count` entries: appends the
+  // live keys that `match` accepts (all when empty) and returns the next cursor (0 = done).
+  // A key present from the first step to the last is returned exactly once. With
+  // `stripes_held` the caller already holds every stripe (inside a transaction).
+  uint64_t Scan(uint64_t cursor, size_t count, const std::function<bool(std::string_view)>& match,
+                std::vector<std::string>* keys, bool stripes_held = false);
+
+  size_t size() const;           // counters held, expired-but-not-reclaimed included
+  size_t expiring_count() const; // counters with a deadline
+  size_t memory_bytes() const;   // bytes of the maps and indexes
+  uint64_t open_epoch() const { return open_epoch_.load(std::memory_order_acquire); }
+  const Clock* clock() const { return clock_; }
+
+ private:
+  friend class View;
+  void ReleaseView(View& view);
+
+  detail::StripeState& stripe(size_t i) { return *stripes_[i]; }
+
+  const Clock* const clock_;
+  std::array<std::unique_ptr<detail::StripeState>, kStripeCount> stripes_;
+  // The epoch new writes belong to. Changed only while every stripe is locked.
+  std::atomic<uint64_t> open_epoch_{1};
+  bool clear_all_pending_ = false;  // FLUSHALL in the open epoch; guarded by all stripes
+  std::function<void()> on_write_;
+};
+
+}  // namespace tally::engine
