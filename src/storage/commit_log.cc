@@ -1,0 +1,185 @@
+#include "storage/commit_log.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "core/crc32c.h"
+
+namespace tally::storage {
+namespace {
+
+constexpr size_t kHeaderBytes = 8;
+// No commit is this large; a bigger length in a header means garbage, not a record.
+constexpr uint32_t kMaxRecordBytes = 1u << 30;
+
+Status Errno(std::string_view what, const std::string& path) {
+  return IOError(fmt::format("{} {}: {}", what, path, std::strerror(errno)));
+}
+
+Status SyncDirectory(const std::string& dir) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
+  if (fd < 0) return Errno("cannot open directory", dir);
+  const int result = ::fsync(fd);
+  ::close(fd);
+  if (result != 0) return Errno("cannot sync directory", dir);
+  return OkStatus();
+}
+
+}  // namespace
+
+std::string CommitLog::SegmentPath(const std::string& dir, uint64_t segment) {
+  return fmt::format("{}/{:016d}.log", dir, segment);
+}
+
+std::vector<uint64_t> CommitLog::ListSegments(const std::string& dir) {
+  std::vector<uint64_t> segments;
+  std::error_code error;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, error)) {
+    const std::string name = entry.path().filename().string();
+    if (name.size() != 20 || !name.ends_with(".log")) continue;
+    segments.push_back(std::stoull(name.substr(0, 16)));
+  }
+  std::sort(segments.begin(), segments.end());
+  return segments;
+}
+
+Result<uint64_t> CommitLog::Replay(const std::string& dir, uint64_t first_segment,
+                                   const std::function<Status(std::string_view)>& record) {
+  const std::vector<uint64_t> segments = ListSegments(dir);
+  for (size_t i = 0; i < segments.size(); ++i) {
+    if (segments[i] < first_segment) continue;
+    const bool newest = i + 1 == segments.size();
+    const std::string path = SegmentPath(dir, segments[i]);
+    const int fd = ::open(path.c_str(), O_RDWR);
+    if (fd < 0) return tl::unexpected(Errno("cannot open log segment", path).error());
+    std::string bytes;
+    const off_t size = ::lseek(fd, 0, SEEK_END);
+    bytes.resize(static_cast<size_t>(std::max<off_t>(size, 0)));
+    const ssize_t read = ::pread(fd, bytes.data(), bytes.size(), 0);
+    if (read != static_cast<ssize_t>(bytes.size())) {
+      ::close(fd);
+      return tl::unexpected(Errno("cannot read log segment", path).error());
+    }
+    size_t offset = 0;
+    while (offset < bytes.size()) {
+      uint32_t length = 0;
+      uint32_t crc = 0;
+      bool whole = bytes.size() - offset >= kHeaderBytes;
+      if (whole) {
+        std::memcpy(&length, bytes.data() + offset, 4);
+        std::memcpy(&crc, bytes.data() + offset + 4, 4);
+        whole = length <= kMaxRecordBytes && bytes.size() - offset - kHeaderBytes >= length &&
+                Crc32c(bytes.data() + offset + kHeaderBytes, length) == crc;
+      }
+      if (!whole) {
+        if (!newest) {
+          ::close(fd);
+          return Corruption(fmt::format("log segment {} is damaged at byte {}", path, offset));
+        }
+        spdlog::warn("cutting off a torn record at byte {} of {} (a write cut by a crash)",
+                     offset, path);
+        if (::ftruncate(fd, static_cast<off_t>(offset)) != 0 || ::fsync(fd) != 0) {
+          ::close(fd);
+          return tl::unexpected(Errno("cannot cut off the torn tail of", path).error());
+        }
+        break;
+      }
+      auto status = record(std::string_view(bytes.data() + offset + kHeaderBytes, length));
+      if (!status) {
+        ::close(fd);
+        return tl::unexpected(status.error());
+      }
+      offset += kHeaderBytes + length;
+    }
+    ::close(fd);
+  }
+  return segments.empty() ? 0 : segments.back();
+}
+
+Result<std::unique_ptr<CommitLog>> CommitLog::Create(const std::string& dir, uint64_t segment) {
+  std::error_code error;
+  std::filesystem::create_directories(dir, error);
+  const std::string path = SegmentPath(dir, segment);
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return tl::unexpected(Errno("cannot create log segment", path).error());
+  if (auto status = SyncDirectory(dir); !status) {
+    ::close(fd);
+    return tl::unexpected(status.error());
+  }
+  return std::unique_ptr<CommitLog>(new CommitLog(dir, segment, fd));
+}
+
+CommitLog::CommitLog(std::string dir, uint64_t segment, int fd)
+    : dir_(std::move(dir)), segment_(segment), fd_(fd) {}
+
+CommitLog::~CommitLog() {
+  if (fd_ >= 0) {
+    if (unsynced_) ::fdatasync(fd_);
+    ::close(fd_);
+  }
+}
+
+Status CommitLog::Append(std::string_view payload, bool sync) {
+  buffer_.resize(kHeaderBytes);
+  const auto length = static_cast<uint32_t>(payload.size());
+  const uint32_t crc = Crc32c(payload.data(), payload.size());
+  std::memcpy(buffer_.data(), &length, 4);
+  std::memcpy(buffer_.data() + 4, &crc, 4);
+  buffer_.append(payload);
+  size_t written = 0;
+  while (written < buffer_.size()) {
+    const ssize_t n = ::write(fd_, buffer_.data() + written, buffer_.size() - written);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      // A partial record may be on disk; it fails its checksum and is cut off at replay.
+      return Errno("cannot append to log segment", SegmentPath(dir_, segment_));
+    }
+    written += static_cast<size_t>(n);
+  }
+  segment_bytes_ += buffer_.size();
+  unsynced_ = true;
+  if (sync) return Sync();
+  return OkStatus();
+}
+
+Status CommitLog::Sync() {
+  if (!unsynced_) return OkStatus();
+  if (::fdatasync(fd_) != 0) return Errno("cannot sync log segment", SegmentPath(dir_, segment_));
+  unsynced_ = false;
+  return OkStatus();
+}
+
+Result<uint64_t> CommitLog::Rotate() {
+  if (auto status = Sync(); !status) return tl::unexpected(status.error());
+  const uint64_t next = segment_ + 1;
+  const std::string path = SegmentPath(dir_, next);
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return tl::unexpected(Errno("cannot create log segment", path).error());
+  if (auto status = SyncDirectory(dir_); !status) {
+    ::close(fd);
+    return tl::unexpected(status.error());
+  }
+  ::close(fd_);
+  fd_ = fd;
+  segment_ = next;
+  segment_bytes_ = 0;
+  return next;
+}
+
+void CommitLog::DropSegmentsBefore(const std::string& dir, uint64_t segment) {
+  for (const uint64_t existing : ListSegments(dir)) {
+    if (existing >= segment) break;
+    std::error_code error;
+    std::filesystem::remove(SegmentPath(dir, existing), error);
+  }
+}
+
+}  // namespace tally::storage

@@ -1,0 +1,73 @@
+// CommitLog: tally's write-ahead log, the durability point of every commit.
+//
+// Each commit appends one record to the current segment and, in sync mode, fdatasyncs
+// it: a sequential append is the cheapest durable write there is. The RocksDB tables are
+// brought up to date later, in the background, by checkpoints that write each counter
+// changed since the previous checkpoint once (see RocksDbStore), after which the segments
+// they cover are deleted.
+//
+// Files: <dir>/<segment number, 16 digits>.log, numbered from 1, replayed in order.
+//   record := length:u32-le crc32c(payload):u32-le payload[length]
+// A record that is short or fails its checksum at the end of the newest segment is a
+// write cut by a crash: it never returned to the committer, so nothing depended on it,
+// and it is cut off. Anywhere else it is corruption, and recovery stops with an error.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/status.h"
+
+namespace tally::storage {
+
+class CommitLog {
+ public:
+  // Reads every record of the segments numbered >= `first_segment` in order, calling
+  // `record` with each payload; cuts off a torn tail of the newest segment. Returns the
+  // highest segment number present (0 when none).
+  static Result<uint64_t> Replay(const std::string& dir, uint64_t first_segment,
+                                 const std::function<Status(std::string_view)>& record);
+
+  // Starts writing segment `segment` (a new, empty file) in `dir`.
+  static Result<std::unique_ptr<CommitLog>> Create(const std::string& dir, uint64_t segment);
+
+  ~CommitLog();
+  CommitLog(const CommitLog&) = delete;
+  CommitLog& operator=(const CommitLog&) = delete;
+
+  // Appends one record; with `sync`, returns once it is on stable storage.
+  Status Append(std::string_view payload, bool sync);
+
+  // Makes every appended record durable.
+  Status Sync();
+
+  // Syncs and closes the current segment and starts the next one. Returns its number.
+  Result<uint64_t> Rotate();
+
+  // Deletes the segments numbered below `segment`.
+  void DropBefore(uint64_t segment) { DropSegmentsBefore(dir_, segment); }
+  // The same for any directory; safe while another thread appends (it never touches the
+  // segment being written, which is numbered higher).
+  static void DropSegmentsBefore(const std::string& dir, uint64_t segment);
+
+  uint64_t segment() const { return segment_; }
+  uint64_t segment_bytes() const { return segment_bytes_; }
+
+ private:
+  CommitLog(std::string dir, uint64_t segment, int fd);
+  static std::string SegmentPath(const std::string& dir, uint64_t segment);
+  static std::vector<uint64_t> ListSegments(const std::string& dir);
+
+  const std::string dir_;
+  uint64_t segment_;
+  int fd_;
+  uint64_t segment_bytes_ = 0;
+  bool unsynced_ = false;
+  std::string buffer_;  // header + payload of the record being written
+};
+
+}  // namespace tally::storage
