@@ -1,0 +1,150 @@
+// tallyd: the tally server. Opens the embedded store, loads the counters, serves the Redis
+// protocol until SIGINT or SIGTERM, then commits and fsyncs everything before exiting.
+#include <csignal>
+#include <cstdlib>
+#include <filesystem>
+
+#include <CLI/CLI.hpp>
+#include <spdlog/spdlog.h>
+
+#include "engine/engine.h"
+#include "servers/redis/server.h"
+#include "storage/rocksdb_store.h"
+
+namespace {
+
+int64_t ParseBytes(const std::string& text) {
+  // "64mb", "1gb", "512k", "1048576": Redis's spelling of sizes.
+  size_t end = 0;
+  const long long number = std::stoll(text, &end);
+  std::string unit = text.substr(end);
+  for (char& c : unit) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (unit.empty() || unit == "b") return number;
+  if (unit == "k" || unit == "kb") return number * 1024;
+  if (unit == "m" || unit == "mb") return number * 1024 * 1024;
+  if (unit == "g" || unit == "gb") return number * 1024LL * 1024 * 1024;
+  throw CLI::ValidationError("size", "unknown unit '" + unit + "' (use b, kb, mb or gb)");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"tallyd: exact, durable counters over the Redis protocol, on an embedded RocksDB "
+               "store"};
+  app.set_config("--config", "", "Read options from this file (lines of 'name = value')");
+  app.get_formatter()->column_width(44);
+
+  tally::redis::ServerOptions server;
+  std::string data_dir = "./data";
+  std::string durability = "sync";
+  int sync_interval_ms = 100;
+  std::string log_level = "info";
+  std::string proto_max_bulk_len = "512mb";
+  std::string query_buffer_limit = "1gb";
+  std::string output_buffer_limit = "256mb";
+
+  app.add_option("--bind", server.bind, "Address to listen on")->capture_default_str();
+  app.add_option("--port", server.port, "Port for the Redis protocol (0 = any free port)")
+      ->capture_default_str();
+  app.add_option("--data-dir", data_dir, "Directory of the embedded RocksDB store")
+      ->capture_default_str();
+  app.add_option("--durability", durability,
+                 "sync: acknowledge an increment once it is fsync'd (group commit); "
+                 "async: acknowledge at once, fsync every --sync-interval-ms")
+      ->check(CLI::IsMember({"sync", "async"}))
+      ->capture_default_str();
+  app.add_option("--sync-interval-ms", sync_interval_ms,
+                 "In async mode, how often the write-ahead log is fsync'd")
+      ->check(CLI::Range(1, 60000))
+      ->capture_default_str();
+  app.add_option("--workers", server.workers,
+                 "I/O worker threads (0 = one per CPU this process may use)")
+      ->check(CLI::Range(0, 256))
+      ->capture_default_str();
+  app.add_option("--requirepass", server.requirepass,
+                 "Password clients must give with AUTH (or HELLO ... AUTH) before any command");
+  app.add_option("--maxclients", server.maxclients, "Most simultaneous client connections")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 30))
+      ->capture_default_str();
+  app.add_option("--timeout", server.timeout_seconds,
+                 "Close clients idle this many seconds (0 = never)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 40))
+      ->capture_default_str();
+  app.add_option("--proto-max-bulk-len", proto_max_bulk_len,
+                 "Largest bulk string a request may carry (e.g. 512mb)")
+      ->capture_default_str();
+  app.add_option("--max-multibulk-length", server.max_multibulk_length,
+                 "Most arguments in one request")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 31))
+      ->capture_default_str();
+  app.add_option("--client-query-buffer-limit", query_buffer_limit,
+                 "Unprocessed input one client may accumulate before it is closed")
+      ->capture_default_str();
+  app.add_option("--client-output-buffer-limit", output_buffer_limit,
+                 "Unsent replies one client may accumulate before it is closed (a client that "
+                 "does not read its replies)")
+      ->capture_default_str();
+  app.add_option("--log-level", log_level, "trace, debug, info, warn, error or off")
+      ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "off"}))
+      ->capture_default_str();
+
+  try {
+    app.parse(argc, argv);
+    server.proto_max_bulk_len = ParseBytes(proto_max_bulk_len);
+    server.client_query_buffer_limit = ParseBytes(query_buffer_limit);
+    server.client_output_buffer_limit = ParseBytes(output_buffer_limit);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "tallyd: bad size: %s\n", e.what());
+    return 2;
+  }
+  spdlog::set_level(spdlog::level::from_str(log_level));
+  if (auto* config = app.get_config_ptr(); config != nullptr && config->count() > 0) {
+    server.config_file = config->as<std::string>();
+  }
+
+  // Block the stop signals in every thread; the main thread waits for them below.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  std::signal(SIGPIPE, SIG_IGN);
+
+  std::error_code fs_error;
+  std::filesystem::create_directories(data_dir, fs_error);
+  server.data_dir = std::filesystem::absolute(data_dir).string();
+  auto store = tally::storage::RocksDbStore::Open({.path = server.data_dir});
+  if (!store) {
+    spdlog::critical("{}", store.error().message);
+    return 1;
+  }
+
+  tally::engine::EngineOptions engine_options;
+  engine_options.commit.durability =
+      durability == "sync" ? tally::engine::Durability::kSync : tally::engine::Durability::kAsync;
+  engine_options.commit.sync_interval_ms = sync_interval_ms;
+  tally::engine::Engine engine(store->get(), engine_options);
+  if (auto status = engine.Start(); !status) {
+    spdlog::critical("cannot start the engine: {}", status.error().message);
+    return 1;
+  }
+
+  tally::redis::RedisServer redis(engine, server);
+  if (auto status = redis.Start(); !status) {
+    spdlog::critical("{}", status.error().message);
+    engine.Stop();
+    return 1;
+  }
+  spdlog::info("tallyd ready: redis-cli -h {} -p {} (durability={}, data in {})", server.bind,
+               redis.port(), durability, server.data_dir);
+
+  int signal = 0;
+  sigwait(&stop_signals, &signal);
+  spdlog::info("signal {} received: stopping", signal);
+  redis.Stop();
+  engine.Stop();
+  spdlog::info("all counters committed; bye");
+  return 0;
+}

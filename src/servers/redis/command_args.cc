@@ -1,0 +1,47 @@
+#include "servers/redis/command_args.h"
+
+#include <cctype>
+
+#include <fmt/format.h>
+
+#include "core/integer.h"
+
+namespace tally::redis {
+
+bool EqualsIgnoreCase(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (std::tolower(static_cast<unsigned char>(a[i])) !=
+        std::tolower(static_cast<unsigned char>(b[i]))) {
+      return false;
+    }
+  }
+  return true;
+}
+
+std::optional<int64_t> IntegerArgument(CommandContext& ctx, std::string_view text) {
+  const std::optional<int64_t> value = ParseInt64(text);
+  if (!value) ctx.reply.Error(kNotInteger);
+  return value;
+}
+
+std::optional<int64_t> Deadline(CommandContext& ctx, int64_t amount, ExpiryUnit unit,
+                                bool absolute, bool require_positive) {
+  std::string command(ctx.args[0]);
+  for (char& c : command) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  const auto invalid = [&] {
+    ctx.reply.Error(fmt::format("ERR invalid expire time in '{}' command", command));
+    return std::nullopt;
+  };
+  if (require_positive && amount <= 0) return invalid();
+  int64_t millis = amount;
+  if (unit == ExpiryUnit::kSeconds && __builtin_mul_overflow(amount, 1000, &millis)) {
+    return invalid();
+  }
+  if (absolute) return millis;
+  const std::optional<int64_t> deadline = CheckedAdd(millis, ctx.view->now_ms());
+  if (!deadline) return invalid();
+  return *deadline;
+}
+
+}  // namespace tally::redis

@@ -1,0 +1,27 @@
+// Argument parsing shared by command handlers, with Redis's error texts.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string_view>
+
+#include "servers/redis/command_table.h"
+
+namespace tally::redis {
+
+inline constexpr std::string_view kNotInteger = "ERR value is not an integer or out of range";
+inline constexpr std::string_view kSyntaxError = "ERR syntax error";
+
+bool EqualsIgnoreCase(std::string_view a, std::string_view b);
+
+// The argument as int64, or nullopt after replying "value is not an integer".
+std::optional<int64_t> IntegerArgument(CommandContext& ctx, std::string_view text);
+
+// An absolute deadline in Unix ms for an expiry given as seconds/milliseconds, relative or
+// absolute; nullopt after replying "invalid expire time in '<command>' command" when it
+// leaves the representable range (or is not positive and `require_positive`).
+enum class ExpiryUnit { kSeconds, kMilliseconds };
+std::optional<int64_t> Deadline(CommandContext& ctx, int64_t amount, ExpiryUnit unit,
+                                bool absolute, bool require_positive);
+
+}  // namespace tally::redis

@@ -1,0 +1,180 @@
+// Keyspace commands: existence, deletion, iteration and expiry of counters.
+#include <fmt/format.h>
+
+#include "core/glob.h"
+#include "core/integer.h"
+#include "servers/redis/command_args.h"
+#include "servers/redis/session.h"
+
+namespace tally::redis::commands {
+namespace {
+
+// EXPIRE key amount [NX | XX | GT | LT], in the unit and form the command names.
+void ExpireGeneric(CommandContext& ctx, ExpiryUnit unit, bool absolute) {
+  engine::ExpireCondition condition = engine::ExpireCondition::kAlways;
+  bool nx = false, xx = false, gt = false, lt = false;
+  for (size_t i = 3; i < ctx.args.size(); ++i) {
+    const std::string_view option = ctx.args[i];
+    if (EqualsIgnoreCase(option, "NX")) {
+      nx = true;
+    } else if (EqualsIgnoreCase(option, "XX")) {
+      xx = true;
+    } else if (EqualsIgnoreCase(option, "GT")) {
+      gt = true;
+    } else if (EqualsIgnoreCase(option, "LT")) {
+      lt = true;
+    } else {
+      ctx.reply.Error(fmt::format("ERR Unsupported option {}", option));
+      return;
+    }
+  }
+  if (nx && (xx || gt || lt)) {
+    ctx.reply.Error("ERR NX and XX, GT or LT options at the same time are not compatible");
+    return;
+  }
+  if (gt && lt) {
+    ctx.reply.Error("ERR GT and LT options at the same time are not compatible");
+    return;
+  }
+  if (nx) condition = engine::ExpireCondition::kIfNoExpiry;
+  if (xx) condition = engine::ExpireCondition::kIfHasExpiry;
+  if (gt) condition = engine::ExpireCondition::kIfGreater;
+  if (lt) condition = engine::ExpireCondition::kIfLess;
+  // Options first, then the amount: the order in which Redis reports what is wrong.
+  const auto amount = IntegerArgument(ctx, ctx.args[2]);
+  if (!amount) return;
+  // XX with GT or LT: both must hold; GT already requires an expiry, LT gets it checked here.
+  if (xx && lt && ctx.view->DeadlineMillis(ctx.keys[0]) == -1) {
+    ctx.reply.Integer(0);
+    return;
+  }
+  const auto deadline = Deadline(ctx, *amount, unit, absolute, /*require_positive=*/false);
+  if (!deadline) return;
+  ctx.reply.Integer(ctx.view->Expire(ctx.keys[0], *deadline, condition) ? 1 : 0);
+}
+
+}  // namespace
+
+void Del(CommandContext& ctx) {
+  int64_t removed = 0;
+  for (const engine::HashedKey& key : ctx.keys) removed += ctx.view->Delete(key) ? 1 : 0;
+  ctx.reply.Integer(removed);
+}
+
+void Exists(CommandContext& ctx) {
+  int64_t found = 0;
+  for (const engine::HashedKey& key : ctx.keys) found += ctx.view->Exists(key) ? 1 : 0;
+  ctx.reply.Integer(found);
+}
+
+void Type(CommandContext& ctx) {
+  ctx.reply.SimpleString(ctx.view->Exists(ctx.keys[0]) ? "string" : "none");
+}
+
+void Scan(CommandContext& ctx) {
+  const std::string_view cursor_text = ctx.args[1];
+  uint64_t cursor = 0;
+  for (const char c : cursor_text) {
+    if (c < '0' || c > '9' || __builtin_mul_overflow(cursor, 10, &cursor) ||
+        __builtin_add_overflow(cursor, static_cast<uint64_t>(c - '0'), &cursor)) {
+      ctx.reply.Error("ERR invalid cursor");
+      return;
+    }
+  }
+  if (cursor_text.empty()) {
+    ctx.reply.Error("ERR invalid cursor");
+    return;
+  }
+  std::string_view pattern;
+  bool only_counters = true;
+  int64_t count = 10;
+  for (size_t i = 2; i < ctx.args.size(); i += 2) {
+    if (i + 1 >= ctx.args.size()) {
+      ctx.reply.Error(kSyntaxError);
+      return;
+    }
+    const std::string_view option = ctx.args[i];
+    if (EqualsIgnoreCase(option, "MATCH")) {
+      pattern = ctx.args[i + 1];
+    } else if (EqualsIgnoreCase(option, "COUNT")) {
+      const auto parsed = IntegerArgument(ctx, ctx.args[i + 1]);
+      if (!parsed) return;
+      if (*parsed < 1) {
+        ctx.reply.Error(kSyntaxError);
+        return;
+      }
+      count = *parsed;
+    } else if (EqualsIgnoreCase(option, "TYPE")) {
+      only_counters = EqualsIgnoreCase(ctx.args[i + 1], "string");
+    } else {
+      ctx.reply.Error(kSyntaxError);
+      return;
+    }
+  }
+  std::vector<std::string> keys;
+  uint64_t next = 0;
+  const auto match = [&](std::string_view key) {
+    return only_counters && (pattern.empty() || pattern == "*" || GlobMatch(pattern, key));
+  };
+  // Inside EXEC every stripe is already held by this thread: scan without locking.
+  next = ctx.server.engine().keyspace().Scan(cursor, static_cast<size_t>(count), match, &keys,
+                                             /*stripes_held=*/ctx.view != nullptr);
+  ctx.reply.ArrayHeader(2);
+  ctx.reply.BulkInteger(static_cast<int64_t>(next));
+  ctx.reply.ArrayHeader(keys.size());
+  for (const std::string& key : keys) ctx.reply.Bulk(key);
+}
+
+void Keys(CommandContext& ctx) {
+  const std::string_view pattern = ctx.args[1];
+  std::vector<std::string> keys;
+  uint64_t cursor = 0;
+  const auto match = [&](std::string_view key) {
+    return pattern == "*" || GlobMatch(pattern, key);
+  };
+  do {
+    cursor = ctx.server.engine().keyspace().Scan(cursor, 4096, match, &keys,
+                                                 /*stripes_held=*/ctx.view != nullptr);
+  } while (cursor != 0);
+  ctx.reply.ArrayHeader(keys.size());
+  for (const std::string& key : keys) ctx.reply.Bulk(key);
+}
+
+void DbSize(CommandContext& ctx) {
+  ctx.reply.Integer(static_cast<int64_t>(ctx.server.engine().keyspace().size()));
+}
+
+void FlushAll(CommandContext& ctx) {
+  if (ctx.args.size() > 2 || (ctx.args.size() == 2 && !EqualsIgnoreCase(ctx.args[1], "SYNC") &&
+                              !EqualsIgnoreCase(ctx.args[1], "ASYNC"))) {
+    ctx.reply.Error(kSyntaxError);
+    return;
+  }
+  ctx.view->FlushAll();
+  ctx.reply.SimpleString("OK");
+}
+
+void Expire(CommandContext& ctx) { ExpireGeneric(ctx, ExpiryUnit::kSeconds, false); }
+void PExpire(CommandContext& ctx) { ExpireGeneric(ctx, ExpiryUnit::kMilliseconds, false); }
+void ExpireAt(CommandContext& ctx) { ExpireGeneric(ctx, ExpiryUnit::kSeconds, true); }
+void PExpireAt(CommandContext& ctx) { ExpireGeneric(ctx, ExpiryUnit::kMilliseconds, true); }
+
+void Ttl(CommandContext& ctx) {
+  const int64_t millis = ctx.view->TimeToLiveMillis(ctx.keys[0]);
+  ctx.reply.Integer(millis < 0 ? millis : (millis + 500) / 1000);
+}
+
+void PTtl(CommandContext& ctx) { ctx.reply.Integer(ctx.view->TimeToLiveMillis(ctx.keys[0])); }
+
+void ExpireTime(CommandContext& ctx) {
+  const int64_t deadline = ctx.view->DeadlineMillis(ctx.keys[0]);
+  ctx.reply.Integer(deadline < 0 ? deadline : deadline / 1000);
+}
+
+void PExpireTime(CommandContext& ctx) {
+  ctx.reply.Integer(ctx.view->DeadlineMillis(ctx.keys[0]));
+}
+
+void Persist(CommandContext& ctx) { ctx.reply.Integer(ctx.view->Persist(ctx.keys[0]) ? 1 : 0); }
+
+}  // namespace tally::redis::commands

@@ -1,0 +1,291 @@
+// Server commands: COMMAND, INFO, CONFIG GET, TIME.
+#include <sys/utsname.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <fstream>
+
+#include <fmt/format.h>
+
+#include "core/glob.h"
+#include "servers/redis/command_args.h"
+#include "servers/redis/session.h"
+
+namespace tally::redis::commands {
+namespace {
+
+constexpr std::string_view kTallyVersion = "0.1.0";
+
+void CommandInfo(CommandContext& ctx, const CommandSpec& spec) {
+  ctx.reply.ArrayHeader(10);
+  ctx.reply.Bulk(spec.name);
+  ctx.reply.Integer(spec.arity);
+  const auto flags = FlagNames(spec);
+  ctx.reply.SetHeader(flags.size());
+  for (const auto flag : flags) ctx.reply.SimpleString(flag);
+  ctx.reply.Integer(spec.first_key);
+  ctx.reply.Integer(spec.last_key);
+  ctx.reply.Integer(spec.key_step);
+  ctx.reply.SetHeader(0);    // ACL categories
+  ctx.reply.SetHeader(0);    // tips
+  ctx.reply.ArrayHeader(0);  // key specifications
+  ctx.reply.ArrayHeader(0);  // subcommands
+}
+
+void CommandDocs(CommandContext& ctx, const CommandSpec& spec) {
+  ctx.reply.Bulk(spec.name);
+  ctx.reply.MapHeader(3);
+  ctx.reply.Bulk("summary");
+  ctx.reply.Bulk(spec.summary);
+  ctx.reply.Bulk("since");
+  ctx.reply.Bulk(spec.since);
+  ctx.reply.Bulk("group");
+  ctx.reply.Bulk(spec.group);
+}
+
+int64_t ResidentBytes() {
+  std::ifstream statm("/proc/self/statm");
+  int64_t pages_total = 0;
+  int64_t pages_resident = 0;
+  statm >> pages_total >> pages_resident;
+  return pages_resident * sysconf(_SC_PAGESIZE);
+}
+
+std::string Human(int64_t bytes) {
+  if (bytes >= (1LL << 30)) return fmt::format("{:.2f}G", bytes / double(1LL << 30));
+  if (bytes >= (1LL << 20)) return fmt::format("{:.2f}M", bytes / double(1LL << 20));
+  if (bytes >= (1LL << 10)) return fmt::format("{:.2f}K", bytes / double(1LL << 10));
+  return fmt::format("{}B", bytes);
+}
+
+// Each INFO section appends "# Name\r\n" and "field:value\r\n" lines.
+void ServerSection(CommandContext& ctx, std::string& out) {
+  utsname uts{};
+  uname(&uts);
+  const int64_t uptime = (ctx.server.engine().keyspace().clock()->NowMillis() -
+                          ctx.server.start_ms()) / 1000;
+  fmt::format_to(std::back_inserter(out),
+                 "# Server\r\nredis_version:7.0.0\r\ntally_version:{}\r\nredis_mode:standalone\r\n"
+                 "os:{} {} {}\r\narch_bits:64\r\nprocess_id:{}\r\ntcp_port:{}\r\n"
+                 "uptime_in_seconds:{}\r\nuptime_in_days:{}\r\nio_threads_active:{}\r\n"
+                 "config_file:{}\r\n",
+                 kTallyVersion, uts.sysname, uts.release, uts.machine, getpid(),
+                 ctx.server.bound_port(), uptime, uptime / 86400, ctx.server.worker_count(),
+                 ctx.server.options().config_file);
+}
+
+void ClientsSection(CommandContext& ctx, std::string& out) {
+  fmt::format_to(std::back_inserter(out),
+                 "# Clients\r\nconnected_clients:{}\r\nmaxclients:{}\r\nblocked_clients:0\r\n",
+                 ctx.server.clients().size(), ctx.server.options().maxclients);
+}
+
+void MemorySection(CommandContext& ctx, std::string& out) {
+  const auto counters = static_cast<int64_t>(ctx.server.engine().keyspace().memory_bytes());
+  const int64_t rss = ResidentBytes();
+  fmt::format_to(std::back_inserter(out),
+                 "# Memory\r\nused_memory:{}\r\nused_memory_human:{}\r\nused_memory_rss:{}\r\n"
+                 "used_memory_rss_human:{}\r\ncounters_memory:{}\r\ncounters_memory_human:{}\r\n"
+                 "maxmemory:0\r\n",
+                 rss, Human(rss), rss, Human(rss), counters, Human(counters));
+}
+
+void PersistenceSection(CommandContext& ctx, std::string& out) {
+  const engine::Committer& committer = ctx.server.engine().committer();
+  const engine::CommitStats stats = committer.stats();
+  fmt::format_to(
+      std::back_inserter(out),
+      "# Persistence\r\nloading:0\r\nstore:rocksdb\r\ndata_dir:{}\r\ndurability:{}\r\n"
+      "counters_loaded_at_start:{}\r\ncommits:{}\r\ncommitted_puts:{}\r\ncommitted_deletes:{}\r\n"
+      "commit_failures:{}\r\nlast_commit_usec:{}\r\navg_commit_usec:{}\r\ndurable_epoch:{}\r\n"
+      "open_epoch:{}\r\nstore_healthy:{}\r\naof_enabled:0\r\nrdb_changes_since_last_save:0\r\n",
+      ctx.server.options().data_dir,
+      committer.durability() == engine::Durability::kSync ? "sync" : "async",
+      ctx.server.engine().loaded_counters(), stats.commits, stats.puts, stats.deletes,
+      stats.failures, stats.last_commit_micros,
+      stats.commits == 0 ? 0 : stats.total_commit_micros / stats.commits,
+      committer.durable_epoch(), ctx.server.engine().keyspace().open_epoch(),
+      stats.healthy ? 1 : 0);
+}
+
+void StatsSection(CommandContext& ctx, std::string& out) {
+  ServerCore& s = ctx.server;
+  const engine::CommitStats stats = s.engine().committer().stats();
+  fmt::format_to(
+      std::back_inserter(out),
+      "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\n"
+      "instantaneous_ops_per_sec:{}\r\ntotal_net_input_bytes:{}\r\ntotal_net_output_bytes:{}\r\n"
+      "rejected_connections:{}\r\nexpired_keys:{}\r\nincrements_coalesced:{}\r\n"
+      "increment_folds:{}\r\nclient_output_buffer_limit_disconnections:{}\r\n"
+      "total_error_replies:{}\r\nprotocol_errors:{}\r\n",
+      s.connections_received.load(), s.Total(&WorkerStats::commands), s.ops_per_second.load(),
+      s.Total(&WorkerStats::net_input_bytes), s.Total(&WorkerStats::net_output_bytes),
+      s.rejected_connections.load(), stats.reclaimed, s.Total(&WorkerStats::increments_folded),
+      s.Total(&WorkerStats::folds), s.Total(&WorkerStats::output_limit_disconnects), 0,
+      s.Total(&WorkerStats::protocol_errors));
+}
+
+void KeyspaceSection(CommandContext& ctx, std::string& out) {
+  out += "# Keyspace\r\n";
+  const engine::Keyspace& keyspace = ctx.server.engine().keyspace();
+  if (keyspace.size() > 0) {
+    fmt::format_to(std::back_inserter(out), "db0:keys={},expires={},avg_ttl=0\r\n",
+                   keyspace.size(), keyspace.expiring_count());
+  }
+}
+
+void CommandStatsSection(CommandContext& ctx, std::string& out) {
+  out += "# Commandstats\r\n";
+  const auto commands = AllCommands();
+  for (size_t i = 0; i < commands.size(); ++i) {
+    uint64_t calls = 0;
+    for (const WorkerStats* stats : ctx.server.worker_stats()) calls += stats->calls[i].load();
+    if (calls == 0) continue;
+    fmt::format_to(std::back_inserter(out), "cmdstat_{}:calls={}\r\n", commands[i].name, calls);
+  }
+}
+
+struct InfoSection {
+  std::string_view name;
+  bool in_default;
+  void (*write)(CommandContext&, std::string&);
+};
+
+constexpr InfoSection kSections[] = {
+    {"server", true, ServerSection},           {"clients", true, ClientsSection},
+    {"memory", true, MemorySection},           {"persistence", true, PersistenceSection},
+    {"stats", true, StatsSection},             {"commandstats", false, CommandStatsSection},
+    {"keyspace", true, KeyspaceSection},
+};
+
+struct ConfigEntry {
+  std::string_view name;
+  std::string (*value)(const ServerOptions&);
+};
+
+const ConfigEntry kConfig[] = {
+    {"bind", [](const ServerOptions& o) { return o.bind; }},
+    {"port", [](const ServerOptions& o) { return std::to_string(o.port); }},
+    {"maxclients", [](const ServerOptions& o) { return std::to_string(o.maxclients); }},
+    {"timeout", [](const ServerOptions& o) { return std::to_string(o.timeout_seconds); }},
+    {"requirepass", [](const ServerOptions& o) { return o.requirepass; }},
+    {"proto-max-bulk-len", [](const ServerOptions& o) { return std::to_string(o.proto_max_bulk_len); }},
+    {"client-query-buffer-limit",
+     [](const ServerOptions& o) { return std::to_string(o.client_query_buffer_limit); }},
+    {"client-output-buffer-limit",
+     [](const ServerOptions& o) {
+       return fmt::format("normal {} {} 0", o.client_output_buffer_limit,
+                          o.client_output_buffer_limit);
+     }},
+    {"io-threads", [](const ServerOptions& o) { return std::to_string(o.workers); }},
+    {"dir", [](const ServerOptions& o) { return o.data_dir; }},
+    {"databases", [](const ServerOptions&) { return std::string("1"); }},
+    {"save", [](const ServerOptions&) { return std::string(); }},
+    {"appendonly", [](const ServerOptions&) { return std::string("no"); }},
+    {"maxmemory", [](const ServerOptions&) { return std::string("0"); }},
+};
+
+}  // namespace
+
+void Command(CommandContext& ctx) {
+  const auto all = AllCommands();
+  if (ctx.args.size() == 1) {
+    ctx.reply.ArrayHeader(all.size());
+    for (const CommandSpec& spec : all) CommandInfo(ctx, spec);
+    return;
+  }
+  const std::string_view sub = ctx.args[1];
+  if (EqualsIgnoreCase(sub, "COUNT") && ctx.args.size() == 2) {
+    ctx.reply.Integer(static_cast<int64_t>(all.size()));
+  } else if (EqualsIgnoreCase(sub, "LIST")) {
+    ctx.reply.ArrayHeader(all.size());
+    for (const CommandSpec& spec : all) ctx.reply.Bulk(spec.name);
+  } else if (EqualsIgnoreCase(sub, "INFO")) {
+    if (ctx.args.size() == 2) {
+      ctx.reply.ArrayHeader(all.size());
+      for (const CommandSpec& spec : all) CommandInfo(ctx, spec);
+      return;
+    }
+    ctx.reply.ArrayHeader(ctx.args.size() - 2);
+    for (size_t i = 2; i < ctx.args.size(); ++i) {
+      const CommandSpec* spec = FindCommand(ctx.args[i]);
+      if (spec == nullptr) {
+        ctx.reply.NullArray();
+      } else {
+        CommandInfo(ctx, *spec);
+      }
+    }
+  } else if (EqualsIgnoreCase(sub, "DOCS")) {
+    std::vector<const CommandSpec*> wanted;
+    if (ctx.args.size() == 2) {
+      for (const CommandSpec& spec : all) wanted.push_back(&spec);
+    } else {
+      for (size_t i = 2; i < ctx.args.size(); ++i) {
+        if (const CommandSpec* spec = FindCommand(ctx.args[i])) wanted.push_back(spec);
+      }
+    }
+    ctx.reply.MapHeader(wanted.size());
+    for (const CommandSpec* spec : wanted) CommandDocs(ctx, *spec);
+  } else {
+    ctx.reply.Error(fmt::format("ERR unknown subcommand or wrong number of arguments for '{}'. "
+                                "Try COMMAND HELP.",
+                                sub));
+  }
+}
+
+void Info(CommandContext& ctx) {
+  std::vector<std::string> wanted;
+  for (size_t i = 1; i < ctx.args.size(); ++i) {
+    std::string name(ctx.args[i]);
+    for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    wanted.push_back(std::move(name));
+  }
+  const bool everything = !wanted.empty() && (wanted[0] == "all" || wanted[0] == "everything");
+  std::string out;
+  for (const InfoSection& section : kSections) {
+    const bool chosen =
+        everything || (wanted.empty() || (wanted.size() == 1 && wanted[0] == "default")
+                           ? section.in_default
+                           : std::find(wanted.begin(), wanted.end(), section.name) != wanted.end());
+    if (!chosen) continue;
+    if (!out.empty()) out += "\r\n";
+    section.write(ctx, out);
+  }
+  ctx.reply.Verbatim(out);
+}
+
+void Config(CommandContext& ctx) {
+  const std::string_view sub = ctx.args[1];
+  if (EqualsIgnoreCase(sub, "GET") && ctx.args.size() >= 3) {
+    std::vector<const ConfigEntry*> matched;
+    for (const ConfigEntry& entry : kConfig) {
+      for (size_t i = 2; i < ctx.args.size(); ++i) {
+        if (GlobMatch(ctx.args[i], entry.name, /*ignore_case=*/true)) {
+          matched.push_back(&entry);
+          break;
+        }
+      }
+    }
+    ctx.reply.MapHeader(matched.size());
+    for (const ConfigEntry* entry : matched) {
+      ctx.reply.Bulk(entry->name);
+      ctx.reply.Bulk(entry->value(ctx.server.options()));
+    }
+  } else if (EqualsIgnoreCase(sub, "SET")) {
+    ctx.reply.Error("ERR CONFIG SET is not supported by tally: restart tallyd with the option");
+  } else {
+    ctx.reply.Error(fmt::format("ERR unknown subcommand or wrong number of arguments for '{}'. "
+                                "Try CONFIG HELP.",
+                                sub));
+  }
+}
+
+void Time(CommandContext& ctx) {
+  const auto now = std::chrono::system_clock::now().time_since_epoch();
+  const auto micros = std::chrono::duration_cast<std::chrono::microseconds>(now).count();
+  ctx.reply.ArrayHeader(2);
+  ctx.reply.Bulk(std::to_string(micros / 1000000));
+  ctx.reply.Bulk(std::to_string(micros % 1000000));
+}
+
+}  // namespace tally::redis::commands

@@ -1,0 +1,203 @@
+#include "servers/redis/connection.h"
+
+#include <boost/asio/write.hpp>
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "servers/redis/worker.h"
+
+namespace tally::redis {
+namespace {
+
+constexpr size_t kReadChunk = 16 * 1024;
+// Read at most this much per turn from one client, so that one fast client cannot starve
+// the others of the same worker.
+constexpr size_t kMaxReadPerTurn = 1024 * 1024;
+
+std::string Endpoint(const boost::asio::ip::tcp::endpoint& endpoint) {
+  return fmt::format("{}:{}", endpoint.address().to_string(), endpoint.port());
+}
+
+ParserLimits LimitsOf(const ServerOptions& options) {
+  ParserLimits limits;
+  limits.max_bulk_length = options.proto_max_bulk_len;
+  limits.max_multibulk_length = options.max_multibulk_length;
+  return limits;
+}
+
+}  // namespace
+
+Connection::Connection(Worker& worker, boost::asio::ip::tcp::socket socket)
+    : worker_(worker), socket_(std::move(socket)), parser_(LimitsOf(worker.core().options())) {
+  boost::system::error_code ignored;
+  socket_.set_option(boost::asio::ip::tcp::no_delay(true), ignored);
+  socket_.non_blocking(true, ignored);
+  const auto remote = socket_.remote_endpoint(ignored);
+  const auto local = socket_.local_endpoint(ignored);
+  ServerCore& core = worker.core();
+  auto info = core.clients().Add(Endpoint(remote), Endpoint(local), socket_.native_handle(),
+                                 core.engine().keyspace().clock()->NowMillis());
+  session_ = std::make_unique<Session>(core, worker, std::move(info));
+}
+
+Connection::~Connection() = default;
+
+void Connection::Start() { WaitReadable(); }
+
+void Connection::Close() {
+  if (closed_) return;
+  closed_ = true;
+  boost::system::error_code ignored;
+  socket_.close(ignored);
+  worker_.core().clients().Remove(session_->info().id);
+  worker_.Forget(this);
+}
+
+void Connection::WaitReadable() {
+  socket_.async_wait(boost::asio::ip::tcp::socket::wait_read,
+                     [self = shared_from_this()](const boost::system::error_code& error) {
+                       if (error || self->closed_) return;
+                       self->OnReadable();
+                     });
+}
+
+void Connection::OnReadable() {
+  size_t read_this_turn = 0;
+  bool peer_closed = false;
+  const int64_t query_limit = worker_.core().options().client_query_buffer_limit;
+  for (;;) {
+    if (input_.size() - input_end_ < kReadChunk) {
+      // Make room: drop consumed bytes first, grow only when the request needs it.
+      if (input_start_ > 0) {
+        input_.erase(0, input_start_);
+        input_end_ -= input_start_;
+        input_start_ = 0;
+      }
+      if (input_.size() - input_end_ < kReadChunk) input_.resize(input_end_ + kReadChunk);
+    }
+    boost::system::error_code error;
+    const size_t n = socket_.read_some(
+        boost::asio::buffer(input_.data() + input_end_, input_.size() - input_end_), error);
+    if (error == boost::asio::error::would_block) break;
+    if (error) {
+      peer_closed = true;
+      break;
+    }
+    input_end_ += n;
+    read_this_turn += n;
+    if (read_this_turn >= kMaxReadPerTurn) break;
+    if (static_cast<int64_t>(input_end_ - input_start_) > query_limit) break;
+  }
+  WorkerStats::Bump(worker_.stats().net_input_bytes, read_this_turn);
+  session_->info().last_interaction_ms.store(
+      worker_.core().engine().keyspace().clock()->NowMillis(), std::memory_order_relaxed);
+
+  worker_.Touch(shared_from_this());
+  const bool keep_reading = RunRequests();
+  if (static_cast<int64_t>(input_end_ - input_start_) > query_limit) {
+    spdlog::warn("closing client {}: query buffer over {} bytes", session_->info().address,
+                 query_limit);
+    Close();
+    return;
+  }
+  const int64_t output_limit = worker_.core().options().client_output_buffer_limit;
+  if (static_cast<int64_t>(session_->output().size() - output_sent_) > output_limit) {
+    WorkerStats::Bump(worker_.stats().output_limit_disconnects);
+    spdlog::warn("closing client {}: output buffer over {} bytes (it does not read its replies)",
+                 session_->info().address, output_limit);
+    Close();
+    return;
+  }
+  session_->info().query_buffer_bytes.store(input_end_ - input_start_, std::memory_order_relaxed);
+  if (peer_closed) {
+    // Nothing more will come; whatever whole requests arrived have run. A half request is
+    // dropped, as the client never finished sending it.
+    reading_stopped_ = true;
+    if (session_->output().size() == output_sent_) Close();
+    return;
+  }
+  if (!keep_reading) {
+    reading_stopped_ = true;
+    return;
+  }
+  if (input_start_ == input_end_ && input_.capacity() > 64 * 1024) {
+    // A burst is over: give back the large buffer so idle clients stay cheap.
+    std::string().swap(input_);
+    input_start_ = input_end_ = 0;
+  }
+  WaitReadable();
+}
+
+bool Connection::RunRequests() {
+  while (input_start_ < input_end_) {
+    size_t consumed = 0;
+    std::string error;
+    const std::string_view pending(input_.data() + input_start_, input_end_ - input_start_);
+    const ParseStatus status = parser_.Parse(pending, &consumed, &args_, &error);
+    if (status == ParseStatus::kNeedMore) {
+      input_start_ += consumed;
+      return true;
+    }
+    if (status == ParseStatus::kError) {
+      WorkerStats::Bump(worker_.stats().protocol_errors);
+      session_->ProtocolError(error);
+      return false;
+    }
+    input_start_ += consumed;
+    if (args_.empty()) continue;
+    session_->Execute(args_);
+    if (session_->close_requested()) return false;
+  }
+  return true;
+}
+
+void Connection::ReleaseOutput() {
+  output_ready_ = session_->output().size();
+  TryWrite();
+}
+
+void Connection::TryWrite() {
+  if (closed_ || write_waiting_) return;
+  std::string& output = session_->output();
+  while (output_sent_ < output_ready_) {
+    boost::system::error_code error;
+    const size_t n = socket_.write_some(
+        boost::asio::buffer(output.data() + output_sent_, output_ready_ - output_sent_), error);
+    if (error == boost::asio::error::would_block) {
+      WaitWritable();
+      return;
+    }
+    if (error) {
+      Close();
+      return;
+    }
+    output_sent_ += n;
+    WorkerStats::Bump(worker_.stats().net_output_bytes, n);
+  }
+  CompactOutput();
+  session_->info().output_buffer_bytes.store(output.size() - output_sent_,
+                                             std::memory_order_relaxed);
+  if (reading_stopped_ && output_sent_ == output.size()) Close();
+}
+
+void Connection::WaitWritable() {
+  write_waiting_ = true;
+  socket_.async_wait(boost::asio::ip::tcp::socket::wait_write,
+                     [self = shared_from_this()](const boost::system::error_code& error) {
+                       self->write_waiting_ = false;
+                       if (error || self->closed_) return;
+                       self->TryWrite();
+                     });
+}
+
+void Connection::CompactOutput() {
+  // Holes hold offsets into the output: move nothing while any is open.
+  std::string& output = session_->output();
+  if (output_sent_ == output.size() && !session_->has_holes()) {
+    output.clear();
+    output_sent_ = output_ready_ = 0;
+    if (output.capacity() > 1024 * 1024) std::string().swap(output);
+  }
+}
+
+}  // namespace tally::redis

@@ -1,0 +1,67 @@
+// Connection: one client's socket. Reads requests, hands them to its Session, and writes
+// the replies the worker releases. Lives on its worker's thread only.
+//
+// Reading and writing are readiness-based (async_wait, then non-blocking reads and writes
+// until the socket would block): an idle connection holds no buffer, and a burst of
+// pipelined requests is read and answered in as few system calls as the kernel allows.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <boost/asio/ip/tcp.hpp>
+
+#include "servers/redis/resp_parser.h"
+#include "servers/redis/session.h"
+
+namespace tally::redis {
+
+class Worker;
+
+class Connection : public std::enable_shared_from_this<Connection> {
+ public:
+  Connection(Worker& worker, boost::asio::ip::tcp::socket socket);
+  ~Connection();
+
+  void Start();
+  void Close();
+  bool closed() const { return closed_; }
+
+  Session& session() { return *session_; }
+
+  // The replies produced so far may be sent (their epochs are durable).
+  void ReleaseOutput();
+  bool waiting_for_durability() const { return waiting_for_durability_; }
+  void set_waiting_for_durability(bool waiting) { waiting_for_durability_ = waiting; }
+
+ private:
+  void WaitReadable();
+  void OnReadable();
+  // Parses and runs every whole request in the input. False when the connection must stop
+  // reading (protocol error, QUIT).
+  bool RunRequests();
+  void TryWrite();
+  void WaitWritable();
+  void CompactOutput();
+
+  Worker& worker_;
+  boost::asio::ip::tcp::socket socket_;
+  std::unique_ptr<Session> session_;
+  RequestParser parser_;
+  std::vector<std::string_view> args_;
+
+  std::string input_;        // bytes read, from input_start_ on not yet consumed
+  size_t input_start_ = 0;
+  size_t input_end_ = 0;
+
+  size_t output_sent_ = 0;   // bytes of session output already written
+  size_t output_ready_ = 0;  // bytes of session output released for writing
+
+  bool closed_ = false;
+  bool reading_stopped_ = false;
+  bool write_waiting_ = false;
+  bool waiting_for_durability_ = false;
+};
+
+}  // namespace tally::redis

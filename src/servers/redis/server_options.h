@@ -1,0 +1,25 @@
+// The Redis-protocol server's settings: where it listens and the limits that keep one
+// client from harming the others. Each field names its tallyd option and its default.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace tally::redis {
+
+struct ServerOptions {
+  std::string bind = "127.0.0.1";  // --bind: listen address; loopback unless told otherwise
+  uint16_t port = 6380;            // --port; 0 picks a free port
+  int workers = 0;                 // --workers: I/O threads; 0 = the CPUs this process may use
+  std::string requirepass;         // --requirepass: when set, clients must AUTH first
+  int64_t maxclients = 10000;      // --maxclients: more connections are refused
+  int64_t timeout_seconds = 0;     // --timeout: idle clients are closed; 0 = never
+  int64_t proto_max_bulk_len = 512LL << 20;       // --proto-max-bulk-len
+  int64_t max_multibulk_length = 1 << 20;         // --max-multibulk-length
+  int64_t client_query_buffer_limit = 1LL << 30;  // --client-query-buffer-limit
+  int64_t client_output_buffer_limit = 256LL << 20;  // --client-output-buffer-limit
+  std::string config_file;  // for INFO; the file the options came from, if any
+  std::string data_dir;     // for INFO and CONFIG GET dir
+};
+
+}  // namespace tally::redis

@@ -1,0 +1,243 @@
+#include "servers/redis/session.h"
+
+#include <fmt/format.h>
+
+#include "core/integer.h"
+#include "servers/redis/command_args.h"
+#include "servers/redis/worker.h"
+
+namespace tally::redis {
+namespace {
+
+constexpr std::string_view kOverflow = "ERR increment or decrement would overflow";
+
+bool IsTransactionControl(const CommandSpec& spec) {
+  return spec.handler == commands::Multi || spec.handler == commands::Exec ||
+         spec.handler == commands::Discard || spec.handler == commands::Quit || spec.handler == commands::Reset;
+}
+
+}  // namespace
+
+Session::Session(ServerCore& core, Worker& worker, std::shared_ptr<ClientInfo> info)
+    : core_(core),
+      worker_(worker),
+      info_(std::move(info)),
+      writer_(&output_, 2),
+      authenticated_(core.options().requirepass.empty()) {}
+
+void Session::set_protocol(int protocol) {
+  writer_.set_protocol(protocol);
+  info_->protocol.store(protocol, std::memory_order_relaxed);
+}
+
+void Session::ProtocolError(std::string_view message) {
+  writer_.Error(fmt::format("ERR {}", message));
+  close_requested_ = true;
+}
+
+void Session::RejectUnknown(std::span<const std::string_view> args) {
+  // Redis's spelling: the name as sent, then up to ~128 bytes of quoted arguments.
+  std::string quoted;
+  for (size_t i = 1; i < args.size() && quoted.size() < 128; ++i) {
+    fmt::format_to(std::back_inserter(quoted), "'{}' ",
+                   args[i].substr(0, 128 - std::min<size_t>(quoted.size(), 128)));
+  }
+  writer_.Error(fmt::format("ERR unknown command '{}', with args beginning with: {}",
+                            args[0].substr(0, 128), quoted));
+}
+
+void Session::Reject(const CommandSpec& spec, std::string_view error) {
+  // As Redis: a refused command dooms an open transaction; a refused EXEC ends it.
+  if (in_multi_ && spec.handler == commands::Exec) {
+    ClearMulti();
+    const std::string_view reason = error.starts_with("ERR ") ? error.substr(4) : error;
+    writer_.Error(fmt::format("EXECABORT Transaction discarded because of: {}", reason));
+    return;
+  }
+  if (in_multi_) multi_failed_ = true;
+  writer_.Error(error);
+}
+
+void Session::Execute(std::span<const std::string_view> args) {
+  WorkerStats::Bump(worker_.stats().commands);
+  const CommandSpec* spec = FindCommand(args[0]);
+  if (spec == nullptr) {
+    if (in_multi_) multi_failed_ = true;
+    RejectUnknown(args);
+    return;
+  }
+  const int argc = static_cast<int>(args.size());
+  if ((spec->arity > 0 && argc != spec->arity) || (spec->arity < 0 && argc < -spec->arity)) {
+    Reject(*spec, fmt::format("ERR wrong number of arguments for '{}' command", spec->name));
+    return;
+  }
+  if (!authenticated_ && !(spec->flags & kNoAuth)) {
+    Reject(*spec, "NOAUTH Authentication required.");
+    return;
+  }
+  WorkerStats::Bump(worker_.stats().calls[spec - AllCommands().data()]);
+  info_->last_command.store(spec, std::memory_order_relaxed);
+
+  if (in_multi_ && !IsTransactionControl(*spec)) {
+    if (spec->flags & kNoMulti) {
+      multi_failed_ = true;
+      writer_.Error("ERR Command not allowed inside a transaction");
+      return;
+    }
+    multi_queue_.emplace_back(args.begin(), args.end());
+    writer_.SimpleString("QUEUED");
+    return;
+  }
+  if ((spec->flags & kIncrement) != 0) {
+    QueueIncrement(*spec, args);
+    return;
+  }
+  if (NeedsFold(*spec, args)) worker_.FoldIncrements();
+  Run(*spec, args, nullptr);
+}
+
+bool Session::NeedsFold(const CommandSpec& spec, std::span<const std::string_view> args) {
+  if (worker_.increments().empty()) return false;
+  if (spec.handler == commands::Exec) return true;
+  if ((spec.flags & (kReadOnly | kWrite)) == 0) return false;
+  if (spec.first_key == 0) return true;  // whole-keyspace commands: SCAN, DBSIZE, FLUSHALL
+  KeyPositions(spec, args.size(), &key_positions_);
+  for (const size_t position : key_positions_) {
+    if (worker_.increments().Contains(engine::HashedKey(args[position]))) return true;
+  }
+  return false;
+}
+
+void Session::QueueIncrement(const CommandSpec& spec, std::span<const std::string_view> args) {
+  int64_t delta = 1;
+  if (args.size() == 3) {
+    const std::optional<int64_t> amount = ParseInt64(args[2]);
+    if (!amount) {
+      writer_.Error(kNotInteger);
+      return;
+    }
+    delta = *amount;
+  }
+  if (spec.handler == commands::Decr || spec.handler == commands::DecrBy) {
+    if (delta == INT64_MIN) {
+      writer_.Error("ERR decrement would overflow");
+      return;
+    }
+    delta = -delta;
+  }
+  const uint32_t ticket = worker_.increments().Add(engine::HashedKey(args[1]), delta);
+  holes_.push_back(Hole{output_.size(), ticket});
+}
+
+void Session::FillHoles(const engine::IncrementBuffer& buffer, uint64_t epoch) {
+  if (holes_.empty()) return;
+  RaiseRequiredEpoch(epoch);
+  std::string filled;
+  filled.reserve(output_.size() + holes_.size() * 24);
+  ReplyWriter writer(&filled, protocol());
+  size_t copied = 0;
+  for (const Hole& hole : holes_) {
+    filled.append(output_, copied, hole.offset - copied);
+    copied = hole.offset;
+    const engine::IncrementOutcome& outcome = buffer.outcome(hole.ticket);
+    if (outcome.overflow) {
+      writer.Error(kOverflow);
+    } else {
+      writer.Integer(outcome.value);
+    }
+  }
+  filled.append(output_, copied, std::string::npos);
+  output_.swap(filled);
+  holes_.clear();
+}
+
+void Session::Run(const CommandSpec& spec, std::span<const std::string_view> args,
+                  engine::View* held) {
+  KeyPositions(spec, args.size(), &key_positions_);
+  keys_.clear();
+  for (const size_t position : key_positions_) keys_.emplace_back(args[position]);
+
+  engine::Keyspace& keyspace = core_.engine().keyspace();
+  std::optional<engine::View> view;
+  engine::View* active = held;
+  if (held == nullptr) {
+    if ((spec.flags & kAllStripes) != 0) {
+      view.emplace(keyspace.LockAll());
+    } else if (!keys_.empty()) {
+      view.emplace(keys_.size() == 1 ? keyspace.Lock(keys_[0]) : keyspace.Lock(keys_));
+    }
+    if (view) active = &*view;
+  }
+  CommandContext ctx{args, keys_, writer_, *this, core_, active};
+  spec.handler(ctx);
+  if (view) RaiseRequiredEpoch(view->required_epoch());
+}
+
+void Session::BeginMulti() {
+  in_multi_ = true;
+  multi_failed_ = false;
+  multi_queue_.clear();
+  info_->in_multi.store(true, std::memory_order_relaxed);
+}
+
+void Session::ClearMulti() {
+  in_multi_ = false;
+  multi_failed_ = false;
+  multi_queue_.clear();
+  info_->in_multi.store(false, std::memory_order_relaxed);
+}
+
+void Session::RunExec(CommandContext& ctx) {
+  if (!in_multi_) {
+    writer_.Error("ERR EXEC without MULTI");
+    return;
+  }
+  if (multi_failed_) {
+    ClearMulti();
+    writer_.Error("EXECABORT Transaction discarded because of previous errors.");
+    return;
+  }
+  // Every stripe at once: the queued commands are seen together by every reader, and the
+  // committer drains them into one batch, so they become durable together or not at all.
+  auto queue = std::move(multi_queue_);
+  ClearMulti();
+  engine::View all = core_.engine().keyspace().LockAll();
+  writer_.ArrayHeader(queue.size());
+  std::vector<std::string_view> args;
+  for (const std::vector<std::string>& request : queue) {
+    args.assign(request.begin(), request.end());
+    Run(*FindCommand(args[0]), args, &all);
+  }
+  RaiseRequiredEpoch(all.required_epoch());
+}
+
+namespace commands {
+
+void Multi(CommandContext& ctx) {
+  if (ctx.session.in_multi()) {
+    ctx.reply.Error("ERR MULTI calls can not be nested");
+    return;
+  }
+  ctx.session.BeginMulti();
+  ctx.reply.SimpleString("OK");
+}
+
+void Exec(CommandContext& ctx) { ctx.session.RunExec(ctx); }
+
+void Discard(CommandContext& ctx) {
+  if (!ctx.session.in_multi()) {
+    ctx.reply.Error("ERR DISCARD without MULTI");
+    return;
+  }
+  ctx.session.ClearMulti();
+  ctx.reply.SimpleString("OK");
+}
+
+// WATCH is not offered (a tally transaction runs under every stripe lock, so optimistic
+// check-and-set has nothing to watch for; pretending to watch would hide lost updates).
+// UNWATCH, which clients send on reset, is a harmless no-op.
+void Unwatch(CommandContext& ctx) { ctx.reply.SimpleString("OK"); }
+
+}  // namespace commands
+
+}  // namespace tally::redis

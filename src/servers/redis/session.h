@@ -1,0 +1,97 @@
+// Session: one client's protocol state (RESP version, authentication, name, MULTI queue)
+// and the dispatcher that runs its requests. It does no I/O: requests come in as argument
+// lists, replies go out as bytes in output(), so it can be driven without sockets.
+//
+// Increments outside MULTI are not applied at once: they go to the worker's
+// IncrementBuffer and leave a hole in the output where their reply will go. The worker
+// folds the buffer (once per event-loop turn, or earlier when a command needs to see the
+// keys) and calls FillHoles(). A reply may leave only once required_epoch() is durable.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "engine/increment_buffer.h"
+#include "servers/redis/command_table.h"
+#include "servers/redis/resp_writer.h"
+#include "servers/redis/server_core.h"
+
+namespace tally::redis {
+
+class Worker;
+
+class Session {
+ public:
+  Session(ServerCore& core, Worker& worker, std::shared_ptr<ClientInfo> info);
+
+  // Runs one request (args[0] is the command name); replies are appended to output().
+  void Execute(std::span<const std::string_view> args);
+
+  // Answers a protocol error; the connection must close once the reply is sent.
+  void ProtocolError(std::string_view message);
+
+  std::string& output() { return output_; }
+  bool has_holes() const { return !holes_.empty(); }
+
+  // Writes the outcomes of this session's queued increments into the output. Called by
+  // the worker after IncrementBuffer::Publish(), which returned `epoch`.
+  void FillHoles(const engine::IncrementBuffer& buffer, uint64_t epoch);
+
+  // The commit epoch that must be durable before the output may be sent.
+  uint64_t required_epoch() const { return required_epoch_; }
+  bool close_requested() const { return close_requested_; }
+
+  // For handlers.
+  ClientInfo& info() { return *info_; }
+  int protocol() const { return writer_.protocol(); }
+  void set_protocol(int protocol);
+  bool authenticated() const { return authenticated_; }
+  void set_authenticated(bool authenticated) { authenticated_ = authenticated; }
+  void RequestClose() { close_requested_ = true; }
+  void RaiseRequiredEpoch(uint64_t epoch) { required_epoch_ = std::max(required_epoch_, epoch); }
+  // MULTI / EXEC / DISCARD / RESET.
+  bool in_multi() const { return in_multi_; }
+  void BeginMulti();
+  void ClearMulti();
+  void RunExec(CommandContext& ctx);
+
+ private:
+  struct Hole {
+    size_t offset;    // where in output_ the reply goes
+    uint32_t ticket;  // the increment's ticket in the worker's IncrementBuffer
+  };
+
+  // Runs a validated command: locks its keys (unless `held` already holds every stripe) and
+  // calls the handler.
+  void Run(const CommandSpec& spec, std::span<const std::string_view> args, engine::View* held);
+  // Queues a plain increment in the worker's buffer; false (and an error reply) when the
+  // amount is not an integer.
+  void QueueIncrement(const CommandSpec& spec, std::span<const std::string_view> args);
+  // True when a command must see the effect of increments still in the buffer.
+  bool NeedsFold(const CommandSpec& spec, std::span<const std::string_view> args);
+  void RejectUnknown(std::span<const std::string_view> args);
+  // Answers `error` for a command refused before it ran.
+  void Reject(const CommandSpec& spec, std::string_view error);
+
+  ServerCore& core_;
+  Worker& worker_;
+  std::shared_ptr<ClientInfo> info_;
+  std::string output_;
+  ReplyWriter writer_;
+  std::vector<Hole> holes_;
+  uint64_t required_epoch_ = 0;
+  bool authenticated_;
+  bool close_requested_ = false;
+  bool in_multi_ = false;
+  bool multi_failed_ = false;
+  std::vector<std::vector<std::string>> multi_queue_;
+  // Scratch, reused by every request.
+  std::vector<size_t> key_positions_;
+  std::vector<engine::HashedKey> keys_;
+};
+
+}  // namespace tally::redis
