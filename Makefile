@@ -1,0 +1,209 @@
+# tally — developer entry points.
+#
+#   make deps    install the Debian packages below that are missing (apt-get; sudo when not root)
+#   make run     deps + build, then run tallyd in the foreground on 127.0.0.1:6380
+#   make test    deps + build, then every CTest test (unit and end-to-end)
+#
+# Other targets: build bench fuzz soak check-sanitize check-asan check-tsan format format-check
+# tidy clean help. Every upper-case variable below can be overridden: make run PORT=7000.
+
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+
+# Every Debian 12 package the project needs to build, test, benchmark and lint. One list, so
+# that an issue which needs a new package adds it here and nowhere else.
+DEPS_PACKAGES := \
+	build-essential cmake pkg-config ccache clang libclang-rt-14-dev clang-format clang-tidy \
+	librocksdb-dev libboost-dev libboost-system-dev libabsl-dev libfmt-dev libspdlog-dev \
+	libcli11-dev libexpected-dev libgtest-dev libgmock-dev libbenchmark-dev libxxhash-dev \
+	libsimdjson-dev libpq-dev \
+	postgresql-15 redis-server redis-tools python3 python3-redis \
+	util-linux procps
+
+JOBS          ?= 2
+BUILD_TYPE    ?= Release
+BUILD_DIR     ?= build
+CMAKE_FLAGS   ?=
+PYTHON        ?= /usr/bin/python3
+
+# make run
+BIND ?= 127.0.0.1
+PORT ?= 6380
+DATA ?= ./data
+ARGS ?=
+
+# make test / check-*: tests run two at a time (the e2e tests pick free ports), each test gets
+# TEST_TIMEOUT seconds unless it sets its own, the whole run TEST_TOTAL_TIMEOUT seconds.
+TEST_JOBS          ?= 2
+TEST_TIMEOUT       ?= 600
+TEST_TOTAL_TIMEOUT ?= 3000
+# TSan runs the unit tests only: this excludes the end-to-end tests by name.
+TSAN_CTEST_FILTER  ?= -E e2e_
+
+# make bench: BENCH_ARGS go to bench/redis_compare.py (e.g. --quick, --repeats 5);
+# BENCH_SCALE and MEM_KEYS are read from the environment by the script.
+BENCH_ARGS        ?=
+ENGINE_BENCH_ARGS ?= --benchmark_min_time=1
+
+# make fuzz
+FUZZ_DIR     ?= build-fuzz
+FUZZ_SECONDS ?= 600
+FUZZ_ARGS    ?=
+
+# make soak
+CRASH_KILLS   ?= 200
+CRASH_SECONDS ?= 1200
+
+FORMAT_DIRS := src tests bench fuzz
+
+ifeq ($(shell id -u),0)
+SUDO :=
+else
+SUDO := sudo
+endif
+
+.PHONY: help deps configure build run test bench fuzz soak check-sanitize check-asan check-tsan \
+	format format-check tidy clean
+
+help:
+	@echo "make deps            install missing Debian packages (apt-get; sudo when not root)"
+	@echo "make build           configure ($(BUILD_DIR), $(BUILD_TYPE)) and build with -j$(JOBS)"
+	@echo "make run             build, then run tallyd on $(BIND):$(PORT) (PORT= DATA= ARGS=)"
+	@echo "make test            build, then ctest: unit and end-to-end tests"
+	@echo "make bench           tallyd vs redis-server side by side, then engine_bench"
+	@echo "make fuzz            libFuzzer on the RESP parser for FUZZ_SECONDS=$(FUZZ_SECONDS)"
+	@echo "make soak            kill -9 soak: tests/e2e/test_crash.py, $(CRASH_KILLS) kills"
+	@echo "make check-sanitize  ASan+UBSan (all tests) and TSan (unit tests) builds and runs"
+	@echo "make format          clang-format -i on $(FORMAT_DIRS) (format-check: verify only)"
+	@echo "make tidy            clang-tidy over the compilation database"
+	@echo "make clean           remove the build directories"
+
+# Instant when everything is installed: one dpkg-query call, no apt-get update.
+deps:
+	@missing="$$(comm -23 \
+	    <(printf '%s\n' $(DEPS_PACKAGES) | sort -u) \
+	    <(dpkg-query -W -f='$${db:Status-Abbrev}$${Package}\n' $(DEPS_PACKAGES) 2>/dev/null \
+	        | awk '$$1 == "ii" { print $$2 }' | sort -u))"; \
+	if [ -z "$$missing" ]; then \
+	  echo "deps: all $(words $(DEPS_PACKAGES)) packages installed"; exit 0; \
+	fi; \
+	echo "deps: installing" $$missing; \
+	if [ -n "$(SUDO)" ] && ! command -v $(firstword $(SUDO)) >/dev/null; then \
+	  echo "deps: not root and no sudo; install as root: apt-get install" $$missing >&2; exit 1; \
+	fi; \
+	$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=300 update -q; \
+	$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=300 install -y -q \
+	  --no-install-recommends $$missing
+
+configure: deps
+	cmake -S . -B $(BUILD_DIR) -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) $(CMAKE_FLAGS)
+
+build: configure
+	cmake --build $(BUILD_DIR) -j$(JOBS)
+
+run: build
+	@test -x $(BUILD_DIR)/bin/tallyd || { echo "no $(BUILD_DIR)/bin/tallyd after the build" >&2; exit 1; }
+	@mkdir -p $(DATA)
+	@echo
+	@echo "tallyd on $(BIND):$(PORT), data in $(DATA). Ctrl-C stops it."
+	@echo "Connect from another terminal with:  redis-cli -p $(PORT)"
+	@echo "Then try:"
+	@echo "  INCR likes:post:1"
+	@echo "  INCRBY likes:post:1 10"
+	@echo "  DECRBY likes:post:1 3"
+	@echo "  GET likes:post:1"
+	@echo "  MGET likes:post:1 likes:post:2"
+	@echo "Values survive a restart (even kill -9): stop tallyd, make run again, GET likes:post:1."
+	@echo
+	exec $(BUILD_DIR)/bin/tallyd --bind $(BIND) --port $(PORT) --data-dir $(DATA) $(ARGS)
+
+test: build
+	timeout --kill-after=60 $(TEST_TOTAL_TIMEOUT) \
+	  ctest --test-dir $(BUILD_DIR) --output-on-failure --no-tests=error \
+	    -j$(TEST_JOBS) --timeout $(TEST_TIMEOUT)
+
+# The engine_bench target is built only once bench/CMakeLists.txt defines it.
+bench: build
+	@if cmake --build $(BUILD_DIR) --target help | grep -w engine_bench >/dev/null; then \
+	  cmake --build $(BUILD_DIR) -j$(JOBS) --target engine_bench; \
+	fi
+	$(PYTHON) bench/redis_compare.py --tally-binary $(BUILD_DIR)/bin/tallyd $(BENCH_ARGS)
+	@if [ -x $(BUILD_DIR)/bin/engine_bench ]; then \
+	  echo "+ $(BUILD_DIR)/bin/engine_bench $(ENGINE_BENCH_ARGS)"; \
+	  $(BUILD_DIR)/bin/engine_bench $(ENGINE_BENCH_ARGS); \
+	else \
+	  echo "bench: no $(BUILD_DIR)/bin/engine_bench yet, engine benchmarks skipped"; \
+	fi
+
+# New corpus entries and crash artifacts go to fuzz/corpus-run (ignored by git); the checked-in
+# seed corpus fuzz/corpus/resp_parser is only read.
+fuzz: deps
+	cmake -S . -B $(FUZZ_DIR) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER=clang++ \
+	  -DTALLY_FUZZ=ON -DTALLY_BENCH=OFF
+	cmake --build $(FUZZ_DIR) -j$(JOBS) --target resp_parser_fuzz
+	mkdir -p fuzz/corpus-run/resp_parser
+	bin="$$(find $(FUZZ_DIR) -type f -name resp_parser_fuzz -perm -u+x | head -n 1)"; \
+	test -n "$$bin" || { echo "fuzz: resp_parser_fuzz not found under $(FUZZ_DIR)" >&2; exit 1; }; \
+	echo "+ $$bin ($(FUZZ_SECONDS) s)"; \
+	"$$bin" -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 \
+	  -artifact_prefix=fuzz/corpus-run/ $(FUZZ_ARGS) \
+	  fuzz/corpus-run/resp_parser fuzz/corpus/resp_parser
+
+# The crash test, run long: CRASH_KILLS kill -9 cycles within CRASH_SECONDS. Both names are
+# passed (test_crash.py reads E2E_CRASH_CYCLES); it is run the way CTest runs it.
+soak: build
+	cd tests/e2e && \
+	CRASH_KILLS=$(CRASH_KILLS) CRASH_SECONDS=$(CRASH_SECONDS) \
+	E2E_CRASH_CYCLES=$(CRASH_KILLS) E2E_CRASH_SECONDS=$(CRASH_SECONDS) \
+	TALLYD=$(abspath $(BUILD_DIR))/bin/tallyd PYTHONDONTWRITEBYTECODE=1 \
+	  timeout --kill-after=60 $$(( $(CRASH_SECONDS) + 600 )) \
+	  $(PYTHON) -m unittest -v test_crash
+
+check-sanitize: check-asan check-tsan
+
+check-asan: deps
+	cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+	  -DTALLY_SANITIZE=address,undefined -DTALLY_BENCH=OFF
+	cmake --build build-asan -j$(JOBS)
+	ASAN_OPTIONS=detect_leaks=1:check_initialization_order=1:strict_init_order=1 \
+	UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+	  timeout --kill-after=60 $(TEST_TOTAL_TIMEOUT) \
+	  ctest --test-dir build-asan --output-on-failure --no-tests=error \
+	    -j$(TEST_JOBS) --timeout $$(( $(TEST_TIMEOUT) * 3 ))
+
+# setarch -R (no ASLR) keeps TSan working on kernels with high mmap randomisation; it is skipped
+# where the sandbox forbids it.
+check-tsan: deps
+	cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+	  -DTALLY_SANITIZE=thread -DTALLY_BENCH=OFF
+	cmake --build build-tsan -j$(JOBS)
+	noaslr=""; \
+	if setarch "$$(uname -m)" -R true 2>/dev/null; then noaslr="setarch $$(uname -m) -R"; fi; \
+	TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
+	  timeout --kill-after=60 $(TEST_TOTAL_TIMEOUT) \
+	  $$noaslr ctest --test-dir build-tsan --output-on-failure --no-tests=error \
+	    -j$(TEST_JOBS) --timeout $$(( $(TEST_TIMEOUT) * 3 )) $(TSAN_CTEST_FILTER)
+
+# C and C++ sources only; fuzz corpora are data.
+FORMAT_FIND = find $(FORMAT_DIRS) -path fuzz/corpus -prune -o -path fuzz/corpus-run -prune -o \
+	-type f \( -name '*.cc' -o -name '*.h' \) -print0
+
+format:
+	$(FORMAT_FIND) | xargs -0 -r clang-format -i
+
+format-check:
+	$(FORMAT_FIND) | xargs -0 -r clang-format --dry-run --Werror
+
+# Fails when clang-tidy reports anything in our own files; the log is kept in $(BUILD_DIR).
+# (run-clang-tidy 14 always asks for colour, hence the sed before counting.)
+tidy: configure
+	run-clang-tidy -p $(BUILD_DIR) -quiet -j $(JOBS) '$(CURDIR)/(src|tests|bench|fuzz)/.*\.cc$$' \
+	  2>&1 | tee $(BUILD_DIR)/tidy.log
+	@n="$$(sed 's/\x1b\[[0-9;]*m//g' $(BUILD_DIR)/tidy.log \
+	      | grep -cE '^$(CURDIR)/.*: (warning|error):' || true)"; \
+	if [ "$$n" != 0 ]; then echo "tidy: $$n findings (see $(BUILD_DIR)/tidy.log)" >&2; exit 1; fi; \
+	echo "tidy: clean"
+
+clean:
+	rm -rf $(BUILD_DIR) $(FUZZ_DIR) build-asan build-tsan
