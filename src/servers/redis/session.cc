@@ -47,8 +47,9 @@ void Session::RejectUnknown(std::span<const std::string_view> args) {
 }
 
 void Session::Reject(const CommandSpec& spec, std::string_view error) {
-  // As Redis: a refused command dooms an open transaction; a refused EXEC ends it.
-  if (in_multi_ && spec.handler == commands::Exec) {
+  // As Redis: a refused command dooms an open transaction; a refused EXEC ends it (and is
+  // answered EXECABORT even outside MULTI).
+  if (spec.handler == commands::Exec) {
     ClearMulti();
     const std::string_view reason = error.starts_with("ERR ") ? error.substr(4) : error;
     writer_.Error(fmt::format("EXECABORT Transaction discarded because of: {}", reason));

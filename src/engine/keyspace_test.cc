@@ -1,0 +1,952 @@
+#include "engine/keyspace.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <map>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace tally::engine {
+namespace {
+
+constexpr int64_t kStart = 1'700'000'000'000;  // the ManualClock's start, Unix ms
+
+// What one Drain produced, in a form tests can compare.
+struct Drained {
+  bool closed = false;
+  uint64_t epoch = 0;
+  bool clear_all = false;
+  std::vector<std::string> deletes;         // in batch order
+  std::vector<std::string> put_keys;        // in batch order
+  std::map<std::string, CounterRecord> puts;
+};
+
+class KeyspaceTest : public ::testing::Test {
+ protected:
+  std::optional<int64_t> Get(std::string_view k) {
+    const HashedKey key(k);
+    return keyspace_.Lock(key).Get(key);
+  }
+  Result<int64_t> IncrBy(std::string_view k, int64_t delta) {
+    const HashedKey key(k);
+    return keyspace_.Lock(key).IncrBy(key, delta);
+  }
+  SetOutcome Set(std::string_view k, int64_t value, SetOptions options = {}) {
+    const HashedKey key(k);
+    return keyspace_.Lock(key).Set(key, value, options);
+  }
+  SetOutcome SetWithDeadline(std::string_view k, int64_t value, int64_t deadline_ms) {
+    return Set(k, value, SetOptions{.expiry = ExpiryAction::kSetDeadline, .deadline_ms = deadline_ms});
+  }
+  bool Delete(std::string_view k) {
+    const HashedKey key(k);
+    return keyspace_.Lock(key).Delete(key);
+  }
+  bool Exists(std::string_view k) {
+    const HashedKey key(k);
+    return keyspace_.Lock(key).Exists(key);
+  }
+  bool Expire(std::string_view k, int64_t deadline_ms,
+              ExpireCondition condition = ExpireCondition::kAlways) {
+    const HashedKey key(k);
+    return keyspace_.Lock(key).Expire(key, deadline_ms, condition);
+  }
+  bool Persist(std::string_view k) {
+    const HashedKey key(k);
+    return keyspace_.Lock(key).Persist(key);
+  }
+  int64_t Ttl(std::string_view k) {
+    const HashedKey key(k);
+    return keyspace_.Lock(key).TimeToLiveMillis(key);
+  }
+  int64_t Deadline(std::string_view k) {
+    const HashedKey key(k);
+    return keyspace_.Lock(key).DeadlineMillis(key);
+  }
+  Drained Drain() {
+    CommitBatch batch;
+    Drained out;
+    out.closed = keyspace_.Drain(&batch);
+    out.epoch = batch.epoch();
+    out.clear_all = batch.clear_all();
+    for (size_t i = 0; i < batch.delete_count(); ++i) {
+      out.deletes.emplace_back(batch.delete_key(i));
+    }
+    for (size_t i = 0; i < batch.put_count(); ++i) {
+      out.put_keys.emplace_back(batch.put_key(i));
+      out.puts[std::string(batch.put_key(i))] = batch.put_record(i);
+    }
+    return out;
+  }
+  // Every key a full SCAN returns, in order, `count` entries a step.
+  std::vector<std::string> ScanAll(size_t count = 10) {
+    std::vector<std::string> keys;
+    uint64_t cursor = 0;
+    do {
+      cursor = keyspace_.Scan(cursor, count, nullptr, &keys);
+    } while (cursor != 0);
+    return keys;
+  }
+
+  ManualClock clock_{kStart};
+  Keyspace keyspace_{&clock_};
+};
+
+// Keys, numbered from `first`, that all fall in stripe `stripe`.
+std::vector<std::string> KeysInStripe(size_t stripe, size_t n, const std::string& prefix) {
+  std::vector<std::string> keys;
+  for (size_t i = 0; keys.size() < n; ++i) {
+    std::string key = prefix + std::to_string(i);
+    if (StripeOf(HashKey(key)) == stripe) keys.push_back(std::move(key));
+  }
+  return keys;
+}
+
+// ---- IncrBy ------------------------------------------------------------------------------
+
+TEST_F(KeyspaceTest, IncrByStartsFromZeroAndAdds) {
+  EXPECT_EQ(Get("c"), std::nullopt);
+  EXPECT_EQ(IncrBy("c", 5).value(), 5);
+  EXPECT_EQ(IncrBy("c", -12).value(), -7);
+  EXPECT_EQ(Get("c"), -7);
+  // INCRBY 0 on a missing key creates it with 0, as in Redis.
+  EXPECT_EQ(IncrBy("zero", 0).value(), 0);
+  EXPECT_TRUE(Exists("zero"));
+  EXPECT_EQ(Get("zero"), 0);
+  EXPECT_EQ(keyspace_.size(), 2u);
+}
+
+TEST_F(KeyspaceTest, IncrByOverflowIsAnErrorThatChangesNothing) {
+  ASSERT_TRUE(Set("max", INT64_MAX - 1).applied);
+  EXPECT_EQ(IncrBy("max", 1).value(), INT64_MAX);
+  const Result<int64_t> over = IncrBy("max", 1);
+  ASSERT_FALSE(over.has_value());
+  EXPECT_EQ(over.error().code, ErrorCode::kOverflow);
+  EXPECT_EQ(Get("max"), INT64_MAX);
+  EXPECT_FALSE(IncrBy("max", INT64_MAX).has_value());
+  EXPECT_EQ(Get("max"), INT64_MAX);
+
+  ASSERT_TRUE(Set("min", INT64_MIN).applied);
+  const Result<int64_t> under = IncrBy("min", -1);
+  ASSERT_FALSE(under.has_value());
+  EXPECT_EQ(under.error().code, ErrorCode::kOverflow);
+  EXPECT_EQ(Get("min"), INT64_MIN);
+  EXPECT_EQ(IncrBy("min", INT64_MAX).value(), -1);
+}
+
+TEST_F(KeyspaceTest, IncrByKeepsTheDeadline) {
+  ASSERT_TRUE(SetWithDeadline("k", 1, kStart + 5000).applied);
+  EXPECT_EQ(IncrBy("k", 1).value(), 2);
+  EXPECT_EQ(Deadline("k"), kStart + 5000);
+}
+
+TEST_F(KeyspaceTest, IncrBySequenceReportsEachIncrement) {
+  const HashedKey key("seq");
+  const std::vector<int64_t> deltas = {5, INT64_MAX, -3, INT64_MAX, INT64_MAX - 2, 1, -10};
+  std::vector<IncrementOutcome> outcomes(deltas.size());
+  keyspace_.Lock(key).IncrBySequence(key, deltas, outcomes);
+  // 0+5=5; +MAX overflows; 5-3=2; +MAX overflows; 2+(MAX-2)=MAX; +1 overflows; MAX-10.
+  const std::vector<std::pair<bool, int64_t>> expected = {
+      {false, 5},        {true, 5},         {false, 2},           {true, 2},
+      {false, INT64_MAX}, {true, INT64_MAX}, {false, INT64_MAX - 10}};
+  for (size_t i = 0; i < deltas.size(); ++i) {
+    SCOPED_TRACE(i);
+    EXPECT_EQ(outcomes[i].overflow, expected[i].first);
+    EXPECT_EQ(outcomes[i].value, expected[i].second);
+  }
+  EXPECT_EQ(Get("seq"), INT64_MAX - 10);
+}
+
+TEST_F(KeyspaceTest, IncrBySequenceOnAnExpiredKeyStartsFromZero) {
+  ASSERT_TRUE(SetWithDeadline("e", 100, kStart + 10).applied);
+  clock_.Advance(10);
+  const HashedKey key("e");
+  const std::vector<int64_t> deltas = {1, 2};
+  std::vector<IncrementOutcome> outcomes(2);
+  keyspace_.Lock(key).IncrBySequence(key, deltas, outcomes);
+  EXPECT_EQ(outcomes[0].value, 1);
+  EXPECT_EQ(outcomes[1].value, 3);
+  EXPECT_EQ(Deadline("e"), -1);  // the new key has no expiry
+}
+
+TEST_F(KeyspaceTest, IncrByWithExpirySetsOrKeepsTheDeadline) {
+  const HashedKey key("w");
+  auto incr = [&](int64_t delta, int64_t deadline, bool only_if_no_expiry) {
+    return keyspace_.Lock(key).IncrByWithExpiry(key, delta, deadline, only_if_no_expiry);
+  };
+  EXPECT_EQ(incr(3, kStart + 1000, true).value(), 3);
+  EXPECT_EQ(Deadline("w"), kStart + 1000);
+  EXPECT_EQ(incr(3, kStart + 9000, true).value(), 6);  // had one: kept
+  EXPECT_EQ(Deadline("w"), kStart + 1000);
+  EXPECT_EQ(incr(3, kStart + 9000, false).value(), 9);  // always: replaced
+  EXPECT_EQ(Deadline("w"), kStart + 9000);
+  ASSERT_TRUE(Set("w", INT64_MAX, SetOptions{.expiry = ExpiryAction::kKeep}).applied);
+  const Result<int64_t> over = incr(1, kStart + 20000, false);
+  ASSERT_FALSE(over.has_value());
+  EXPECT_EQ(over.error().code, ErrorCode::kOverflow);
+  EXPECT_EQ(Get("w"), INT64_MAX);
+  EXPECT_EQ(Deadline("w"), kStart + 9000);  // an overflow changes nothing, deadline included
+  // An expired key starts over from 0 with the new deadline.
+  clock_.Set(kStart + 9000);
+  EXPECT_EQ(incr(4, kStart + 15000, true).value(), 4);
+  EXPECT_EQ(Deadline("w"), kStart + 15000);
+}
+
+// ---- Set ---------------------------------------------------------------------------------
+
+TEST_F(KeyspaceTest, SetReturnsThePreviousValue) {
+  SetOutcome first = Set("s", 10);
+  EXPECT_TRUE(first.applied);
+  EXPECT_EQ(first.previous, std::nullopt);
+  SetOutcome second = Set("s", -4);
+  EXPECT_TRUE(second.applied);
+  EXPECT_EQ(second.previous, 10);
+  EXPECT_EQ(Get("s"), -4);
+}
+
+TEST_F(KeyspaceTest, SetNxAppliesOnlyToMissingKeys) {
+  const SetOptions nx{.condition = SetCondition::kIfMissing};
+  SetOutcome created = Set("nx", 1, nx);
+  EXPECT_TRUE(created.applied);
+  EXPECT_EQ(created.previous, std::nullopt);
+  SetOutcome refused = Set("nx", 2, nx);
+  EXPECT_FALSE(refused.applied);
+  EXPECT_EQ(refused.previous, 1);
+  EXPECT_EQ(Get("nx"), 1);
+  // An expired key counts as missing.
+  ASSERT_TRUE(SetWithDeadline("nx-exp", 5, kStart + 1).applied);
+  clock_.Advance(1);
+  EXPECT_TRUE(Set("nx-exp", 6, nx).applied);
+  EXPECT_EQ(Get("nx-exp"), 6);
+  EXPECT_EQ(Deadline("nx-exp"), -1);
+}
+
+TEST_F(KeyspaceTest, SetXxAppliesOnlyToExistingKeys) {
+  const SetOptions xx{.condition = SetCondition::kIfExists};
+  SetOutcome refused = Set("xx", 1, xx);
+  EXPECT_FALSE(refused.applied);
+  EXPECT_EQ(refused.previous, std::nullopt);
+  EXPECT_FALSE(Exists("xx"));
+  EXPECT_EQ(keyspace_.size(), 0u);  // nothing was inserted on the way
+  ASSERT_TRUE(Set("xx", 1).applied);
+  SetOutcome applied = Set("xx", 2, xx);
+  EXPECT_TRUE(applied.applied);
+  EXPECT_EQ(applied.previous, 1);
+  EXPECT_EQ(Get("xx"), 2);
+}
+
+TEST_F(KeyspaceTest, SetClearsKeepsOrSetsTheDeadline) {
+  ASSERT_TRUE(SetWithDeadline("t", 1, kStart + 5000).applied);
+  EXPECT_EQ(Deadline("t"), kStart + 5000);
+  EXPECT_EQ(keyspace_.expiring_count(), 1u);
+  // KEEPTTL
+  ASSERT_TRUE(Set("t", 2, SetOptions{.expiry = ExpiryAction::kKeep}).applied);
+  EXPECT_EQ(Get("t"), 2);
+  EXPECT_EQ(Deadline("t"), kStart + 5000);
+  // A plain SET clears it.
+  ASSERT_TRUE(Set("t", 3).applied);
+  EXPECT_EQ(Deadline("t"), -1);
+  EXPECT_EQ(Ttl("t"), -1);
+  EXPECT_EQ(keyspace_.expiring_count(), 0u);
+  // KEEPTTL on a key without expiry, and on a new key, leaves none.
+  ASSERT_TRUE(Set("t", 4, SetOptions{.expiry = ExpiryAction::kKeep}).applied);
+  EXPECT_EQ(Deadline("t"), -1);
+  ASSERT_TRUE(Set("new", 4, SetOptions{.expiry = ExpiryAction::kKeep}).applied);
+  EXPECT_EQ(Deadline("new"), -1);
+  // NX with a deadline.
+  ASSERT_TRUE(Set("nxpx", 9,
+                  SetOptions{.condition = SetCondition::kIfMissing,
+                             .expiry = ExpiryAction::kSetDeadline,
+                             .deadline_ms = kStart + 700})
+                  .applied);
+  EXPECT_EQ(Ttl("nxpx"), 700);
+}
+
+TEST_F(KeyspaceTest, SetWithADeadlineNotInTheFutureDeletes) {
+  ASSERT_TRUE(Set("old", 1).applied);
+  Drain();
+  SetOutcome past = SetWithDeadline("old", 2, kStart - 1);
+  EXPECT_TRUE(past.applied);
+  EXPECT_EQ(past.previous, 1);
+  EXPECT_FALSE(Exists("old"));
+  EXPECT_EQ(keyspace_.size(), 0u);
+  Drained drained = Drain();
+  EXPECT_TRUE(drained.closed);
+  EXPECT_EQ(drained.deletes, std::vector<std::string>{"old"});
+  EXPECT_TRUE(drained.puts.empty());
+
+  // A deadline equal to now is already past, also for a missing key.
+  EXPECT_TRUE(SetWithDeadline("now", 2, kStart).applied);
+  EXPECT_FALSE(Exists("now"));
+  EXPECT_EQ(keyspace_.size(), 0u);
+  EXPECT_EQ(keyspace_.expiring_count(), 0u);
+  EXPECT_TRUE(Drain().puts.empty());
+}
+
+// ---- Delete, Exists ----------------------------------------------------------------------
+
+TEST_F(KeyspaceTest, DeleteAndExists) {
+  EXPECT_FALSE(Exists("d"));
+  EXPECT_FALSE(Delete("d"));
+  ASSERT_TRUE(Set("d", 0).applied);
+  EXPECT_TRUE(Exists("d"));
+  EXPECT_TRUE(Delete("d"));
+  EXPECT_FALSE(Exists("d"));
+  EXPECT_EQ(Get("d"), std::nullopt);
+  EXPECT_FALSE(Delete("d"));
+  EXPECT_EQ(keyspace_.size(), 0u);
+  // An expired key does not exist and cannot be deleted (DEL returns 0).
+  ASSERT_TRUE(SetWithDeadline("gone", 1, kStart + 5).applied);
+  EXPECT_TRUE(Exists("gone"));
+  clock_.Advance(5);
+  EXPECT_FALSE(Exists("gone"));
+  EXPECT_FALSE(Delete("gone"));
+  EXPECT_EQ(keyspace_.size(), 0u);  // but the touch removed it
+  EXPECT_EQ(keyspace_.expiring_count(), 0u);
+}
+
+TEST_F(KeyspaceTest, EmptyAndBinaryKeys) {
+  const std::string binary("a\0b", 3);
+  const std::string other("a\0c", 3);
+  EXPECT_EQ(IncrBy("", 1).value(), 1);
+  EXPECT_EQ(IncrBy(binary, 2).value(), 2);
+  EXPECT_EQ(IncrBy(other, 3).value(), 3);
+  EXPECT_EQ(IncrBy("a", 4).value(), 4);
+  EXPECT_EQ(Get(""), 1);
+  EXPECT_EQ(Get(std::string_view{}), 1);
+  EXPECT_EQ(Get(binary), 2);
+  EXPECT_EQ(Get(other), 3);
+  EXPECT_EQ(Get("a"), 4);
+  Drained drained = Drain();
+  ASSERT_EQ(drained.puts.size(), 4u);
+  EXPECT_EQ(drained.puts.at("").value, 1);
+  EXPECT_EQ(drained.puts.at(binary).value, 2);
+  EXPECT_TRUE(Delete(std::string_view{}));
+  EXPECT_EQ(Drain().deletes, std::vector<std::string>{""});
+}
+
+// ---- Expire, Persist, TTL ----------------------------------------------------------------
+
+TEST_F(KeyspaceTest, ExpireOnAMissingKeyFails) {
+  for (ExpireCondition c : {ExpireCondition::kAlways, ExpireCondition::kIfNoExpiry,
+                            ExpireCondition::kIfHasExpiry, ExpireCondition::kIfGreater,
+                            ExpireCondition::kIfLess}) {
+    EXPECT_FALSE(Expire("missing", kStart + 100, c));
+    EXPECT_FALSE(Expire("missing", kStart - 100, c));
+  }
+  EXPECT_EQ(keyspace_.size(), 0u);
+}
+
+TEST_F(KeyspaceTest, ExpireConditionsOnAKeyWithoutExpiry) {
+  ASSERT_TRUE(Set("k", 1).applied);
+  // A key without expiry counts as expiring never: XX and GT fail, LT holds.
+  EXPECT_FALSE(Expire("k", kStart + 100, ExpireCondition::kIfHasExpiry));
+  EXPECT_FALSE(Expire("k", kStart + 100, ExpireCondition::kIfGreater));
+  EXPECT_EQ(Deadline("k"), -1);
+  EXPECT_TRUE(Expire("k", kStart + 100, ExpireCondition::kIfLess));
+  EXPECT_EQ(Deadline("k"), kStart + 100);
+  ASSERT_TRUE(Persist("k"));
+  EXPECT_TRUE(Expire("k", kStart + 200, ExpireCondition::kIfNoExpiry));
+  EXPECT_EQ(Deadline("k"), kStart + 200);
+  ASSERT_TRUE(Persist("k"));
+  EXPECT_TRUE(Expire("k", kStart + 300, ExpireCondition::kAlways));
+  EXPECT_EQ(Deadline("k"), kStart + 300);
+  EXPECT_EQ(Get("k"), 1);  // EXPIRE keeps the value
+}
+
+TEST_F(KeyspaceTest, ExpireConditionsOnAKeyWithExpiry) {
+  const int64_t d = kStart + 1000;
+  ASSERT_TRUE(SetWithDeadline("k", 1, d).applied);
+  EXPECT_FALSE(Expire("k", d + 5, ExpireCondition::kIfNoExpiry));
+  EXPECT_EQ(Deadline("k"), d);
+  EXPECT_FALSE(Expire("k", d, ExpireCondition::kIfGreater));  // equal is not greater
+  EXPECT_FALSE(Expire("k", d - 1, ExpireCondition::kIfGreater));
+  EXPECT_FALSE(Expire("k", d, ExpireCondition::kIfLess));  // equal is not less
+  EXPECT_FALSE(Expire("k", d + 1, ExpireCondition::kIfLess));
+  EXPECT_EQ(Deadline("k"), d);
+  EXPECT_TRUE(Expire("k", d + 1, ExpireCondition::kIfGreater));
+  EXPECT_EQ(Deadline("k"), d + 1);
+  EXPECT_TRUE(Expire("k", d - 1, ExpireCondition::kIfLess));
+  EXPECT_EQ(Deadline("k"), d - 1);
+  EXPECT_TRUE(Expire("k", d + 50, ExpireCondition::kIfHasExpiry));
+  EXPECT_EQ(Deadline("k"), d + 50);
+  EXPECT_EQ(keyspace_.expiring_count(), 1u);
+}
+
+TEST_F(KeyspaceTest, ExpireInThePastDeletesWhenTheConditionHolds) {
+  ASSERT_TRUE(SetWithDeadline("k", 1, kStart + 1000).applied);
+  // GT with a past deadline does not hold: nothing happens.
+  EXPECT_FALSE(Expire("k", kStart - 1, ExpireCondition::kIfGreater));
+  EXPECT_TRUE(Exists("k"));
+  Drain();
+  EXPECT_TRUE(Expire("k", kStart, ExpireCondition::kIfLess));
+  EXPECT_FALSE(Exists("k"));
+  EXPECT_EQ(keyspace_.size(), 0u);
+  EXPECT_EQ(keyspace_.expiring_count(), 0u);
+  EXPECT_EQ(Drain().deletes, std::vector<std::string>{"k"});
+}
+
+TEST_F(KeyspaceTest, PersistRemovesTheDeadline) {
+  EXPECT_FALSE(Persist("missing"));
+  ASSERT_TRUE(Set("p", 7).applied);
+  EXPECT_FALSE(Persist("p"));
+  ASSERT_TRUE(Expire("p", kStart + 100));
+  EXPECT_TRUE(Persist("p"));
+  EXPECT_EQ(Ttl("p"), -1);
+  EXPECT_EQ(keyspace_.expiring_count(), 0u);
+  clock_.Advance(1000);
+  EXPECT_EQ(Get("p"), 7);  // no longer expires
+  EXPECT_EQ(keyspace_.ReclaimExpired(100), 0u);
+  EXPECT_EQ(Get("p"), 7);
+}
+
+TEST_F(KeyspaceTest, TimeToLiveAndDeadline) {
+  EXPECT_EQ(Ttl("missing"), -2);
+  EXPECT_EQ(Deadline("missing"), -2);
+  ASSERT_TRUE(Set("forever", 1).applied);
+  EXPECT_EQ(Ttl("forever"), -1);
+  EXPECT_EQ(Deadline("forever"), -1);
+  ASSERT_TRUE(SetWithDeadline("soon", 1, kStart + 2500).applied);
+  EXPECT_EQ(Ttl("soon"), 2500);
+  EXPECT_EQ(Deadline("soon"), kStart + 2500);
+  clock_.Advance(2499);
+  EXPECT_EQ(Ttl("soon"), 1);
+  EXPECT_EQ(Deadline("soon"), kStart + 2500);
+  clock_.Advance(1);
+  EXPECT_EQ(Ttl("soon"), -2);
+  EXPECT_EQ(Deadline("soon"), -2);
+}
+
+// ---- Expiry ------------------------------------------------------------------------------
+
+TEST_F(KeyspaceTest, ExpiredKeysAreInvisibleAtOnce) {
+  ASSERT_TRUE(SetWithDeadline("e", 42, kStart + 100).applied);
+  ASSERT_TRUE(Set("stay", 1).applied);
+  clock_.Advance(99);
+  EXPECT_EQ(Get("e"), 42);
+  EXPECT_TRUE(Exists("e"));
+  std::vector<std::string> keys = ScanAll();
+  std::sort(keys.begin(), keys.end());
+  EXPECT_EQ(keys, (std::vector<std::string>{"e", "stay"}));
+  clock_.Advance(1);  // now == deadline: expired
+  EXPECT_EQ(Get("e"), std::nullopt);
+  EXPECT_FALSE(Exists("e"));
+  EXPECT_EQ(ScanAll(), std::vector<std::string>{"stay"});
+  EXPECT_EQ(keyspace_.size(), 2u);  // still held until reclaimed or touched
+  // A write starts a new counter without the old deadline.
+  EXPECT_EQ(IncrBy("e", 1).value(), 1);
+  EXPECT_EQ(Ttl("e"), -1);
+  EXPECT_EQ(keyspace_.size(), 2u);
+  EXPECT_EQ(keyspace_.expiring_count(), 0u);
+}
+
+TEST_F(KeyspaceTest, ReclaimExpiredRemovesInDeadlineOrderWithinBudget) {
+  // All in one stripe: ReclaimExpired walks stripes in order, and deadline order holds within
+  // a stripe.
+  const std::vector<std::string> keys = KeysInStripe(3, 10, "r:");
+  // Deadlines in scrambled order: key i expires at kStart + 10 * order[i].
+  const std::vector<int> order = {7, 2, 9, 0, 5, 3, 8, 1, 6, 4};
+  for (size_t i = 0; i < keys.size(); ++i) {
+    ASSERT_TRUE(SetWithDeadline(keys[i], static_cast<int64_t>(i), kStart + 10 + 10 * order[i]).applied);
+  }
+  ASSERT_TRUE(Set(KeysInStripe(3, 11, "r:").back(), 1).applied);  // never expires
+  Drain();
+  EXPECT_EQ(keyspace_.expiring_count(), 10u);
+
+  EXPECT_EQ(keyspace_.ReclaimExpired(100), 0u);  // nothing due yet
+  clock_.Advance(10 + 10 * 5);  // deadlines of order 0..5 have passed
+  EXPECT_EQ(keyspace_.ReclaimExpired(4), 4u);
+  EXPECT_EQ(keyspace_.size(), 7u);
+  EXPECT_EQ(keyspace_.expiring_count(), 6u);
+  std::vector<std::string> expected;
+  for (int o = 0; o < 4; ++o) expected.push_back(keys[std::find(order.begin(), order.end(), o) - order.begin()]);
+  EXPECT_EQ(Drain().deletes, expected);
+
+  EXPECT_EQ(keyspace_.ReclaimExpired(100), 2u);  // order 4 and 5; the rest are not due
+  EXPECT_EQ(keyspace_.size(), 5u);
+  expected.clear();
+  for (int o = 4; o < 6; ++o) expected.push_back(keys[std::find(order.begin(), order.end(), o) - order.begin()]);
+  EXPECT_EQ(Drain().deletes, expected);
+  EXPECT_EQ(keyspace_.ReclaimExpired(100), 0u);
+
+  clock_.Advance(1000);
+  EXPECT_EQ(keyspace_.ReclaimExpired(100), 4u);
+  EXPECT_EQ(keyspace_.size(), 1u);
+  EXPECT_EQ(keyspace_.expiring_count(), 0u);
+}
+
+TEST_F(KeyspaceTest, ReclaimExpiredSkipsChangedDeadlines) {
+  const std::vector<std::string> keys = KeysInStripe(9, 4, "c:");
+  for (const std::string& key : keys) ASSERT_TRUE(SetWithDeadline(key, 1, kStart + 10).applied);
+  ASSERT_TRUE(Expire(keys[0], kStart + 1000));  // extended
+  ASSERT_TRUE(Persist(keys[1]));                // no longer expires
+  ASSERT_TRUE(Set(keys[2], 5).applied);         // a plain SET clears the deadline
+  ASSERT_TRUE(Delete(keys[3]));
+  ASSERT_TRUE(Set(keys[3], 6).applied);         // deleted and recreated without expiry
+  clock_.Advance(20);
+  EXPECT_EQ(keyspace_.ReclaimExpired(100), 0u);
+  for (const std::string& key : keys) EXPECT_TRUE(Exists(key)) << key;
+  clock_.Advance(1000);
+  EXPECT_EQ(keyspace_.ReclaimExpired(100), 1u);
+  EXPECT_FALSE(Exists(keys[0]));
+  EXPECT_EQ(keyspace_.size(), 3u);
+}
+
+TEST_F(KeyspaceTest, ReclaimExpiredIsBoundedAcrossStripes) {
+  for (int i = 0; i < 1000; ++i) {
+    ASSERT_TRUE(SetWithDeadline("x:" + std::to_string(i), i, kStart + 1 + i % 50).applied);
+  }
+  int writes_seen = 0;
+  keyspace_.set_on_write([&] { ++writes_seen; });
+  clock_.Advance(100);
+  EXPECT_EQ(keyspace_.ReclaimExpired(300), 300u);
+  EXPECT_EQ(writes_seen, 1);  // the committer is told once per call
+  EXPECT_EQ(keyspace_.size(), 700u);
+  EXPECT_EQ(keyspace_.ReclaimExpired(0), 0u);
+  EXPECT_EQ(writes_seen, 1);
+  EXPECT_EQ(keyspace_.ReclaimExpired(690), 690u);
+  EXPECT_EQ(keyspace_.ReclaimExpired(690), 10u);
+  EXPECT_EQ(keyspace_.size(), 0u);
+  EXPECT_EQ(keyspace_.expiring_count(), 0u);
+  EXPECT_EQ(Drain().deletes.size(), 1000u);
+}
+
+TEST_F(KeyspaceTest, ResettingAnExpiryOverAndOverStaysBounded) {
+  ASSERT_TRUE(Set("k", 1).applied);
+  const size_t before = keyspace_.memory_bytes();
+  for (int i = 0; i < 200'000; ++i) {
+    ASSERT_TRUE(Expire("k", kStart + 1'000'000 + i));
+    if (i % 1000 == 0) keyspace_.ReclaimExpired(10);  // compacts the stale queue entries
+  }
+  keyspace_.ReclaimExpired(10);
+  EXPECT_EQ(Deadline("k"), kStart + 1'000'000 + 199'999);
+  // The queue holds at most ~2x live deadlines + 1024 + 1000 stale entries between calls.
+  EXPECT_LT(keyspace_.memory_bytes(), before + 200'000);
+}
+
+// ---- Drain -------------------------------------------------------------------------------
+
+TEST_F(KeyspaceTest, DrainOfAnUntouchedEpochReturnsFalse) {
+  EXPECT_EQ(keyspace_.open_epoch(), 1u);
+  EXPECT_FALSE(Drain().closed);
+  EXPECT_EQ(keyspace_.open_epoch(), 1u);
+  // Reads do not touch an epoch.
+  EXPECT_EQ(Get("x"), std::nullopt);
+  EXPECT_FALSE(Exists("x"));
+  EXPECT_EQ(Ttl("x"), -2);
+  EXPECT_FALSE(Drain().closed);
+  EXPECT_EQ(keyspace_.open_epoch(), 1u);
+}
+
+TEST_F(KeyspaceTest, DrainCoalescesPutsAndAdvancesEpochs) {
+  ASSERT_TRUE(IncrBy("a", 1).has_value());
+  ASSERT_TRUE(IncrBy("a", 2).has_value());
+  ASSERT_TRUE(IncrBy("a", 3).has_value());
+  ASSERT_TRUE(SetWithDeadline("b", 10, kStart + 500).applied);
+  ASSERT_TRUE(Set("b", 11, SetOptions{.expiry = ExpiryAction::kKeep}).applied);
+  ASSERT_TRUE(Set("c", 1).applied);
+  ASSERT_TRUE(Set("c", 2, SetOptions{.expiry = ExpiryAction::kSetDeadline, .deadline_ms = kStart + 900}).applied);
+  ASSERT_TRUE(Expire("c", kStart + 800));
+  EXPECT_EQ(keyspace_.open_epoch(), 1u);
+
+  Drained first = Drain();
+  EXPECT_TRUE(first.closed);
+  EXPECT_EQ(first.epoch, 1u);
+  EXPECT_EQ(keyspace_.open_epoch(), 2u);
+  EXPECT_FALSE(first.clear_all);
+  EXPECT_TRUE(first.deletes.empty());
+  EXPECT_EQ(first.put_keys.size(), 3u);  // one put per key, whatever the number of writes
+  EXPECT_EQ(first.puts.at("a").value, 6);
+  EXPECT_EQ(first.puts.at("a").deadline_ms, 0);
+  EXPECT_EQ(first.puts.at("b").value, 11);
+  EXPECT_EQ(first.puts.at("b").deadline_ms, kStart + 500);
+  EXPECT_EQ(first.puts.at("c").value, 2);
+  EXPECT_EQ(first.puts.at("c").deadline_ms, kStart + 800);
+
+  // Only what changed since goes into the next epoch.
+  EXPECT_FALSE(Drain().closed);
+  ASSERT_TRUE(IncrBy("a", 1).has_value());
+  ASSERT_TRUE(Persist("b"));
+  Drained second = Drain();
+  EXPECT_TRUE(second.closed);
+  EXPECT_EQ(second.epoch, 2u);
+  EXPECT_EQ(second.put_keys.size(), 2u);
+  EXPECT_EQ(second.puts.at("a").value, 7);
+  EXPECT_EQ(second.puts.at("b").value, 11);
+  EXPECT_EQ(second.puts.at("b").deadline_ms, 0);
+  EXPECT_EQ(keyspace_.open_epoch(), 3u);
+}
+
+TEST_F(KeyspaceTest, DrainEmitsDeletesBeforeTheirRecreation) {
+  ASSERT_TRUE(Set("gone", 1).applied);
+  ASSERT_TRUE(Set("back", 1).applied);
+  Drain();
+  ASSERT_TRUE(Delete("gone"));
+  ASSERT_TRUE(Delete("back"));
+  ASSERT_TRUE(IncrBy("back", 5).has_value());
+  // Set then delete in one epoch: a delete and no put.
+  ASSERT_TRUE(Set("brief", 1).applied);
+  ASSERT_TRUE(Delete("brief"));
+  Drained drained = Drain();
+  std::vector<std::string> deletes = drained.deletes;
+  std::sort(deletes.begin(), deletes.end());
+  EXPECT_EQ(deletes, (std::vector<std::string>{"back", "brief", "gone"}));
+  // Deletes apply before puts, so "back" ends with its new value.
+  EXPECT_EQ(drained.put_keys, std::vector<std::string>{"back"});
+  EXPECT_EQ(drained.puts.at("back").value, 5);
+}
+
+TEST_F(KeyspaceTest, DrainAfterAnEntryIsReusedPutsOnlyLiveKeys) {
+  // Fill one stripe, delete dirty keys and reuse their entries for new keys in the same
+  // epoch: the stale dirty entries must not produce puts for the wrong key.
+  const std::vector<std::string> keys = KeysInStripe(5, 20, "u:");
+  for (size_t i = 0; i < 10; ++i) ASSERT_TRUE(Set(keys[i], static_cast<int64_t>(i)).applied);
+  for (size_t i = 0; i < 10; ++i) ASSERT_TRUE(Delete(keys[i]));
+  for (size_t i = 10; i < 20; ++i) ASSERT_TRUE(Set(keys[i], static_cast<int64_t>(i)).applied);
+  Drained drained = Drain();
+  EXPECT_EQ(drained.deletes.size(), 10u);
+  ASSERT_EQ(drained.put_keys.size(), 10u);
+  for (size_t i = 10; i < 20; ++i) EXPECT_EQ(drained.puts.at(keys[i]).value, static_cast<int64_t>(i));
+}
+
+TEST_F(KeyspaceTest, AWriteThatChangedNothingStillClosesTheEpoch) {
+  ASSERT_TRUE(Set("k", 1).applied);
+  Drain();
+  const HashedKey key("k");
+  uint64_t required;
+  {
+    View view = keyspace_.Lock(key);
+    EXPECT_FALSE(view.Set(key, 2, SetOptions{.condition = SetCondition::kIfMissing}).applied);
+    EXPECT_TRUE(view.wrote());
+    required = view.required_epoch();
+  }
+  EXPECT_EQ(required, 2u);
+  Drained drained = Drain();
+  EXPECT_TRUE(drained.closed);
+  EXPECT_EQ(drained.epoch, 2u);
+  EXPECT_TRUE(drained.puts.empty());
+  EXPECT_TRUE(drained.deletes.empty());
+  EXPECT_EQ(keyspace_.open_epoch(), 3u);
+  // Deleting a missing key is such a write too.
+  EXPECT_FALSE(Delete("missing"));
+  EXPECT_TRUE(Drain().closed);
+  EXPECT_EQ(keyspace_.open_epoch(), 4u);
+}
+
+TEST_F(KeyspaceTest, RequiredEpochFollowsWritesOfTheStripe) {
+  const HashedKey key("r");
+  {
+    View view = keyspace_.Lock(key);
+    EXPECT_EQ(view.Get(key), std::nullopt);
+    EXPECT_FALSE(view.wrote());
+    EXPECT_EQ(view.required_epoch(), 0u);  // nothing written to the stripe yet
+    EXPECT_EQ(view.now_ms(), kStart);
+  }
+  {
+    View view = keyspace_.Lock(key);
+    ASSERT_TRUE(view.IncrBy(key, 1).has_value());
+    EXPECT_TRUE(view.wrote());
+    EXPECT_EQ(view.required_epoch(), 1u);
+  }
+  {
+    // A read of a value written in the open epoch must wait for that epoch.
+    View view = keyspace_.Lock(key);
+    EXPECT_EQ(view.Get(key), 1);
+    EXPECT_EQ(view.required_epoch(), 1u);
+  }
+  Drain();
+  {
+    View view = keyspace_.Lock(key);
+    EXPECT_EQ(view.Get(key), 1);
+    EXPECT_EQ(view.required_epoch(), 1u);  // epoch 1 is closed; the value is from it
+    ASSERT_TRUE(view.IncrBy(key, 1).has_value());
+    EXPECT_EQ(view.required_epoch(), 2u);
+  }
+}
+
+TEST_F(KeyspaceTest, FlushAllClearsThenOnlyLaterWritesArePut) {
+  ASSERT_TRUE(Set("old1", 1).applied);
+  ASSERT_TRUE(SetWithDeadline("old2", 2, kStart + 100).applied);
+  Drain();
+  ASSERT_TRUE(Set("before", 3).applied);  // in the same epoch as the flush: superseded
+  ASSERT_TRUE(Delete("old1"));
+  {
+    View all = keyspace_.LockAll();
+    all.FlushAll();
+    EXPECT_TRUE(all.wrote());
+    EXPECT_EQ(all.required_epoch(), 2u);
+  }
+  EXPECT_EQ(keyspace_.size(), 0u);
+  EXPECT_EQ(keyspace_.expiring_count(), 0u);
+  EXPECT_EQ(Get("old2"), std::nullopt);
+  EXPECT_TRUE(ScanAll().empty());
+  ASSERT_TRUE(IncrBy("after", 4).has_value());
+  Drained drained = Drain();
+  EXPECT_TRUE(drained.closed);
+  EXPECT_EQ(drained.epoch, 2u);
+  EXPECT_TRUE(drained.clear_all);
+  EXPECT_TRUE(drained.deletes.empty());
+  EXPECT_EQ(drained.put_keys, std::vector<std::string>{"after"});
+  EXPECT_EQ(drained.puts.at("after").value, 4);
+  // The clear is emitted once.
+  ASSERT_TRUE(IncrBy("after", 1).has_value());
+  Drained next = Drain();
+  EXPECT_FALSE(next.clear_all);
+  EXPECT_EQ(next.puts.at("after").value, 5);
+  // A flush alone closes an epoch with only the clear.
+  {
+    View all = keyspace_.LockAll();
+    all.FlushAll();
+  }
+  Drained flush_only = Drain();
+  EXPECT_TRUE(flush_only.closed);
+  EXPECT_TRUE(flush_only.clear_all);
+  EXPECT_TRUE(flush_only.puts.empty());
+  // The old deadline of "old2" must not remove anything later.
+  clock_.Advance(1000);
+  EXPECT_EQ(keyspace_.ReclaimExpired(100), 0u);
+}
+
+TEST_F(KeyspaceTest, ReclaimedAndTouchedExpiredKeysAreDeletedFromTheStore) {
+  ASSERT_TRUE(SetWithDeadline("a", 1, kStart + 10).applied);
+  ASSERT_TRUE(SetWithDeadline("b", 1, kStart + 10).applied);
+  Drain();
+  clock_.Advance(10);
+  ASSERT_EQ(IncrBy("a", 5).value(), 5);  // touch: removed, then a new counter
+  EXPECT_EQ(keyspace_.ReclaimExpired(10), 1u);  // "b"
+  Drained drained = Drain();
+  std::vector<std::string> deletes = drained.deletes;
+  std::sort(deletes.begin(), deletes.end());
+  EXPECT_EQ(deletes, (std::vector<std::string>{"a", "b"}));
+  EXPECT_EQ(drained.puts.at("a").value, 5);
+  EXPECT_EQ(drained.puts.at("a").deadline_ms, 0);
+}
+
+TEST_F(KeyspaceTest, OneViewOverSeveralStripesLandsInOneEpoch) {
+  std::vector<std::string> names;
+  for (int i = 0; i < 50; ++i) names.push_back("multi:" + std::to_string(i));
+  std::vector<HashedKey> keys;
+  for (const std::string& name : names) keys.emplace_back(name);
+  std::set<size_t> stripes;
+  for (const HashedKey& key : keys) stripes.insert(StripeOf(key.hash));
+  ASSERT_GT(stripes.size(), 10u);
+  {
+    View view = keyspace_.Lock(keys);
+    for (size_t i = 0; i < keys.size(); ++i) {
+      ASSERT_EQ(view.IncrBy(keys[i], static_cast<int64_t>(i)).value(), static_cast<int64_t>(i));
+    }
+    EXPECT_EQ(view.required_epoch(), 1u);
+  }
+  Drained drained = Drain();
+  EXPECT_EQ(drained.puts.size(), keys.size());
+  for (size_t i = 0; i < names.size(); ++i) EXPECT_EQ(drained.puts.at(names[i]).value, static_cast<int64_t>(i));
+  // Duplicate keys in one lock are fine.
+  std::vector<HashedKey> twice = {keys[0], keys[0], keys[1]};
+  View view = keyspace_.Lock(twice);
+  EXPECT_EQ(view.Get(keys[0]), 0);
+  EXPECT_EQ(view.Get(keys[1]), 1);
+}
+
+TEST_F(KeyspaceTest, OnWriteIsCalledAfterWritingViews) {
+  int calls = 0;
+  keyspace_.set_on_write([&] { ++calls; });
+  EXPECT_EQ(Get("k"), std::nullopt);
+  EXPECT_EQ(calls, 0);
+  ASSERT_TRUE(IncrBy("k", 1).has_value());
+  EXPECT_EQ(calls, 1);
+  {
+    View view = keyspace_.Lock(HashedKey("k"));
+    ASSERT_TRUE(view.IncrBy(HashedKey("k"), 1).has_value());
+    EXPECT_EQ(calls, 1);  // not before the view is released
+    View moved(std::move(view));
+  }
+  EXPECT_EQ(calls, 2);  // once, by the view that held the lock
+}
+
+// ---- Scan --------------------------------------------------------------------------------
+
+TEST_F(KeyspaceTest, ScanReturnsEveryKeyOnce) {
+  EXPECT_TRUE(ScanAll().empty());
+  std::set<std::string> expected;
+  for (int i = 0; i < 5000; ++i) {
+    std::string key = "scan:" + std::to_string(i);
+    if (i % 5 == 0) key += std::string(20, 'l');
+    ASSERT_TRUE(Set(key, i).applied);
+    expected.insert(key);
+  }
+  for (size_t count : {1u, 7u, 100u, 100000u}) {
+    SCOPED_TRACE(count);
+    std::vector<std::string> keys = ScanAll(count);
+    EXPECT_EQ(keys.size(), expected.size());
+    EXPECT_EQ(std::set<std::string>(keys.begin(), keys.end()), expected);
+  }
+}
+
+TEST_F(KeyspaceTest, ScanMatchFilters) {
+  for (int i = 0; i < 100; ++i) ASSERT_TRUE(Set((i % 2 ? "odd:" : "even:") + std::to_string(i), i).applied);
+  std::vector<std::string> keys;
+  uint64_t cursor = 0;
+  do {
+    cursor = keyspace_.Scan(cursor, 5, [](std::string_view key) { return key.starts_with("odd:"); }, &keys);
+  } while (cursor != 0);
+  EXPECT_EQ(keys.size(), 50u);
+  for (const std::string& key : keys) EXPECT_TRUE(key.starts_with("odd:")) << key;
+}
+
+TEST_F(KeyspaceTest, ScanWithStripesHeld) {
+  for (int i = 0; i < 300; ++i) ASSERT_TRUE(Set("held:" + std::to_string(i), i).applied);
+  View all = keyspace_.LockAll();
+  std::vector<std::string> keys;
+  uint64_t cursor = 0;
+  do {
+    cursor = keyspace_.Scan(cursor, 16, nullptr, &keys, /*stripes_held=*/true);
+  } while (cursor != 0);
+  EXPECT_EQ(keys.size(), 300u);
+}
+
+TEST_F(KeyspaceTest, ScanIsExactlyOnceWhileKeysComeAndGo) {
+  std::mt19937_64 rng(123);
+  std::set<std::string> stable;
+  for (int i = 0; i < 3000; ++i) {
+    const std::string key = "stable:" + std::to_string(i) + (i % 4 == 0 ? std::string(20, 's') : "");
+    ASSERT_TRUE(Set(key, i).applied);
+    stable.insert(key);
+  }
+  std::vector<std::string> transient;
+  for (int i = 0; i < 3000; ++i) {
+    transient.push_back("transient:" + std::to_string(i));
+    ASSERT_TRUE(Set(transient.back(), i).applied);
+  }
+  std::set<std::string> ever;  // every key that existed at some point
+  ever.insert(stable.begin(), stable.end());
+  ever.insert(transient.begin(), transient.end());
+
+  std::map<std::string, int> seen;
+  uint64_t cursor = 0;
+  int steps = 0;
+  int added = 0;
+  do {
+    std::vector<std::string> keys;
+    cursor = keyspace_.Scan(cursor, 16, nullptr, &keys);
+    for (const std::string& key : keys) ++seen[key];
+    ++steps;
+    // Between steps: grow the maps (new keys), delete transient keys (freeing entries that
+    // new keys then reuse), and recreate some of them.
+    for (int j = 0; j < 20; ++j) {
+      const std::string key = "added:" + std::to_string(added++) + (j % 3 == 0 ? std::string(18, 'a') : "");
+      ASSERT_TRUE(Set(key, j).applied);
+      ever.insert(key);
+    }
+    for (int j = 0; j < 10 && !transient.empty(); ++j) {
+      const size_t victim = rng() % transient.size();
+      ASSERT_TRUE(Delete(transient[victim]));
+      if (rng() % 2) {
+        ASSERT_TRUE(Set(transient[victim], 0).applied);  // comes back, maybe elsewhere
+      } else {
+        transient.erase(transient.begin() + static_cast<ptrdiff_t>(victim));
+      }
+    }
+  } while (cursor != 0 && steps < 100'000);
+  ASSERT_EQ(cursor, 0u);
+  // The keyspace more than doubled during the scan: every stripe's index grew.
+  EXPECT_GT(added, 6000);
+  for (const std::string& key : stable) EXPECT_EQ(seen[key], 1) << key;
+  for (const auto& [key, times] : seen) EXPECT_TRUE(ever.contains(key)) << key;
+}
+
+TEST_F(KeyspaceTest, ScanSkipsExpiredKeys) {
+  ASSERT_TRUE(SetWithDeadline("short", 1, kStart + 5).applied);
+  ASSERT_TRUE(SetWithDeadline("long", 1, kStart + 5000).applied);
+  clock_.Advance(5);
+  EXPECT_EQ(ScanAll(), std::vector<std::string>{"long"});
+}
+
+// ---- Load --------------------------------------------------------------------------------
+
+TEST_F(KeyspaceTest, LoadPutsDeletesAndClears) {
+  keyspace_.LoadPut("a", CounterRecord{5, 0});
+  keyspace_.LoadPut("b", CounterRecord{6, kStart + 1000});
+  keyspace_.LoadPut("c", CounterRecord{7, 0});
+  keyspace_.LoadPut(std::string(30, 'L'), CounterRecord{-8, 0});
+  EXPECT_EQ(Get("a"), 5);
+  EXPECT_EQ(Get("b"), 6);
+  EXPECT_EQ(Deadline("b"), kStart + 1000);
+  EXPECT_EQ(Get(std::string(30, 'L')), -8);
+  EXPECT_EQ(keyspace_.size(), 4u);
+  EXPECT_EQ(keyspace_.expiring_count(), 1u);
+  // Loaded state is already stored: nothing to commit.
+  EXPECT_FALSE(Drain().closed);
+
+  // A later record of the same key replaces value and deadline.
+  keyspace_.LoadPut("a", CounterRecord{50, kStart + 2000});
+  keyspace_.LoadPut("b", CounterRecord{60, 0});
+  EXPECT_EQ(Get("a"), 50);
+  EXPECT_EQ(Deadline("a"), kStart + 2000);
+  EXPECT_EQ(Get("b"), 60);
+  EXPECT_EQ(Deadline("b"), -1);
+  EXPECT_EQ(keyspace_.expiring_count(), 1u);
+
+  keyspace_.LoadDelete("c");
+  keyspace_.LoadDelete("never there");
+  EXPECT_FALSE(Exists("c"));
+  EXPECT_EQ(keyspace_.size(), 3u);
+  EXPECT_FALSE(Drain().closed);
+
+  keyspace_.LoadClear();
+  EXPECT_EQ(keyspace_.size(), 0u);
+  EXPECT_EQ(keyspace_.expiring_count(), 0u);
+  EXPECT_EQ(Get("a"), std::nullopt);
+  keyspace_.LoadPut("z", CounterRecord{1, 0});
+  EXPECT_EQ(Get("z"), 1);
+  EXPECT_EQ(keyspace_.size(), 1u);
+  // The deadline of "a" before the clear removes nothing.
+  clock_.Advance(5000);
+  EXPECT_EQ(keyspace_.ReclaimExpired(10), 0u);
+  EXPECT_EQ(Get("z"), 1);
+}
+
+TEST_F(KeyspaceTest, LoadPutOfAnExpiredRecordDropsItAndDeletesItFromTheStore) {
+  keyspace_.LoadPut("dead", CounterRecord{1, kStart});
+  EXPECT_FALSE(Exists("dead"));
+  EXPECT_EQ(keyspace_.size(), 0u);
+  Drained drained = Drain();
+  EXPECT_TRUE(drained.closed);
+  EXPECT_EQ(drained.deletes, std::vector<std::string>{"dead"});
+}
+
+TEST_F(KeyspaceTest, LoadPutOfAnExpiredRecordOverAnExpiringKeyForgetsItsDeadline) {
+  // The store's table holds the key with a future deadline; the log then holds a record of
+  // the same key whose deadline has passed by now.
+  keyspace_.LoadPut("k", CounterRecord{1, kStart + 1000});
+  EXPECT_EQ(keyspace_.expiring_count(), 1u);
+  keyspace_.LoadPut("k", CounterRecord{2, kStart - 1});
+  EXPECT_FALSE(Exists("k"));
+  EXPECT_EQ(keyspace_.size(), 0u);
+  EXPECT_EQ(keyspace_.expiring_count(), 0u);
+  // The freed entry is reused by a key without expiry, which must stay that way.
+  keyspace_.LoadPut("other", CounterRecord{3, 0});
+  EXPECT_EQ(Deadline("other"), -1);
+  EXPECT_EQ(keyspace_.expiring_count(), 0u);
+  clock_.Advance(2000);
+  EXPECT_EQ(keyspace_.ReclaimExpired(10), 0u);
+  EXPECT_EQ(Get("other"), 3);
+}
+
+TEST_F(KeyspaceTest, StatsFollowTheContents) {
+  const size_t empty = keyspace_.memory_bytes();
+  EXPECT_GT(empty, 0u);
+  for (int i = 0; i < 20'000; ++i) ASSERT_TRUE(Set("m:" + std::to_string(i), i).applied);
+  EXPECT_EQ(keyspace_.size(), 20'000u);
+  EXPECT_GE(keyspace_.memory_bytes(), empty + 20'000u * 24);
+  for (int i = 0; i < 100; ++i) ASSERT_TRUE(Expire("m:" + std::to_string(i), kStart + 10));
+  EXPECT_EQ(keyspace_.expiring_count(), 100u);
+  for (int i = 0; i < 20'000; i += 2) ASSERT_TRUE(Delete("m:" + std::to_string(i)));
+  EXPECT_EQ(keyspace_.size(), 10'000u);
+  EXPECT_EQ(keyspace_.expiring_count(), 50u);
+}
+
+}  // namespace
+}  // namespace tally::engine
