@@ -34,6 +34,7 @@ void Committer::Stop() {
 }
 
 void Committer::RequestCommit() {
+  if (options_.durability == Durability::kSync) return;
   if (commit_requested_.load(std::memory_order_relaxed)) return;
   if (!commit_requested_.exchange(true, std::memory_order_acq_rel)) {
     std::lock_guard lock(mutex_);
@@ -41,9 +42,21 @@ void Committer::RequestCommit() {
   }
 }
 
+bool Committer::TryCommitNow() {
+  std::unique_lock lock(commit_mutex_, std::try_to_lock);
+  if (!lock.owns_lock()) return false;
+  CommitOnce(options_.durability == Durability::kSync);
+  return true;
+}
+
 void Committer::WaitDurable(uint64_t epoch) {
-  std::unique_lock lock(mutex_);
-  durable_changed_.wait(lock, [&] { return stopping_ || durable_epoch() >= epoch; });
+  while (durable_epoch() < epoch) {
+    if (TryCommitNow()) continue;
+    std::unique_lock lock(mutex_);
+    durable_changed_.wait_for(lock, std::chrono::milliseconds(10),
+                              [&] { return stopping_ || durable_epoch() >= epoch; });
+    if (stopping_) return;
+  }
 }
 
 CommitStats Committer::stats() const {
@@ -75,13 +88,18 @@ void Committer::Run() {
         stats_.reclaimed += removed;
       }
       next_reclaim = now + std::chrono::milliseconds(options_.reclaim_interval_ms);
+      std::lock_guard commit(commit_mutex_);
       persistence_->Maintain();
     }
 
     const bool sync_now = options_.durability == Durability::kSync || stopping;
-    if (CommitOnce(sync_now)) unsynced = !sync_now;
+    {
+      std::lock_guard commit(commit_mutex_);
+      if (CommitOnce(sync_now)) unsynced = !sync_now;
+    }
 
     if (unsynced && (stopping || Clock::now() >= next_sync)) {
+      std::lock_guard commit(commit_mutex_);
       if (auto status = persistence_->Sync(); !status) {
         spdlog::error("fsync of the write-ahead log failed: {}", status.error().message);
       } else {
@@ -91,6 +109,7 @@ void Committer::Run() {
     }
     if (stopping) {
       // Drain until nothing is left: writers may have raced with the stop.
+      std::lock_guard commit(commit_mutex_);
       while (CommitOnce(true)) {
       }
       std::lock_guard lock(mutex_);

@@ -62,7 +62,15 @@ class Committer {
   void Stop();
 
   // Wakes the committer: something was written. Cheap when a wake-up is already pending.
+  // In sync mode this does nothing: whoever waits for durability commits (TryCommitNow),
+  // so that a commit costs no thread hand-off; the committer thread only sweeps up writes
+  // nobody waits for (expiry) on its timer.
   void RequestCommit();
+
+  // Commits everything written so far on the calling thread, and announces it. Returns
+  // false, at once, when another thread is committing: its announcement follows, and
+  // whatever it did not include needs another call then.
+  bool TryCommitNow();
 
   // Every epoch up to this one is durable (in async mode: written, not yet fsync'd).
   uint64_t durable_epoch() const { return durable_epoch_.load(std::memory_order_acquire); }
@@ -76,7 +84,8 @@ class Committer {
  private:
   void Run();
   // Drains and writes one batch; false when there was nothing to write.
-  bool CommitOnce(bool force_sync);
+  // REQUIRES: commit_mutex_ held.
+  bool CommitOnce(bool sync);
 
   Keyspace* const keyspace_;
   Persistence* const persistence_;
@@ -92,7 +101,8 @@ class Committer {
   std::atomic<uint64_t> durable_epoch_{0};
   std::thread thread_;
 
-  CommitBatch batch_;  // used by the committer thread only
+  std::mutex commit_mutex_;  // held by the one thread committing
+  CommitBatch batch_;        // guarded by commit_mutex_
   mutable std::mutex stats_mutex_;
   CommitStats stats_;  // guarded by stats_mutex_
 };

@@ -207,7 +207,9 @@ void RunModelCheck(size_t universe, size_t operations, uint64_t seed) {
         const EntryId id = map.Find(hashed);
         const auto it = model.find(key);
         ASSERT_EQ(id != CounterMap::kNoEntry, it != model.end()) << key;
-        if (id != CounterMap::kNoEntry) ASSERT_EQ(map.value(id), it->second);
+        if (id != CounterMap::kNoEntry) {
+          ASSERT_EQ(map.value(id), it->second);
+        }
       }
     }
     ASSERT_EQ(map.size(), model.size());
@@ -239,7 +241,9 @@ TEST(CounterMap, MatchesModelThroughGrowAndShrink) {
       bool inserted = false;
       const EntryId id = map.FindOrInsert(HashedKey(key), &inserted);
       ASSERT_EQ(inserted, !present.contains(key));
-      if (!inserted) ASSERT_EQ(id, present.at(key));
+      if (!inserted) {
+        ASSERT_EQ(id, present.at(key));
+      }
       present[key] = id;
       map.value(id) = static_cast<int64_t>(id);
     }

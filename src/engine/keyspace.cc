@@ -352,7 +352,10 @@ void Keyspace::LoadPut(std::string_view key_bytes, const CounterRecord& record) 
   std::lock_guard lock(s.mutex);
   EntryId id = s.map.Find(key);
   if (record.deadline_ms != 0 && record.deadline_ms <= clock_->NowMillis()) {
-    if (id != kNoEntry) s.map.Erase(id);
+    if (id != kNoEntry) {
+      s.ClearDeadline(id);  // else its deadline outlives it in `deadlines`
+      s.map.Erase(id);
+    }
     s.deleted.emplace_back(key_bytes);
     s.UpdateMirrors();
     return;

@@ -86,7 +86,7 @@ void Worker::EndOfTurn() {
   end_of_turn_scheduled_ = false;
   durable_notice_pending_.store(false, std::memory_order_relaxed);
   FoldIncrements();
-  const engine::Engine& engine = core_.engine();
+  engine::Engine& engine = core_.engine();
   for (const auto& connection : touched_) {
     if (connection->closed() || connection->waiting_for_durability()) continue;
     if (engine.IsDurable(connection->session().required_epoch())) {
@@ -98,6 +98,14 @@ void Worker::EndOfTurn() {
   }
   touched_.clear();
   if (waiting_.empty()) return;
+  if (engine.durability() == engine::Durability::kSync) {
+    // Commit here rather than hand off to another thread: with one core that is two
+    // context switches saved per commit, as in Redis's fsync before replying. Our own
+    // announcement is not needed (we look at every waiting connection right below).
+    durable_notice_pending_.store(true, std::memory_order_relaxed);
+    core_.engine().committer().TryCommitNow();
+    durable_notice_pending_.store(false, std::memory_order_relaxed);
+  }
   size_t kept = 0;
   for (auto& connection : waiting_) {
     if (connection->closed()) continue;
