@@ -75,25 +75,33 @@ class CommitBatch {
 
 // What a store reports about itself.
 struct PersistenceStats {
-  uint64_t checkpoints = 0;           // background checkpoints completed
-  uint64_t checkpoint_failures = 0;
-  uint64_t last_checkpoint_ms = 0;    // how long the last one took
-  uint64_t keys_since_checkpoint = 0; // distinct keys changed since the last checkpoint
-  uint64_t log_bytes = 0;             // bytes in the current log segment
-  uint64_t disk_bytes = 0;            // bytes of the store's tables
+  uint64_t log_bytes = 0;   // bytes of log written since the last checkpoint began
+  uint64_t disk_bytes = 0;  // bytes of the store's tables
 };
+
+// Where a loaded operation comes from: the store's tables (as of the last checkpoint), or
+// its log (committed since; the next checkpoint must write it to the tables).
+enum class LoadSource { kTables, kLog };
 
 // Receives the stored state at start (see Persistence::Load).
 class LoadVisitor {
  public:
   virtual ~LoadVisitor() = default;
-  virtual void Put(std::string_view key, const CounterRecord& record) = 0;
-  virtual void Delete(std::string_view key) = 0;
-  virtual void ClearAll() = 0;
+  virtual void Put(std::string_view key, const CounterRecord& record, LoadSource source) = 0;
+  virtual void Delete(std::string_view key, LoadSource source) = 0;
+  virtual void ClearAll(LoadSource source) = 0;
 };
 
 // What the engine needs from a durable store. Implemented by the storage layer
 // (RocksDbStore); the engine never sees how bytes reach the disk.
+//
+// Two paths. Commit() makes each batch durable at once, in a log. Checkpoints bring the
+// store's tables up to date in the background, so that the log can be dropped:
+//   BeginCheckpoint()    — between commits; later commits go to a new log segment
+//   CheckpointWrite()... — any thread, while commits go on: counters' current values
+//   FinishCheckpoint()   — once every commit the written values came from is durable;
+//                          from now on recovery starts from these tables
+// A checkpoint that never finishes changes nothing recovery depends on.
 class Persistence {
  public:
   virtual ~Persistence() = default;
@@ -105,14 +113,15 @@ class Persistence {
   // Makes everything committed so far durable against a machine crash (fsync).
   virtual Status Sync() = 0;
 
-  // Replays the stored state at start: every counter as a Put, in any order, then — for
-  // state that was durable in a log but not yet in the store's tables — the logged
-  // operations in commit order. A later operation on a key supersedes an earlier one.
+  // Replays the stored state at start: every counter of the tables as a Put, in any order,
+  // then the logged operations in commit order. A later operation supersedes an earlier.
   virtual Status Load(LoadVisitor& visitor) = 0;
 
-  // Called on the committer thread about every 100 ms, between commits: background work
-  // that is due (a checkpoint) may start here.
-  virtual void Maintain() {}
+  // REQUIRES: no Commit() runs concurrently. Returns a token for FinishCheckpoint().
+  virtual Result<uint64_t> BeginCheckpoint() = 0;
+  // Writes the batch's operations to the tables (not durable until FinishCheckpoint).
+  virtual Status CheckpointWrite(const CommitBatch& batch) = 0;
+  virtual Status FinishCheckpoint(uint64_t token) = 0;
 
   // Figures for INFO and metrics.
   virtual PersistenceStats stats() const { return {}; }

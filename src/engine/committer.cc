@@ -21,6 +21,7 @@ void Committer::AddDurableListener(std::function<void(uint64_t)> listener) {
 void Committer::Start() {
   durable_epoch_.store(keyspace_->open_epoch() - 1, std::memory_order_release);
   thread_ = std::thread([this] { Run(); });
+  checkpoint_thread_ = std::thread([this] { RunCheckpoints(); });
 }
 
 void Committer::Stop() {
@@ -29,8 +30,17 @@ void Committer::Stop() {
     if (stopping_) return;
     stopping_ = true;
   }
-  wake_.notify_one();
+  wake_.notify_all();
+  checkpoint_wake_.notify_all();
+  if (checkpoint_thread_.joinable()) checkpoint_thread_.join();
   if (thread_.joinable()) thread_.join();
+  if (keyspace_->checkpoint_backlog() > 0) {
+    // A last checkpoint, so that the next start replays (almost) nothing.
+    if (auto status = Checkpoint(); !status) {
+      spdlog::error("final checkpoint failed (the log keeps everything): {}",
+                    status.error().message);
+    }
+  }
 }
 
 void Committer::RequestCommit() {
@@ -51,7 +61,10 @@ bool Committer::TryCommitNow() {
 
 void Committer::WaitDurable(uint64_t epoch) {
   while (durable_epoch() < epoch) {
-    if (TryCommitNow()) continue;
+    // Commit inline when nobody else is. An epoch that this does not make durable is not
+    // closed yet (nothing written in it so far): wait for it rather than spin, and give up
+    // once stopping, as promised.
+    if (TryCommitNow() && durable_epoch() >= epoch) return;
     std::unique_lock lock(mutex_);
     durable_changed_.wait_for(lock, std::chrono::milliseconds(10),
                               [&] { return stopping_ || durable_epoch() >= epoch; });
@@ -88,8 +101,6 @@ void Committer::Run() {
         stats_.reclaimed += removed;
       }
       next_reclaim = now + std::chrono::milliseconds(options_.reclaim_interval_ms);
-      std::lock_guard commit(commit_mutex_);
-      persistence_->Maintain();
     }
 
     const bool sync_now = options_.durability == Durability::kSync || stopping;
@@ -117,6 +128,77 @@ void Committer::Run() {
       return;
     }
   }
+}
+
+bool Committer::CheckpointDue(Clock::time_point last) const {
+  const size_t changed = keyspace_->checkpoint_backlog();
+  if (changed == 0) return false;
+  return changed >= options_.checkpoint_max_changed ||
+         persistence_->stats().log_bytes >= options_.checkpoint_max_log_bytes ||
+         Clock::now() - last >= std::chrono::milliseconds(options_.checkpoint_interval_ms);
+}
+
+void Committer::RunCheckpoints() {
+  auto last = Clock::now();
+  std::unique_lock lock(mutex_);
+  while (!stopping_) {
+    checkpoint_wake_.wait_for(lock, std::chrono::milliseconds(100));
+    if (stopping_ || !CheckpointDue(last)) continue;
+    lock.unlock();
+    last = Clock::now();
+    if (auto status = Checkpoint(); !status) {
+      spdlog::error("checkpoint failed (the log keeps everything; the next one writes all "
+                    "counters): {}",
+                    status.error().message);
+    }
+    lock.lock();
+  }
+}
+
+Status Committer::CheckpointNow() { return Checkpoint(); }
+
+Status Committer::Checkpoint() {
+  std::lock_guard one_at_a_time(checkpoint_mutex_);
+  const auto started = Clock::now();
+  const auto fail = [this](const Error& error) -> Status {
+    keyspace_->RequireFullCheckpoint();
+    std::lock_guard lock(stats_mutex_);
+    stats_.checkpoint_failures++;
+    return tl::unexpected(error);
+  };
+  uint64_t token;
+  Keyspace::CheckpointCursor cursor;
+  {
+    // Rotate the log first, then take the marks: a commit in between lands in the new
+    // segment (kept) and is also in this checkpoint (harmless); the other order could drop
+    // a segment holding a commit this checkpoint does not cover.
+    std::lock_guard commit(commit_mutex_);
+    auto begun = persistence_->BeginCheckpoint();
+    if (!begun) return tl::unexpected(begun.error());
+    token = *begun;
+    cursor = keyspace_->TakeCheckpoint();
+  }
+  CommitBatch chunk;
+  bool more = true;
+  while (more) {
+    chunk.Clear();
+    more = keyspace_->ReadCheckpoint(cursor, 10000, &chunk);
+    if (chunk.empty()) continue;
+    if (auto status = persistence_->CheckpointWrite(chunk); !status) return fail(status.error());
+  }
+  // The values written may come from epochs not yet durable: finish only once they are,
+  // fsync'd, so that recovery from these tables never shows an uncommitted write.
+  WaitDurable(cursor.newest_epoch);
+  {
+    std::lock_guard commit(commit_mutex_);
+    if (auto status = persistence_->Sync(); !status) return fail(status.error());
+  }
+  if (auto status = persistence_->FinishCheckpoint(token); !status) return fail(status.error());
+  std::lock_guard lock(stats_mutex_);
+  stats_.checkpoints++;
+  stats_.last_checkpoint_ms = static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - started).count());
+  return OkStatus();
 }
 
 bool Committer::CommitOnce(bool sync) {

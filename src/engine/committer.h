@@ -3,10 +3,12 @@
 // CommitBatch (closing the epoch), writes it through Persistence — fsync'd in sync mode —
 // and then announces the epoch as durable. While one batch is being written, writers go
 // on filling the next epoch, so the fsync cost is shared by everything that arrived during
-// it. It also reclaims expired counters in the background.
+// it. It also reclaims expired counters in the background, and a second thread writes
+// checkpoints (see Persistence).
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -31,6 +33,12 @@ struct CommitterOptions {
   // How often expired counters are reclaimed, and how many at most each time.
   int reclaim_interval_ms = 100;
   size_t reclaim_budget = 20000;
+  // A checkpoint writes the counters changed since the previous one into the store's
+  // tables, so that the log can be dropped and a restart replays little. It starts when
+  // this much time has passed, or this many counters changed, or this much log grew.
+  int checkpoint_interval_ms = 10000;
+  size_t checkpoint_max_changed = 2'000'000;
+  uint64_t checkpoint_max_log_bytes = 256ull << 20;
 };
 
 // Counters of the committer's work, for INFO and metrics.
@@ -43,6 +51,9 @@ struct CommitStats {
   uint64_t total_commit_micros = 0;
   uint64_t reclaimed = 0;
   bool healthy = true;
+  uint64_t checkpoints = 0;
+  uint64_t checkpoint_failures = 0;
+  uint64_t last_checkpoint_ms = 0;
 };
 
 class Committer {
@@ -58,8 +69,12 @@ class Committer {
 
   void Start();
 
-  // Commits whatever is left (fsync'd, whatever the mode) and joins the thread.
+  // Commits whatever is left (fsync'd, whatever the mode), writes a last checkpoint and
+  // joins the threads.
   void Stop();
+
+  // Writes a checkpoint now and waits for it. For tests and tools.
+  Status CheckpointNow();
 
   // Wakes the committer: something was written. Cheap when a wake-up is already pending.
   // In sync mode this does nothing: whoever waits for durability commits (TryCommitNow),
@@ -83,6 +98,9 @@ class Committer {
 
  private:
   void Run();
+  void RunCheckpoints();
+  bool CheckpointDue(std::chrono::steady_clock::time_point last) const;
+  Status Checkpoint();
   // Drains and writes one batch; false when there was nothing to write.
   // REQUIRES: commit_mutex_ held.
   bool CommitOnce(bool sync);
@@ -94,12 +112,15 @@ class Committer {
   std::vector<std::function<void(uint64_t)>> listeners_;  // guarded by listeners_mutex_
 
   std::mutex mutex_;
-  std::condition_variable wake_;
+  std::condition_variable wake_;             // the commit thread
+  std::condition_variable checkpoint_wake_;  // the checkpoint thread
   std::condition_variable durable_changed_;
   bool stopping_ = false;                  // guarded by mutex_
   std::atomic<bool> commit_requested_{false};
   std::atomic<uint64_t> durable_epoch_{0};
   std::thread thread_;
+  std::thread checkpoint_thread_;
+  std::mutex checkpoint_mutex_;  // one checkpoint at a time
 
   std::mutex commit_mutex_;  // held by the one thread committing
   CommitBatch batch_;        // guarded by commit_mutex_

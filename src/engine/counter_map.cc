@@ -43,7 +43,8 @@ std::string_view CounterMap::key(EntryId id) const {
     std::memcpy(&length, entry.key_bytes + 8, sizeof length);
     return {data, length};
   }
-  return {reinterpret_cast<const char*>(entry.key_bytes), size_t{entry.meta() & kLengthMask}};
+  return {reinterpret_cast<const char*>(entry.key_bytes),
+          static_cast<size_t>(entry.meta() & kLengthMask)};
 }
 
 CounterMap::EntryId CounterMap::Find(const HashedKey& key) const {
@@ -102,7 +103,7 @@ void CounterMap::Erase(EntryId id) {
 
   Entry& entry = At(id);
   ReleaseKey(entry);
-  entry.meta() = kFreeMarker;
+  entry.MarkFree();
   entry.value = free_head_;
   free_head_ = id;
   --size_;

@@ -28,8 +28,9 @@ class CounterMap {
   static constexpr EntryId kNoEntry = UINT32_MAX;
 
   // Flags kept in each entry's meta byte for the stripe's bookkeeping.
-  static constexpr uint8_t kDirty = 0x40;      // changed since the last commit drain
-  static constexpr uint8_t kHasExpiry = 0x20;  // has a deadline in the stripe's expiry map
+  static constexpr uint8_t kDirty = 0x40;            // changed since the last commit drain
+  static constexpr uint8_t kHasExpiry = 0x20;        // has a deadline in the expiry map
+  static constexpr uint8_t kCheckpointDirty = 0x10;  // committed since the last checkpoint
 
   CounterMap();
   ~CounterMap();
@@ -65,9 +66,10 @@ class CounterMap {
   size_t MemoryBytes() const;
 
  private:
+  // meta byte := heap:1 dirty:1 has-expiry:1 checkpoint-dirty:1 inline-length:4
+  // A free entry is marked as a heap key with a null pointer.
   static constexpr uint8_t kHeapKey = 0x80;
-  static constexpr uint8_t kLengthMask = 0x1F;
-  static constexpr uint8_t kFreeMarker = 0x1F;  // an inline length no key can have
+  static constexpr uint8_t kLengthMask = 0x0F;
   static constexpr size_t kInlineKeyMax = 15;
   static constexpr size_t kChunkShift = 12;  // 4096 entries (96 KiB) a chunk
 
@@ -77,7 +79,16 @@ class CounterMap {
 
     uint8_t& meta() { return key_bytes[15]; }
     uint8_t meta() const { return key_bytes[15]; }
-    bool IsFree() const { return (meta() & ~(kDirty | kHasExpiry)) == kFreeMarker; }
+    bool IsFree() const {
+      if ((meta() & kHeapKey) == 0) return false;
+      const char* data;
+      std::memcpy(&data, key_bytes, sizeof data);
+      return data == nullptr;
+    }
+    void MarkFree() {
+      std::memset(key_bytes, 0, sizeof key_bytes);
+      meta() = kHeapKey;
+    }
   };
   static_assert(sizeof(Entry) == 24);
 

@@ -321,13 +321,13 @@ TEST(CounterMap, FlagsLeaveKeysIntactAndAreResetOnReuse) {
   const EntryId a = InsertNew(map, inline_key);
   const EntryId b = InsertNew(map, heap_key);
   const EntryId c = InsertNew(map, "");
+  const uint8_t flags[] = {CounterMap::kDirty, CounterMap::kHasExpiry, CounterMap::kCheckpointDirty};
   for (EntryId id : {a, b, c}) {
-    EXPECT_FALSE(map.HasFlag(id, CounterMap::kDirty));
-    EXPECT_FALSE(map.HasFlag(id, CounterMap::kHasExpiry));
-    map.SetFlag(id, CounterMap::kDirty);
-    map.SetFlag(id, CounterMap::kHasExpiry);
-    EXPECT_TRUE(map.HasFlag(id, CounterMap::kDirty));
-    EXPECT_TRUE(map.HasFlag(id, CounterMap::kHasExpiry));
+    for (uint8_t flag : flags) {
+      EXPECT_FALSE(map.HasFlag(id, flag));
+      map.SetFlag(id, flag);
+      EXPECT_TRUE(map.HasFlag(id, flag));
+    }
     EXPECT_TRUE(map.IsLive(id));
   }
   EXPECT_EQ(map.key(a), inline_key);
@@ -346,8 +346,7 @@ TEST(CounterMap, FlagsLeaveKeysIntactAndAreResetOnReuse) {
   const EntryId reused = InsertNew(map, "fresh");
   EXPECT_EQ(reused, b);
   EXPECT_EQ(map.value(reused), 0);
-  EXPECT_FALSE(map.HasFlag(reused, CounterMap::kDirty));
-  EXPECT_FALSE(map.HasFlag(reused, CounterMap::kHasExpiry));
+  for (uint8_t flag : flags) EXPECT_FALSE(map.HasFlag(reused, flag));
   EXPECT_EQ(map.key(reused), "fresh");
 }
 

@@ -19,11 +19,13 @@ namespace {
 class KeyspaceLoader final : public LoadVisitor {
  public:
   explicit KeyspaceLoader(Keyspace* keyspace) : keyspace_(keyspace) {}
-  void Put(std::string_view key, const CounterRecord& record) override {
-    keyspace_->LoadPut(key, record);
+  void Put(std::string_view key, const CounterRecord& record, LoadSource source) override {
+    keyspace_->LoadPut(key, record, source);
   }
-  void Delete(std::string_view key) override { keyspace_->LoadDelete(key); }
-  void ClearAll() override { keyspace_->LoadClear(); }
+  void Delete(std::string_view key, LoadSource source) override {
+    keyspace_->LoadDelete(key, source);
+  }
+  void ClearAll(LoadSource source) override { keyspace_->LoadClear(source); }
 
  private:
   Keyspace* keyspace_;

@@ -40,6 +40,7 @@ class Engine {
     return committer_.durability() == Durability::kAsync || committer_.durable_epoch() >= epoch;
   }
   Durability durability() const { return committer_.durability(); }
+  PersistenceStats persistence_stats() const { return persistence_->stats(); }
   size_t loaded_counters() const { return loaded_counters_; }
 
  private:

@@ -25,6 +25,8 @@ struct alignas(64) StripeState {
       expiry_queue;
   std::vector<EntryId> dirty;         // entries to write at the next drain (may repeat)
   std::vector<std::string> deleted;   // keys to delete at the next drain
+  std::vector<EntryId> checkpoint_dirty;        // drained since the last checkpoint
+  std::vector<std::string> checkpoint_deleted;  // deleted (and drained) since then
   uint64_t last_write_epoch = 0;      // epoch of the latest write to this stripe
   std::atomic<size_t> size{0};
   std::atomic<size_t> expiring{0};
@@ -346,14 +348,15 @@ void Keyspace::ReleaseView(View& view) {
   if (view.wrote_ && on_write_) on_write_();
 }
 
-void Keyspace::LoadPut(std::string_view key_bytes, const CounterRecord& record) {
+void Keyspace::LoadPut(std::string_view key_bytes, const CounterRecord& record,
+                       LoadSource source) {
   const HashedKey key(key_bytes);
   StripeState& s = stripe(StripeOf(key.hash));
   std::lock_guard lock(s.mutex);
   EntryId id = s.map.Find(key);
   if (record.deadline_ms != 0 && record.deadline_ms <= clock_->NowMillis()) {
     if (id != kNoEntry) {
-      s.ClearDeadline(id);  // else its deadline outlives it in `deadlines`
+      s.ClearDeadline(id);
       s.map.Erase(id);
     }
     s.deleted.emplace_back(key_bytes);
@@ -364,12 +367,18 @@ void Keyspace::LoadPut(std::string_view key_bytes, const CounterRecord& record) 
   s.map.value(id) = record.value;
   s.ClearDeadline(id);
   if (record.deadline_ms != 0) s.SetDeadline(id, record.deadline_ms);
+  if (source == LoadSource::kLog && !s.map.HasFlag(id, CounterMap::kCheckpointDirty)) {
+    s.map.SetFlag(id, CounterMap::kCheckpointDirty);
+    s.checkpoint_dirty.push_back(id);
+    checkpoint_backlog_.fetch_add(1, std::memory_order_relaxed);
+  }
 }
 
-void Keyspace::LoadDelete(std::string_view key_bytes) {
+void Keyspace::LoadDelete(std::string_view key_bytes, LoadSource source) {
   const HashedKey key(key_bytes);
   StripeState& s = stripe(StripeOf(key.hash));
   std::lock_guard lock(s.mutex);
+  if (source == LoadSource::kLog) s.checkpoint_deleted.emplace_back(key_bytes);
   const EntryId id = s.map.Find(key);
   if (id == kNoEntry) return;
   s.ClearDeadline(id);
@@ -377,16 +386,70 @@ void Keyspace::LoadDelete(std::string_view key_bytes) {
   s.UpdateMirrors();
 }
 
-void Keyspace::LoadClear() {
+void Keyspace::LoadClear(LoadSource source) {
+  View all = LockAll();
   for (size_t i = 0; i < kStripeCount; ++i) {
     StripeState& s = stripe(i);
-    std::lock_guard lock(s.mutex);
     s.map.Clear();
     s.deadlines.clear();
     s.expiry_queue = {};
     s.deleted.clear();
+    s.checkpoint_dirty.clear();
+    s.checkpoint_deleted.clear();
     s.UpdateMirrors();
   }
+  if (source == LoadSource::kLog) checkpoint_clear_ = true;
+}
+
+Keyspace::CheckpointCursor Keyspace::TakeCheckpoint() {
+  CheckpointCursor cursor;
+  View all = LockAll();
+  cursor.clear_all = checkpoint_clear_ || checkpoint_full_;
+  cursor.full = checkpoint_full_;
+  checkpoint_clear_ = false;
+  checkpoint_full_ = false;
+  for (size_t i = 0; i < kStripeCount; ++i) {
+    StripeState& s = stripe(i);
+    cursor.ids[i].swap(s.checkpoint_dirty);
+    cursor.deleted[i].swap(s.checkpoint_deleted);
+  }
+  checkpoint_backlog_.store(0, std::memory_order_relaxed);
+  return cursor;
+}
+
+bool Keyspace::ReadCheckpoint(CheckpointCursor& cursor, size_t max_operations,
+                              CommitBatch* batch) {
+  if (cursor.stripe == 0 && cursor.clear_all) batch->ClearAll();
+  size_t operations = 0;
+  for (; cursor.stripe < kStripeCount && operations < max_operations; ++cursor.stripe) {
+    StripeState& s = stripe(cursor.stripe);
+    std::lock_guard lock(s.mutex);
+    // Whatever is read here was written in an epoch no newer than this one.
+    cursor.newest_epoch = std::max(cursor.newest_epoch, s.last_write_epoch);
+    for (const std::string& key : cursor.deleted[cursor.stripe]) batch->AddDelete(key);
+    operations += cursor.deleted[cursor.stripe].size();
+    std::vector<EntryId> everything;
+    if (cursor.full) {
+      for (EntryId id = 0; id < s.map.entry_limit(); ++id) {
+        if (s.map.IsLive(id)) everything.push_back(id);
+      }
+    }
+    for (const EntryId id : cursor.full ? everything : cursor.ids[cursor.stripe]) {
+      if (!s.map.IsLive(id)) continue;
+      if (!cursor.full && !s.map.HasFlag(id, CounterMap::kCheckpointDirty)) continue;
+      s.map.ClearFlag(id, CounterMap::kCheckpointDirty);
+      batch->AddPut(s.map.key(id), CounterRecord{s.map.value(id), s.DeadlineOf(id)});
+      ++operations;
+    }
+    std::vector<EntryId>().swap(cursor.ids[cursor.stripe]);
+    std::vector<std::string>().swap(cursor.deleted[cursor.stripe]);
+  }
+  return cursor.stripe < kStripeCount;
+}
+
+void Keyspace::RequireFullCheckpoint() {
+  View all = LockAll();
+  checkpoint_full_ = true;
 }
 
 bool Keyspace::Drain(CommitBatch* batch) {
@@ -406,18 +469,34 @@ bool Keyspace::Drain(CommitBatch* batch) {
   if (clear_all_pending_) {
     batch->ClearAll();
     clear_all_pending_ = false;
+    checkpoint_clear_ = true;
+    for (auto& s : stripes_) {
+      s->checkpoint_dirty.clear();
+      s->checkpoint_deleted.clear();
+    }
   }
+  size_t marked = 0;
   for (size_t i = 0; i < kStripeCount; ++i) {
     StripeState& s = stripe(i);
-    for (const std::string& key : s.deleted) batch->AddDelete(key);
+    for (std::string& key : s.deleted) {
+      batch->AddDelete(key);
+      s.checkpoint_deleted.push_back(std::move(key));
+      ++marked;
+    }
     s.deleted.clear();
     for (const EntryId id : s.dirty) {
       if (!s.map.IsLive(id) || !s.map.HasFlag(id, CounterMap::kDirty)) continue;
       s.map.ClearFlag(id, CounterMap::kDirty);
       batch->AddPut(s.map.key(id), CounterRecord{s.map.value(id), s.DeadlineOf(id)});
+      if (!s.map.HasFlag(id, CounterMap::kCheckpointDirty)) {
+        s.map.SetFlag(id, CounterMap::kCheckpointDirty);
+        s.checkpoint_dirty.push_back(id);
+        ++marked;
+      }
     }
     s.dirty.clear();
   }
+  checkpoint_backlog_.fetch_add(marked, std::memory_order_relaxed);
   return true;
 }
 

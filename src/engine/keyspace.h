@@ -164,10 +164,32 @@ class Keyspace {
   void set_on_write(std::function<void()> on_write) { on_write_ = std::move(on_write); }
 
   // Replays stored state at start, before any other use: LoadPut puts a counter in place
-  // (an expired one is dropped, and deleted from the store with the next commit).
-  void LoadPut(std::string_view key, const CounterRecord& record);
-  void LoadDelete(std::string_view key);
-  void LoadClear();
+  // (an expired one is dropped, and deleted from the store with the next commit). What
+  // comes from the log is marked for the next checkpoint.
+  void LoadPut(std::string_view key, const CounterRecord& record,
+               LoadSource source = LoadSource::kTables);
+  void LoadDelete(std::string_view key, LoadSource source = LoadSource::kTables);
+  void LoadClear(LoadSource source = LoadSource::kTables);
+
+  // Checkpoints (see Persistence). Every drained change marks its counter for the next
+  // checkpoint. TakeCheckpoint() swaps those marks out; ReadCheckpoint() then fills
+  // batches, a stripe at a time, with the marked counters' *current* values and the
+  // deleted keys, and reports the newest epoch those values may come from.
+  struct CheckpointCursor {
+    bool clear_all = false;   // the tables must be emptied first (FLUSHALL, or `full`)
+    bool full = false;        // write every counter, not only the marked ones
+    size_t stripe = 0;
+    std::array<std::vector<CounterMap::EntryId>, kStripeCount> ids;
+    std::array<std::vector<std::string>, kStripeCount> deleted;
+    uint64_t newest_epoch = 0;
+  };
+  CheckpointCursor TakeCheckpoint();
+  // Appends up to about `max_operations` operations; false once the cursor is exhausted.
+  bool ReadCheckpoint(CheckpointCursor& cursor, size_t max_operations, CommitBatch* batch);
+  // After a failed checkpoint: the next one writes every counter.
+  void RequireFullCheckpoint();
+  // Counters marked for the next checkpoint (approximate, may count one twice).
+  size_t checkpoint_backlog() const { return checkpoint_backlog_.load(std::memory_order_relaxed); }
 
   // Closes the open epoch and moves every change made in it into `batch` (whose epoch it
   // sets; the batch may be empty when writes changed nothing). Returns false when nothing
@@ -201,6 +223,9 @@ class Keyspace {
   // The epoch new writes belong to. Changed only while every stripe is locked.
   std::atomic<uint64_t> open_epoch_{1};
   bool clear_all_pending_ = false;  // FLUSHALL in the open epoch; guarded by all stripes
+  bool checkpoint_clear_ = false;   // FLUSHALL since the last checkpoint; all stripes
+  bool checkpoint_full_ = false;    // the next checkpoint writes everything; all stripes
+  std::atomic<size_t> checkpoint_backlog_{0};
   std::function<void()> on_write_;
 };
 

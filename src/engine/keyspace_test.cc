@@ -857,6 +857,22 @@ TEST_F(KeyspaceTest, ScanIsExactlyOnceWhileKeysComeAndGo) {
   for (const auto& [key, times] : seen) EXPECT_TRUE(ever.contains(key)) << key;
 }
 
+TEST_F(KeyspaceTest, ScanToleratesAnyCursor) {
+  // Cursors come from clients: garbage must end the scan or go on, never crash or loop.
+  for (int i = 0; i < 1000; ++i) ASSERT_TRUE(Set("any:" + std::to_string(i), i).applied);
+  for (uint64_t cursor : {uint64_t{1}, uint64_t{0xFFFFFFFF}, (uint64_t{3} << 32) | 0xFFFFFFFF,
+                          uint64_t{127} << 32, uint64_t{128} << 32, UINT64_MAX}) {
+    SCOPED_TRACE(cursor);
+    std::vector<std::string> keys;
+    int steps = 0;
+    do {
+      cursor = keyspace_.Scan(cursor, 10, nullptr, &keys);
+    } while (cursor != 0 && ++steps < 10'000);
+    EXPECT_EQ(cursor, 0u);
+    EXPECT_LE(keys.size(), 1000u);
+  }
+}
+
 TEST_F(KeyspaceTest, ScanSkipsExpiredKeys) {
   ASSERT_TRUE(SetWithDeadline("short", 1, kStart + 5).applied);
   ASSERT_TRUE(SetWithDeadline("long", 1, kStart + 5000).applied);

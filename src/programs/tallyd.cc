@@ -38,6 +38,7 @@ int main(int argc, char** argv) {
   std::string data_dir = "./data";
   std::string durability = "sync";
   int sync_interval_ms = 100;
+  int checkpoint_interval_ms = 10000;
   std::string log_level = "info";
   std::string proto_max_bulk_len = "512mb";
   std::string query_buffer_limit = "1gb";
@@ -56,6 +57,11 @@ int main(int argc, char** argv) {
   app.add_option("--sync-interval-ms", sync_interval_ms,
                  "In async mode, how often the write-ahead log is fsync'd")
       ->check(CLI::Range(1, 60000))
+      ->capture_default_str();
+  app.add_option("--checkpoint-interval-ms", checkpoint_interval_ms,
+                 "How often counters changed since the last checkpoint are written to the "
+                 "store's tables (the commit log is replayed only from there on restart)")
+      ->check(CLI::Range(10, 3600000))
       ->capture_default_str();
   app.add_option("--workers", server.workers,
                  "I/O worker threads (0 = one per CPU this process may use)")
@@ -125,6 +131,7 @@ int main(int argc, char** argv) {
   engine_options.commit.durability =
       durability == "sync" ? tally::engine::Durability::kSync : tally::engine::Durability::kAsync;
   engine_options.commit.sync_interval_ms = sync_interval_ms;
+  engine_options.commit.checkpoint_interval_ms = checkpoint_interval_ms;
   tally::engine::Engine engine(store->get(), engine_options);
   if (auto status = engine.Start(); !status) {
     spdlog::critical("cannot start the engine: {}", status.error().message);

@@ -90,11 +90,11 @@ Status DecodeCommit(std::string_view payload, engine::LoadVisitor& visitor) {
   if (!reader.Fixed64(&epoch) || !reader.Byte(&flags) || !reader.Varint(&count)) {
     return Corruption("commit record: bad header");
   }
-  if (flags & 1) visitor.ClearAll();
+  if (flags & 1) visitor.ClearAll(engine::LoadSource::kLog);
   for (uint64_t i = 0; i < count; ++i) {
     std::string_view key;
     if (!reader.Bytes(&key)) return Corruption("commit record: bad delete");
-    visitor.Delete(key);
+    visitor.Delete(key, engine::LoadSource::kLog);
   }
   if (!reader.Varint(&count)) return Corruption("commit record: bad put count");
   for (uint64_t i = 0; i < count; ++i) {
@@ -104,8 +104,9 @@ Status DecodeCommit(std::string_view payload, engine::LoadVisitor& visitor) {
     if (!reader.Bytes(&key) || !reader.Fixed64(&value) || !reader.Fixed64(&deadline)) {
       return Corruption("commit record: bad put");
     }
-    visitor.Put(key, engine::CounterRecord{static_cast<int64_t>(value),
-                                           static_cast<int64_t>(deadline)});
+    visitor.Put(key,
+                engine::CounterRecord{static_cast<int64_t>(value), static_cast<int64_t>(deadline)},
+                engine::LoadSource::kLog);
   }
   if (!reader.done()) return Corruption("commit record: trailing bytes");
   return OkStatus();

@@ -18,7 +18,7 @@ namespace tally::storage {
 
 void EncodeCommit(const engine::CommitBatch& batch, std::string* out);
 
-// Decodes a payload, calling the visitor for each operation in order.
+// Decodes a payload, calling the visitor for each operation in order (as from the log).
 Status DecodeCommit(std::string_view payload, engine::LoadVisitor& visitor);
 
 }  // namespace tally::storage

@@ -25,12 +25,9 @@
 namespace tally::storage {
 namespace {
 
-using SteadyClock = std::chrono::steady_clock;
-
 constexpr char kCounterPrefix = 'c';
 constexpr char kCounterPrefixEnd = 'd';
 const std::string kLogStartKey = "mlog_start";
-constexpr size_t kCheckpointChunk = 10000;  // operations per RocksDB write
 
 Status FromRocks(const rocksdb::Status& status, std::string_view what) {
   if (status.ok()) return OkStatus();
@@ -44,30 +41,6 @@ std::string CounterKey(std::string_view key) {
 }
 
 }  // namespace
-
-// Forwards replayed log records to the engine and collects them for the next checkpoint,
-// so that the segments they came from can be dropped once it completes.
-class RocksDbStore::ChangeCollector final : public engine::LoadVisitor {
- public:
-  ChangeCollector(engine::LoadVisitor& next, Changes& changes) : next_(next), changes_(changes) {}
-  void Put(std::string_view key, const engine::CounterRecord& record) override {
-    next_.Put(key, record);
-    changes_.keys[std::string(key)] = record;
-  }
-  void Delete(std::string_view key) override {
-    next_.Delete(key);
-    changes_.keys[std::string(key)] = std::nullopt;
-  }
-  void ClearAll() override {
-    next_.ClearAll();
-    changes_.clear_all = true;
-    changes_.keys.clear();
-  }
-
- private:
-  engine::LoadVisitor& next_;
-  Changes& changes_;
-};
 
 Result<std::unique_ptr<RocksDbStore>> RocksDbStore::Open(const RocksDbOptions& options) {
   std::error_code error;
@@ -97,33 +70,9 @@ Result<std::unique_ptr<RocksDbStore>> RocksDbStore::Open(const RocksDbOptions& o
 }
 
 RocksDbStore::RocksDbStore(std::unique_ptr<rocksdb::DB> db, RocksDbOptions options)
-    : db_(std::move(db)),
-      options_(std::move(options)),
-      log_dir_(options_.path + "/log"),
-      last_checkpoint_start_(SteadyClock::now()) {
-  checkpointer_ = std::thread([this] { CheckpointLoop(); });
-}
+    : db_(std::move(db)), options_(std::move(options)), log_dir_(options_.path + "/log") {}
 
 RocksDbStore::~RocksDbStore() {
-  {
-    std::lock_guard lock(mutex_);
-    stopping_ = true;
-  }
-  wake_.notify_all();
-  checkpointer_.join();
-  if (log_ != nullptr && (changes_.clear_all || !changes_.keys.empty() || failed_)) {
-    // A last checkpoint, here on the closing thread, so that the next start is quick.
-    if (failed_) {
-      for (auto& [key, record] : failed_->keys) changes_.keys.try_emplace(key, record);
-      changes_.clear_all = changes_.clear_all || failed_->clear_all;
-    }
-    if (auto next = log_->Rotate(); next) {
-      if (auto status = WriteCheckpoint(changes_, *next); !status) {
-        spdlog::error("final checkpoint failed (the log still holds everything): {}",
-                      status.error().message);
-      }
-    }
-  }
   log_.reset();
   db_->Close();
 }
@@ -151,18 +100,18 @@ Status RocksDbStore::Load(engine::LoadVisitor& visitor) {
     engine::CounterRecord record;
     std::memcpy(&record.value, value.data(), 8);
     if (value.size() == 16) std::memcpy(&record.deadline_ms, value.data() + 8, 8);
-    visitor.Put(std::string_view(key.data() + 1, key.size() - 1), record);
+    visitor.Put(std::string_view(key.data() + 1, key.size() - 1), record,
+                engine::LoadSource::kTables);
   }
   if (auto status = FromRocks(it->status(), "load"); !status) return status;
   it.reset();
 
   std::error_code error;
   std::filesystem::create_directories(log_dir_, error);
-  ChangeCollector collector(visitor, changes_);
   uint64_t records = 0;
   auto newest = CommitLog::Replay(log_dir_, log_start, [&](std::string_view payload) {
     ++records;
-    return DecodeCommit(payload, collector);
+    return DecodeCommit(payload, visitor);
   });
   if (!newest) return tl::unexpected(newest.error());
   if (records > 0) spdlog::info("replayed {} commits from the log", records);
@@ -173,146 +122,64 @@ Status RocksDbStore::Load(engine::LoadVisitor& visitor) {
   return OkStatus();
 }
 
-void RocksDbStore::Merge(const engine::CommitBatch& batch) {
-  if (batch.clear_all()) {
-    changes_.clear_all = true;
-    changes_.keys.clear();
-  }
-  for (size_t i = 0; i < batch.delete_count(); ++i) {
-    changes_.keys[std::string(batch.delete_key(i))] = std::nullopt;
-  }
-  for (size_t i = 0; i < batch.put_count(); ++i) {
-    changes_.keys[std::string(batch.put_key(i))] = batch.put_record(i);
-  }
-}
-
 Status RocksDbStore::Commit(const engine::CommitBatch& batch, bool sync) {
   EncodeCommit(batch, &encoded_);
   if (auto status = log_->Append(encoded_, sync); !status) return status;
-  Merge(batch);
-  if (CheckpointDue()) StartCheckpoint();
+  log_bytes_since_checkpoint_.fetch_add(encoded_.size() + 8, std::memory_order_relaxed);
   return OkStatus();
 }
 
 Status RocksDbStore::Sync() { return log_->Sync(); }
 
-void RocksDbStore::Maintain() {
-  if (log_ != nullptr && CheckpointDue()) StartCheckpoint();
-}
-
-bool RocksDbStore::CheckpointDue() const {
-  if (!changes_.clear_all && changes_.keys.empty()) return false;
-  return changes_.keys.size() >= options_.checkpoint_max_keys ||
-         log_->segment_bytes() >= options_.checkpoint_max_log_bytes ||
-         SteadyClock::now() - last_checkpoint_start_ >=
-             std::chrono::milliseconds(options_.checkpoint_interval_ms);
-}
-
-void RocksDbStore::StartCheckpoint() {
-  std::unique_lock lock(mutex_);
-  if (checkpoint_running_ || job_) return;  // one at a time; the next commit asks again
-  if (failed_) {
-    // Fold a failed checkpoint's changes back in, under the newer ones.
-    if (!changes_.clear_all) {
-      for (auto& [key, record] : failed_->keys) changes_.keys.try_emplace(key, record);
-      changes_.clear_all = failed_->clear_all;
-    }
-    failed_.reset();
-  }
-  lock.unlock();
+Result<uint64_t> RocksDbStore::BeginCheckpoint() {
   auto next = log_->Rotate();
-  if (!next) {
-    spdlog::error("cannot start a checkpoint: {}", next.error().message);
-    return;
-  }
-  last_checkpoint_start_ = SteadyClock::now();
-  lock.lock();
-  job_.emplace(std::move(changes_), *next);
-  changes_ = Changes();
-  lock.unlock();
-  wake_.notify_all();
+  if (next) log_bytes_since_checkpoint_.store(0, std::memory_order_relaxed);
+  return next;
 }
 
-void RocksDbStore::CheckpointLoop() {
-  std::unique_lock lock(mutex_);
-  for (;;) {
-    wake_.wait(lock, [&] { return stopping_ || job_.has_value(); });
-    if (!job_) return;  // stopping, nothing to do: the destructor writes the last one
-    auto [changes, log_start] = std::move(*job_);
-    job_.reset();
-    checkpoint_running_ = true;
-    lock.unlock();
-    const auto started = SteadyClock::now();
-    auto status = WriteCheckpoint(changes, log_start);
-    const auto millis = std::chrono::duration_cast<std::chrono::milliseconds>(
-                            SteadyClock::now() - started)
-                            .count();
-    lock.lock();
-    checkpoint_running_ = false;
-    if (status) {
-      stats_.checkpoints++;
-      stats_.last_checkpoint_ms = static_cast<uint64_t>(millis);
-    } else {
-      stats_.checkpoint_failures++;
-      spdlog::error("checkpoint failed (the log still holds everything): {}",
-                    status.error().message);
-      failed_ = std::move(changes);
-    }
-    wake_.notify_all();
-    if (stopping_) return;
-  }
-}
-
-Status RocksDbStore::WriteCheckpoint(const Changes& changes, uint64_t log_start) {
+Status RocksDbStore::CheckpointWrite(const engine::CommitBatch& batch) {
+  // No RocksDB WAL: these writes become durable by the flush in FinishCheckpoint, and
+  // until then the commit log covers everything they hold.
   rocksdb::WriteOptions write_options;
-  write_options.disableWAL = true;  // durable by the flush below; until then, by the log
-  rocksdb::WriteBatch batch;
-  const auto write = [&]() -> Status {
-    auto status = FromRocks(db_->Write(write_options, &batch), "checkpoint write");
-    batch.Clear();
-    return status;
-  };
-  if (changes.clear_all) {
-    batch.DeleteRange(std::string(1, kCounterPrefix), std::string(1, kCounterPrefixEnd));
+  write_options.disableWAL = true;
+  rocksdb::WriteBatch write_batch;
+  if (batch.clear_all()) {
+    write_batch.DeleteRange(std::string(1, kCounterPrefix), std::string(1, kCounterPrefixEnd));
+  }
+  for (size_t i = 0; i < batch.delete_count(); ++i) {
+    write_batch.Delete(CounterKey(batch.delete_key(i)));
   }
   char value[16];
-  for (const auto& [key, record] : changes.keys) {
-    if (record) {
-      std::memcpy(value, &record->value, 8);
-      std::memcpy(value + 8, &record->deadline_ms, 8);
-      batch.Put(CounterKey(key), rocksdb::Slice(value, record->deadline_ms != 0 ? 16 : 8));
-    } else {
-      batch.Delete(CounterKey(key));
-    }
-    if (static_cast<size_t>(batch.Count()) >= kCheckpointChunk) {
-      if (auto status = write(); !status) return status;
-    }
+  for (size_t i = 0; i < batch.put_count(); ++i) {
+    const engine::CounterRecord& record = batch.put_record(i);
+    std::memcpy(value, &record.value, 8);
+    std::memcpy(value + 8, &record.deadline_ms, 8);
+    write_batch.Put(CounterKey(batch.put_key(i)),
+                    rocksdb::Slice(value, record.deadline_ms != 0 ? 16 : 8));
   }
+  return FromRocks(db_->Write(write_options, &write_batch), "checkpoint write");
+}
+
+Status RocksDbStore::FinishCheckpoint(uint64_t token) {
   char start[8];
-  std::memcpy(start, &log_start, 8);
-  batch.Put(kLogStartKey, rocksdb::Slice(start, 8));
-  if (auto status = write(); !status) return status;
+  std::memcpy(start, &token, 8);
+  rocksdb::WriteOptions write_options;
+  write_options.disableWAL = true;
+  if (auto status = FromRocks(db_->Put(write_options, kLogStartKey, rocksdb::Slice(start, 8)),
+                              "checkpoint mark");
+      !status) {
+    return status;
+  }
   rocksdb::FlushOptions flush;
   flush.wait = true;
   if (auto status = FromRocks(db_->Flush(flush), "checkpoint flush"); !status) return status;
-  CommitLog::DropSegmentsBefore(log_dir_, log_start);
-  return OkStatus();
-}
-
-Status RocksDbStore::CheckpointNow() {
-  StartCheckpoint();
-  std::unique_lock lock(mutex_);
-  wake_.wait(lock, [&] { return !job_ && !checkpoint_running_; });
-  if (failed_) return IOError("checkpoint failed");
+  CommitLog::DropSegmentsBefore(log_dir_, token);
   return OkStatus();
 }
 
 engine::PersistenceStats RocksDbStore::stats() const {
   engine::PersistenceStats stats;
-  {
-    std::lock_guard lock(mutex_);
-    stats = stats_;
-  }
+  stats.log_bytes = log_bytes_since_checkpoint_.load(std::memory_order_relaxed);
   uint64_t bytes = 0;
   db_->GetIntProperty(rocksdb::DB::Properties::kTotalSstFilesSize, &bytes);
   stats.disk_bytes = bytes;

@@ -25,7 +25,7 @@ import threading
 import time
 import unittest
 
-from harness import ConnectionClosed, RespConn, TallyServer, encode_command
+from harness import IS_REDIS, ConnectionClosed, RespConn, TallyServer, encode_command
 
 SEED = int(os.environ.get("E2E_SEED", "20250601"))
 CYCLES = int(os.environ.get("E2E_CRASH_CYCLES", "24"))
@@ -186,7 +186,10 @@ class CrashTest(unittest.TestCase):
               % (SEED, CYCLES, CLIENTS, SEED), flush=True)
         rng = random.Random(SEED)
         started = time.monotonic()
-        server = TallyServer(options={"durability": "sync"})
+        # Frequent checkpoints, so that kills also land in the middle of one and recovery
+        # runs from every mix of tables and log.
+        server = TallyServer(options={"durability": "sync"},
+                             extra_args=[] if IS_REDIS else ["--checkpoint-interval-ms", "150"])
         self.addCleanup(server.cleanup)
         server.start()
 

@@ -91,21 +91,26 @@ void MemorySection(CommandContext& ctx, std::string& out) {
 }
 
 void PersistenceSection(CommandContext& ctx, std::string& out) {
+  const engine::Engine& engine = ctx.server.engine();
   const engine::Committer& committer = ctx.server.engine().committer();
   const engine::CommitStats stats = committer.stats();
+  const engine::PersistenceStats store = engine.persistence_stats();
   fmt::format_to(
       std::back_inserter(out),
-      "# Persistence\r\nloading:0\r\nstore:rocksdb\r\ndata_dir:{}\r\ndurability:{}\r\n"
+      "# Persistence\r\nloading:0\r\nstore:rocksdb+commit-log\r\ndata_dir:{}\r\ndurability:{}\r\n"
       "counters_loaded_at_start:{}\r\ncommits:{}\r\ncommitted_puts:{}\r\ncommitted_deletes:{}\r\n"
       "commit_failures:{}\r\nlast_commit_usec:{}\r\navg_commit_usec:{}\r\ndurable_epoch:{}\r\n"
-      "open_epoch:{}\r\nstore_healthy:{}\r\naof_enabled:0\r\nrdb_changes_since_last_save:0\r\n",
+      "open_epoch:{}\r\nstore_healthy:{}\r\ncheckpoints:{}\r\ncheckpoint_failures:{}\r\n"
+      "last_checkpoint_msec:{}\r\ncheckpoint_backlog_counters:{}\r\nlog_bytes_since_checkpoint:{}\r\n"
+      "store_table_bytes:{}\r\naof_enabled:0\r\nrdb_changes_since_last_save:0\r\n",
       ctx.server.options().data_dir,
       committer.durability() == engine::Durability::kSync ? "sync" : "async",
-      ctx.server.engine().loaded_counters(), stats.commits, stats.puts, stats.deletes,
-      stats.failures, stats.last_commit_micros,
-      stats.commits == 0 ? 0 : stats.total_commit_micros / stats.commits,
+      engine.loaded_counters(), stats.commits, stats.puts, stats.deletes, stats.failures,
+      stats.last_commit_micros, stats.commits == 0 ? 0 : stats.total_commit_micros / stats.commits,
       committer.durable_epoch(), ctx.server.engine().keyspace().open_epoch(),
-      stats.healthy ? 1 : 0);
+      stats.healthy ? 1 : 0, stats.checkpoints, stats.checkpoint_failures,
+      stats.last_checkpoint_ms, ctx.server.engine().keyspace().checkpoint_backlog(),
+      store.log_bytes, store.disk_bytes);
 }
 
 void StatsSection(CommandContext& ctx, std::string& out) {
