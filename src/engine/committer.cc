@@ -44,7 +44,7 @@ void Committer::Stop() {
 }
 
 void Committer::RequestCommit() {
-  if (options_.durability == Durability::kSync) return;
+  if (commits_on_waiting_thread()) return;
   if (commit_requested_.load(std::memory_order_relaxed)) return;
   if (!commit_requested_.exchange(true, std::memory_order_acq_rel)) {
     std::lock_guard lock(mutex_);

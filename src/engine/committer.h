@@ -30,6 +30,9 @@ struct CommitterOptions {
   Durability durability = Durability::kSync;
   // Async mode: how often the write-ahead log is fsync'd. Default 100 ms.
   int sync_interval_ms = 100;
+  // Sync mode: true = the worker that waits for a commit writes it itself (no thread
+  // hand-off); false = the committer thread writes it while workers go on serving.
+  bool commit_on_waiting_thread = true;
   // How often expired counters are reclaimed, and how many at most each time.
   int reclaim_interval_ms = 100;
   size_t reclaim_budget = 20000;
@@ -77,9 +80,9 @@ class Committer {
   Status CheckpointNow();
 
   // Wakes the committer: something was written. Cheap when a wake-up is already pending.
-  // In sync mode this does nothing: whoever waits for durability commits (TryCommitNow),
-  // so that a commit costs no thread hand-off; the committer thread only sweeps up writes
-  // nobody waits for (expiry) on its timer.
+  // With commit_on_waiting_thread this does nothing: whoever waits for durability commits
+  // (TryCommitNow), so that a commit costs no thread hand-off; the committer thread only
+  // sweeps up writes nobody waits for (expiry) on its timer.
   void RequestCommit();
 
   // Commits everything written so far on the calling thread, and announces it. Returns
@@ -95,6 +98,9 @@ class Committer {
 
   CommitStats stats() const;
   Durability durability() const { return options_.durability; }
+  bool commits_on_waiting_thread() const {
+    return options_.durability == Durability::kSync && options_.commit_on_waiting_thread;
+  }
 
  private:
   void Run();

@@ -39,6 +39,7 @@ int main(int argc, char** argv) {
   std::string durability = "sync";
   int sync_interval_ms = 100;
   int checkpoint_interval_ms = 10000;
+  std::string group_commit = "inline";
   std::string log_level = "info";
   std::string proto_max_bulk_len = "512mb";
   std::string query_buffer_limit = "1gb";
@@ -62,6 +63,11 @@ int main(int argc, char** argv) {
                  "How often counters changed since the last checkpoint are written to the "
                  "store's tables (the commit log is replayed only from there on restart)")
       ->check(CLI::Range(10, 3600000))
+      ->capture_default_str();
+  app.add_option("--group-commit", group_commit,
+                 "Sync mode: 'inline' = the I/O thread that waits for a commit writes and "
+                 "fsyncs it itself; 'thread' = a committer thread does, while I/O goes on")
+      ->check(CLI::IsMember({"inline", "thread"}))
       ->capture_default_str();
   app.add_option("--workers", server.workers,
                  "I/O worker threads (0 = one per CPU this process may use)")
@@ -132,6 +138,7 @@ int main(int argc, char** argv) {
       durability == "sync" ? tally::engine::Durability::kSync : tally::engine::Durability::kAsync;
   engine_options.commit.sync_interval_ms = sync_interval_ms;
   engine_options.commit.checkpoint_interval_ms = checkpoint_interval_ms;
+  engine_options.commit.commit_on_waiting_thread = group_commit == "inline";
   tally::engine::Engine engine(store->get(), engine_options);
   if (auto status = engine.Start(); !status) {
     spdlog::critical("cannot start the engine: {}", status.error().message);

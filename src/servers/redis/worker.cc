@@ -98,7 +98,7 @@ void Worker::EndOfTurn() {
   }
   touched_.clear();
   if (waiting_.empty()) return;
-  if (engine.durability() == engine::Durability::kSync) {
+  if (engine.committer().commits_on_waiting_thread()) {
     // Commit here rather than hand off to another thread: with one core that is two
     // context switches saved per commit, as in Redis's fsync before replying. Our own
     // announcement is not needed (we look at every waiting connection right below).
