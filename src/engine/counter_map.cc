@@ -26,7 +26,7 @@ void CounterMap::Clear() {
     if (!entry.IsFree()) ReleaseKey(entry);
   }
   chunks_.clear();
-  slots_ = std::make_unique<uint32_t[]>(kInitialCapacity);
+  slots_ = PageArray<uint32_t>(kInitialCapacity);
   mask_ = kInitialCapacity - 1;
   size_ = 0;
   heap_key_bytes_ = 0;
@@ -117,7 +117,7 @@ CounterMap::EntryId CounterMap::AllocateEntry() {
   }
   const EntryId id = next_unused_++;
   if ((id >> kChunkShift) >= chunks_.size()) {
-    chunks_.push_back(std::make_unique<Entry[]>(size_t{1} << kChunkShift));
+    chunks_.emplace_back(size_t{1} << kChunkShift);
   }
   return id;
 }
@@ -150,7 +150,7 @@ void CounterMap::ReleaseKey(Entry& entry) {
 
 void CounterMap::Grow() {
   const uint32_t capacity = (mask_ + 1) * 2;
-  slots_ = std::make_unique<uint32_t[]>(capacity);
+  slots_ = PageArray<uint32_t>(capacity);
   mask_ = capacity - 1;
   for (EntryId id = 0; id < next_unused_; ++id) {
     if (!At(id).IsFree()) PlaceInIndex(id, HashKey(key(id)));

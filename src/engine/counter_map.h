@@ -18,6 +18,7 @@
 #include <string_view>
 #include <vector>
 
+#include "core/page_array.h"
 #include "engine/key_hash.h"
 
 namespace tally::engine {
@@ -93,6 +94,7 @@ class CounterMap {
   static_assert(sizeof(Entry) == 24);
 
   Entry& At(EntryId id) { return chunks_[id >> kChunkShift][id & ((1u << kChunkShift) - 1)]; }
+  // Index and entries live in PageArrays (mmap): see core/page_array.h for why.
   const Entry& At(EntryId id) const {
     return chunks_[id >> kChunkShift][id & ((1u << kChunkShift) - 1)];
   }
@@ -104,11 +106,11 @@ class CounterMap {
   void Grow();
   void PlaceInIndex(EntryId id, uint64_t hash);
 
-  std::unique_ptr<uint32_t[]> slots_;
+  PageArray<uint32_t> slots_;
   uint32_t mask_ = 0;  // capacity - 1
   size_t size_ = 0;
   size_t heap_key_bytes_ = 0;
-  std::vector<std::unique_ptr<Entry[]>> chunks_;
+  std::vector<PageArray<Entry>> chunks_;
   EntryId next_unused_ = 0;
   EntryId free_head_ = kNoEntry;
 };

@@ -301,7 +301,8 @@ TEST(CounterMap, FreedEntriesAreReusedBelowTheLimit) {
   for (EntryId id : freed) EXPECT_FALSE(map.IsLive(id));
   // As many new keys as were erased fit in the freed entries.
   for (size_t i = 0; i < freed.size(); ++i) {
-    const EntryId id = InsertNew(map, "new:" + std::to_string(i) + std::string(i % 2 ? 30 : 0, 'n'));
+    const EntryId id =
+        InsertNew(map, "new:" + std::to_string(i) + std::string(i % 2 ? 30 : 0, 'n'));
     EXPECT_TRUE(freed.contains(id)) << id;
     EXPECT_TRUE(map.IsLive(id));
   }
@@ -321,7 +322,8 @@ TEST(CounterMap, FlagsLeaveKeysIntactAndAreResetOnReuse) {
   const EntryId a = InsertNew(map, inline_key);
   const EntryId b = InsertNew(map, heap_key);
   const EntryId c = InsertNew(map, "");
-  const uint8_t flags[] = {CounterMap::kDirty, CounterMap::kHasExpiry, CounterMap::kCheckpointDirty};
+  const uint8_t flags[] = {CounterMap::kDirty, CounterMap::kHasExpiry,
+                           CounterMap::kCheckpointDirty};
   for (EntryId id : {a, b, c}) {
     for (uint8_t flag : flags) {
       EXPECT_FALSE(map.HasFlag(id, flag));
@@ -379,7 +381,8 @@ TEST(CounterMap, MemoryBytesGrowsSensibly) {
 
   // Heap keys add their bytes; erasing them gives those bytes back.
   std::vector<EntryId> long_ids;
-  for (size_t i = 0; i < 1000; ++i) long_ids.push_back(InsertNew(map, std::string(1000, 'L') + NumberedKey(i)));
+  for (size_t i = 0; i < 1000; ++i)
+    long_ids.push_back(InsertNew(map, std::string(1000, 'L') + NumberedKey(i)));
   const size_t with_long = map.MemoryBytes();
   EXPECT_GE(with_long - full_bytes, 1000u * 1000);
   EXPECT_LE(with_long - full_bytes, 1000u * 1000 + 2 * 4096 * 24 + kKeys * 8);

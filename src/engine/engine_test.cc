@@ -1,6 +1,8 @@
-// Tests of the parts of the engine that run on several threads: the group committer over an
-// in-memory Persistence, the Engine's start and stop, and writers, readers and a drainer
-// hammering one keyspace at once (run these under TSan too).
+// Tests of the parts of the engine that run on several threads: the group committer and its
+// checkpoints over an in-memory Persistence, the Engine's start and stop, and writers,
+// readers and a drainer hammering one keyspace at once. Run them under TSan too (with
+// TSAN_OPTIONS=detect_deadlocks=0: Drain holds all 128 stripe locks, more than TSan's
+// deadlock detector can track).
 #include "engine/engine.h"
 
 #include <gtest/gtest.h>
@@ -14,10 +16,8 @@
 #include <mutex>
 #include <optional>
 #include <random>
-#include <set>
 #include <string>
 #include <thread>
-#include <unordered_map>
 #include <vector>
 
 namespace tally::engine {
@@ -38,7 +38,7 @@ constexpr bool kSanitized = false;
 using namespace std::chrono_literals;
 
 constexpr int64_t kStart = 1'700'000'000'000;  // the ManualClock's start, Unix ms
-constexpr auto kPatience = 10s;                 // how long a test waits for the committer
+constexpr auto kPatience = 10s;                // how long a test waits for the committer
 
 // Applies a batch the way a store must: clear, then deletes, then puts.
 void ApplyBatch(const CommitBatch& batch, std::map<std::string, CounterRecord>* data) {
@@ -165,7 +165,8 @@ class FakePersistence final : public Persistence {
     return changed_.wait_for(lock, kPatience, [&] { return failures_ >= n; });
   }
   // Waits until `predicate(data)` holds.
-  bool WaitForData(const std::function<bool(const std::map<std::string, CounterRecord>&)>& predicate) {
+  bool WaitForData(
+      const std::function<bool(const std::map<std::string, CounterRecord>&)>& predicate) {
     std::unique_lock lock(mutex_);
     return changed_.wait_for(lock, kPatience, [&] { return predicate(data_); });
   }
@@ -366,7 +367,8 @@ TEST_F(CommitterTest, SyncModeAnnouncesDurableEpochsInOrder) {
   committer_->Stop();
   const std::vector<uint64_t> epochs = announced();
   ASSERT_FALSE(epochs.empty());
-  for (size_t i = 0; i < epochs.size(); ++i) EXPECT_EQ(epochs[i], i + 1) << "in order, none skipped";
+  for (size_t i = 0; i < epochs.size(); ++i)
+    EXPECT_EQ(epochs[i], i + 1) << "in order, none skipped";
   EXPECT_GE(epochs.back(), last);
   for (const auto& commit : store_.commits()) EXPECT_TRUE(commit.sync) << commit.epoch;
   EXPECT_TRUE(store_.all_synced());
@@ -513,6 +515,28 @@ TEST_F(CommitterTest, InSyncModeTheTimerCommitsWhatNobodyWaitsFor) {
   EXPECT_EQ(store_.Stored("unwaited")->value, 3);
 }
 
+TEST_F(CommitterTest, SyncModeWithTheCommitterThreadCommitsOnAWakeUp) {
+  // A long timer: only RequestCommit can get the write committed promptly.
+  StartCommitter(
+      CommitterOptions{.commit_on_waiting_thread = false, .reclaim_interval_ms = 60'000});
+  EXPECT_FALSE(committer_->commits_on_waiting_thread());
+  std::mutex mutex;
+  std::vector<std::thread::id> threads;
+  committer_->AddDurableListener([&](uint64_t) {
+    std::lock_guard lock(mutex);
+    threads.push_back(std::this_thread::get_id());
+  });
+  IncrBy("woken", 1);
+  EXPECT_TRUE(store_.WaitForData([](const auto& data) { return data.contains("woken"); }));
+  const auto commits = store_.commits();
+  ASSERT_EQ(commits.size(), 1u);
+  EXPECT_TRUE(commits.front().sync);
+  committer_->Stop();
+  std::lock_guard lock(mutex);
+  ASSERT_FALSE(threads.empty());
+  EXPECT_NE(threads.front(), std::this_thread::get_id());  // announced by the committer thread
+}
+
 TEST_F(CommitterTest, StopCommitsAndSyncsEverythingLeftInAsyncMode) {
   StartCommitter(CommitterOptions{.durability = Durability::kAsync, .sync_interval_ms = 60'000});
   for (int i = 0; i < 2000; ++i) IncrBy("a:" + std::to_string(i % 500), 1);
@@ -585,9 +609,10 @@ TEST_F(CommitterTest, ReclaimsExpiredCountersInTheBackground) {
   {
     const HashedKey key("ttl");
     View view = keyspace_.Lock(key);
-    ASSERT_TRUE(view.Set(key, 1,
-                         SetOptions{.expiry = ExpiryAction::kSetDeadline, .deadline_ms = kStart + 100})
-                    .applied);
+    ASSERT_TRUE(
+        view.Set(key, 1,
+                 SetOptions{.expiry = ExpiryAction::kSetDeadline, .deadline_ms = kStart + 100})
+            .applied);
     epoch = view.required_epoch();
   }
   committer_->WaitDurable(epoch);
@@ -604,7 +629,7 @@ TEST_F(CommitterTest, WaitDurableReturnsWhenStopped) {
   std::thread waiter([&] { committer_->WaitDurable(1'000'000); });
   std::this_thread::sleep_for(20ms);
   committer_->Stop();
-  waiter.join();  // would hang if Stop did not wake it
+  waiter.join();       // would hang if Stop did not wake it
   committer_->Stop();  // a second Stop is harmless
 }
 
@@ -618,7 +643,8 @@ TEST_F(CommitterTest, CheckpointWritesChangedCountersAndDropsTheLog) {
   uint64_t epoch;
   {
     View view = keyspace_.Lock(keys);
-    for (size_t i = 0; i < keys.size(); ++i) ASSERT_TRUE(view.IncrBy(keys[i], static_cast<int64_t>(i)).has_value());
+    for (size_t i = 0; i < keys.size(); ++i)
+      ASSERT_TRUE(view.IncrBy(keys[i], static_cast<int64_t>(i)).has_value());
     epoch = view.required_epoch();
   }
   committer_->WaitDurable(epoch);
@@ -666,7 +692,8 @@ TEST_F(CommitterTest, CheckpointAfterFlushAllEmptiesTheTables) {
     epoch = all.required_epoch();
   }
   committer_->WaitDurable(epoch);
-  EXPECT_EQ(Snap(Recovered(store_)), Snap(Contents(keyspace_)));  // the log's clear covers the tables
+  EXPECT_EQ(Snap(Recovered(store_)),
+            Snap(Contents(keyspace_)));  // the log's clear covers the tables
   ASSERT_TRUE(committer_->CheckpointNow().has_value());
   const auto tables = store_.tables();
   ASSERT_EQ(tables.size(), 1u);
@@ -883,7 +910,8 @@ TEST(Engine, AcknowledgedIncrementsAreInTheStore) {
   engine.Stop();
   EXPECT_EQ(violations.load(), 0);
   EXPECT_EQ(store.Stored("hot")->value, int64_t{kWriters} * turns * 16);
-  for (int w = 0; w < kWriters; ++w) EXPECT_EQ(store.Stored("w:" + std::to_string(w))->value, turns);
+  for (int w = 0; w < kWriters; ++w)
+    EXPECT_EQ(store.Stored("w:" + std::to_string(w))->value, turns);
 }
 
 // ---- Keyspace under concurrency ----------------------------------------------------------
@@ -933,8 +961,8 @@ void RunIncrementStorm(int per_turn, int turns) {
     std::vector<int64_t> sums = std::vector<int64_t>(kRandomKeys);
     std::vector<bool> touched = std::vector<bool>(kRandomKeys);
     int64_t hot_sum = 0;
-    std::vector<int64_t> hot_outcomes;                    // every value the hot key took
-    std::vector<std::pair<uint64_t, int64_t>> acks;       // (required epoch, hot value seen)
+    std::vector<int64_t> hot_outcomes;               // every value the hot key took
+    std::vector<std::pair<uint64_t, int64_t>> acks;  // (required epoch, hot value seen)
     int errors = 0;
   };
   std::vector<WriterState> states(kWriters);
@@ -1003,9 +1031,9 @@ void RunIncrementStorm(int per_turn, int turns) {
 
   struct ReaderState {
     std::vector<std::pair<uint64_t, int64_t>> seen;  // (required epoch, value)
-    int went_down = 0;     // the hot key's value decreased
-    int scan_missed = 0;   // a full scan did not return the hot key exactly once
-    int scan_extra = 0;    // a full scan returned more keys than are held
+    int went_down = 0;                               // the hot key's value decreased
+    int scan_missed = 0;  // a full scan did not return the hot key exactly once
+    int scan_extra = 0;   // a full scan returned more keys than are held
     int scans = 0;
   };
   std::vector<ReaderState> readers_state(2);
@@ -1169,7 +1197,8 @@ TEST(KeyspaceConcurrency, DrainedBatchesReproduceTheKeyspace) {
           }
           case 3: {
             View view = keyspace.Lock(key);
-            view.Set(key, 5, SetOptions{.expiry = ExpiryAction::kSetDeadline, .deadline_ms = deadline});
+            view.Set(key, 5,
+                     SetOptions{.expiry = ExpiryAction::kSetDeadline, .deadline_ms = deadline});
             break;
           }
           case 4: {

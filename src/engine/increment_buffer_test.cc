@@ -132,7 +132,8 @@ TEST_F(IncrementBufferTest, ClearAndReuse) {
     std::vector<uint32_t> tickets;
     for (int i = 0; i < 3000; ++i) {
       // Enough key bytes to span several 16 KiB blocks each turn.
-      tickets.push_back(buffer_.Add(HashedKey("reuse:" + std::to_string(i % 1500) + std::string(20, 'r')), 1));
+      tickets.push_back(
+          buffer_.Add(HashedKey("reuse:" + std::to_string(i % 1500) + std::string(20, 'r')), 1));
     }
     EXPECT_EQ(tickets.front(), 0u);  // tickets start over after Clear
     buffer_.Publish();

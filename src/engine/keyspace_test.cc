@@ -19,8 +19,8 @@ struct Drained {
   bool closed = false;
   uint64_t epoch = 0;
   bool clear_all = false;
-  std::vector<std::string> deletes;         // in batch order
-  std::vector<std::string> put_keys;        // in batch order
+  std::vector<std::string> deletes;   // in batch order
+  std::vector<std::string> put_keys;  // in batch order
   std::map<std::string, CounterRecord> puts;
 };
 
@@ -39,7 +39,8 @@ class KeyspaceTest : public ::testing::Test {
     return keyspace_.Lock(key).Set(key, value, options);
   }
   SetOutcome SetWithDeadline(std::string_view k, int64_t value, int64_t deadline_ms) {
-    return Set(k, value, SetOptions{.expiry = ExpiryAction::kSetDeadline, .deadline_ms = deadline_ms});
+    return Set(k, value,
+               SetOptions{.expiry = ExpiryAction::kSetDeadline, .deadline_ms = deadline_ms});
   }
   bool Delete(std::string_view k) {
     const HashedKey key(k);
@@ -149,9 +150,13 @@ TEST_F(KeyspaceTest, IncrBySequenceReportsEachIncrement) {
   std::vector<IncrementOutcome> outcomes(deltas.size());
   keyspace_.Lock(key).IncrBySequence(key, deltas, outcomes);
   // 0+5=5; +MAX overflows; 5-3=2; +MAX overflows; 2+(MAX-2)=MAX; +1 overflows; MAX-10.
-  const std::vector<std::pair<bool, int64_t>> expected = {
-      {false, 5},        {true, 5},         {false, 2},           {true, 2},
-      {false, INT64_MAX}, {true, INT64_MAX}, {false, INT64_MAX - 10}};
+  const std::vector<std::pair<bool, int64_t>> expected = {{false, 5},
+                                                          {true, 5},
+                                                          {false, 2},
+                                                          {true, 2},
+                                                          {false, INT64_MAX},
+                                                          {true, INT64_MAX},
+                                                          {false, INT64_MAX - 10}};
   for (size_t i = 0; i < deltas.size(); ++i) {
     SCOPED_TRACE(i);
     EXPECT_EQ(outcomes[i].overflow, expected[i].first);
@@ -331,9 +336,9 @@ TEST_F(KeyspaceTest, EmptyAndBinaryKeys) {
 // ---- Expire, Persist, TTL ----------------------------------------------------------------
 
 TEST_F(KeyspaceTest, ExpireOnAMissingKeyFails) {
-  for (ExpireCondition c : {ExpireCondition::kAlways, ExpireCondition::kIfNoExpiry,
-                            ExpireCondition::kIfHasExpiry, ExpireCondition::kIfGreater,
-                            ExpireCondition::kIfLess}) {
+  for (ExpireCondition c :
+       {ExpireCondition::kAlways, ExpireCondition::kIfNoExpiry, ExpireCondition::kIfHasExpiry,
+        ExpireCondition::kIfGreater, ExpireCondition::kIfLess}) {
     EXPECT_FALSE(Expire("missing", kStart + 100, c));
     EXPECT_FALSE(Expire("missing", kStart - 100, c));
   }
@@ -450,25 +455,28 @@ TEST_F(KeyspaceTest, ReclaimExpiredRemovesInDeadlineOrderWithinBudget) {
   // Deadlines in scrambled order: key i expires at kStart + 10 * order[i].
   const std::vector<int> order = {7, 2, 9, 0, 5, 3, 8, 1, 6, 4};
   for (size_t i = 0; i < keys.size(); ++i) {
-    ASSERT_TRUE(SetWithDeadline(keys[i], static_cast<int64_t>(i), kStart + 10 + 10 * order[i]).applied);
+    ASSERT_TRUE(
+        SetWithDeadline(keys[i], static_cast<int64_t>(i), kStart + 10 + 10 * order[i]).applied);
   }
   ASSERT_TRUE(Set(KeysInStripe(3, 11, "r:").back(), 1).applied);  // never expires
   Drain();
   EXPECT_EQ(keyspace_.expiring_count(), 10u);
 
   EXPECT_EQ(keyspace_.ReclaimExpired(100), 0u);  // nothing due yet
-  clock_.Advance(10 + 10 * 5);  // deadlines of order 0..5 have passed
+  clock_.Advance(10 + 10 * 5);                   // deadlines of order 0..5 have passed
   EXPECT_EQ(keyspace_.ReclaimExpired(4), 4u);
   EXPECT_EQ(keyspace_.size(), 7u);
   EXPECT_EQ(keyspace_.expiring_count(), 6u);
   std::vector<std::string> expected;
-  for (int o = 0; o < 4; ++o) expected.push_back(keys[std::find(order.begin(), order.end(), o) - order.begin()]);
+  for (int o = 0; o < 4; ++o)
+    expected.push_back(keys[std::find(order.begin(), order.end(), o) - order.begin()]);
   EXPECT_EQ(Drain().deletes, expected);
 
   EXPECT_EQ(keyspace_.ReclaimExpired(100), 2u);  // order 4 and 5; the rest are not due
   EXPECT_EQ(keyspace_.size(), 5u);
   expected.clear();
-  for (int o = 4; o < 6; ++o) expected.push_back(keys[std::find(order.begin(), order.end(), o) - order.begin()]);
+  for (int o = 4; o < 6; ++o)
+    expected.push_back(keys[std::find(order.begin(), order.end(), o) - order.begin()]);
   EXPECT_EQ(Drain().deletes, expected);
   EXPECT_EQ(keyspace_.ReclaimExpired(100), 0u);
 
@@ -485,7 +493,7 @@ TEST_F(KeyspaceTest, ReclaimExpiredSkipsChangedDeadlines) {
   ASSERT_TRUE(Persist(keys[1]));                // no longer expires
   ASSERT_TRUE(Set(keys[2], 5).applied);         // a plain SET clears the deadline
   ASSERT_TRUE(Delete(keys[3]));
-  ASSERT_TRUE(Set(keys[3], 6).applied);         // deleted and recreated without expiry
+  ASSERT_TRUE(Set(keys[3], 6).applied);  // deleted and recreated without expiry
   clock_.Advance(20);
   EXPECT_EQ(keyspace_.ReclaimExpired(100), 0u);
   for (const std::string& key : keys) EXPECT_TRUE(Exists(key)) << key;
@@ -548,7 +556,9 @@ TEST_F(KeyspaceTest, DrainCoalescesPutsAndAdvancesEpochs) {
   ASSERT_TRUE(SetWithDeadline("b", 10, kStart + 500).applied);
   ASSERT_TRUE(Set("b", 11, SetOptions{.expiry = ExpiryAction::kKeep}).applied);
   ASSERT_TRUE(Set("c", 1).applied);
-  ASSERT_TRUE(Set("c", 2, SetOptions{.expiry = ExpiryAction::kSetDeadline, .deadline_ms = kStart + 900}).applied);
+  ASSERT_TRUE(
+      Set("c", 2, SetOptions{.expiry = ExpiryAction::kSetDeadline, .deadline_ms = kStart + 900})
+          .applied);
   ASSERT_TRUE(Expire("c", kStart + 800));
   EXPECT_EQ(keyspace_.open_epoch(), 1u);
 
@@ -609,7 +619,8 @@ TEST_F(KeyspaceTest, DrainAfterAnEntryIsReusedPutsOnlyLiveKeys) {
   Drained drained = Drain();
   EXPECT_EQ(drained.deletes.size(), 10u);
   ASSERT_EQ(drained.put_keys.size(), 10u);
-  for (size_t i = 10; i < 20; ++i) EXPECT_EQ(drained.puts.at(keys[i]).value, static_cast<int64_t>(i));
+  for (size_t i = 10; i < 20; ++i)
+    EXPECT_EQ(drained.puts.at(keys[i]).value, static_cast<int64_t>(i));
 }
 
 TEST_F(KeyspaceTest, AWriteThatChangedNothingStillClosesTheEpoch) {
@@ -715,7 +726,7 @@ TEST_F(KeyspaceTest, ReclaimedAndTouchedExpiredKeysAreDeletedFromTheStore) {
   ASSERT_TRUE(SetWithDeadline("b", 1, kStart + 10).applied);
   Drain();
   clock_.Advance(10);
-  ASSERT_EQ(IncrBy("a", 5).value(), 5);  // touch: removed, then a new counter
+  ASSERT_EQ(IncrBy("a", 5).value(), 5);         // touch: removed, then a new counter
   EXPECT_EQ(keyspace_.ReclaimExpired(10), 1u);  // "b"
   Drained drained = Drain();
   std::vector<std::string> deletes = drained.deletes;
@@ -742,7 +753,8 @@ TEST_F(KeyspaceTest, OneViewOverSeveralStripesLandsInOneEpoch) {
   }
   Drained drained = Drain();
   EXPECT_EQ(drained.puts.size(), keys.size());
-  for (size_t i = 0; i < names.size(); ++i) EXPECT_EQ(drained.puts.at(names[i]).value, static_cast<int64_t>(i));
+  for (size_t i = 0; i < names.size(); ++i)
+    EXPECT_EQ(drained.puts.at(names[i]).value, static_cast<int64_t>(i));
   // Duplicate keys in one lock are fine.
   std::vector<HashedKey> twice = {keys[0], keys[0], keys[1]};
   View view = keyspace_.Lock(twice);
@@ -786,11 +798,13 @@ TEST_F(KeyspaceTest, ScanReturnsEveryKeyOnce) {
 }
 
 TEST_F(KeyspaceTest, ScanMatchFilters) {
-  for (int i = 0; i < 100; ++i) ASSERT_TRUE(Set((i % 2 ? "odd:" : "even:") + std::to_string(i), i).applied);
+  for (int i = 0; i < 100; ++i)
+    ASSERT_TRUE(Set((i % 2 ? "odd:" : "even:") + std::to_string(i), i).applied);
   std::vector<std::string> keys;
   uint64_t cursor = 0;
   do {
-    cursor = keyspace_.Scan(cursor, 5, [](std::string_view key) { return key.starts_with("odd:"); }, &keys);
+    cursor = keyspace_.Scan(
+        cursor, 5, [](std::string_view key) { return key.starts_with("odd:"); }, &keys);
   } while (cursor != 0);
   EXPECT_EQ(keys.size(), 50u);
   for (const std::string& key : keys) EXPECT_TRUE(key.starts_with("odd:")) << key;
@@ -811,7 +825,8 @@ TEST_F(KeyspaceTest, ScanIsExactlyOnceWhileKeysComeAndGo) {
   std::mt19937_64 rng(123);
   std::set<std::string> stable;
   for (int i = 0; i < 3000; ++i) {
-    const std::string key = "stable:" + std::to_string(i) + (i % 4 == 0 ? std::string(20, 's') : "");
+    const std::string key =
+        "stable:" + std::to_string(i) + (i % 4 == 0 ? std::string(20, 's') : "");
     ASSERT_TRUE(Set(key, i).applied);
     stable.insert(key);
   }
@@ -836,7 +851,8 @@ TEST_F(KeyspaceTest, ScanIsExactlyOnceWhileKeysComeAndGo) {
     // Between steps: grow the maps (new keys), delete transient keys (freeing entries that
     // new keys then reuse), and recreate some of them.
     for (int j = 0; j < 20; ++j) {
-      const std::string key = "added:" + std::to_string(added++) + (j % 3 == 0 ? std::string(18, 'a') : "");
+      const std::string key =
+          "added:" + std::to_string(added++) + (j % 3 == 0 ? std::string(18, 'a') : "");
       ASSERT_TRUE(Set(key, j).applied);
       ever.insert(key);
     }
