@@ -28,8 +28,8 @@ namespace tally::storage {
 
 struct RocksDbOptions {
   std::string path;                       // the directory; created when missing
-  size_t write_buffer_bytes = 16 << 20;   // RocksDB memtable; default 16 MiB
-  size_t block_cache_bytes = 8 << 20;     // read cache; counters are read once, at start
+  size_t write_buffer_bytes = 8 << 20;    // RocksDB memtable; default 8 MiB
+  size_t block_cache_bytes = 4 << 20;     // read cache; counters are read once, at start
 };
 
 class RocksDbStore final : public engine::Persistence {
