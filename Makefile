@@ -4,7 +4,7 @@
 #   make run     deps + build, then run tallyd in the foreground on 127.0.0.1:6380
 #   make test    deps + build, then every CTest test (unit and end-to-end)
 #
-# Other targets: build bench fuzz soak check-sanitize check-asan check-tsan format format-check
+# Other targets: build bench fuzz fuzz-smoke soak check-sanitize check-asan check-tsan format format-check
 # tidy clean help. Every upper-case variable below can be overridden: make run PORT=7000.
 
 SHELL := /bin/bash
@@ -63,7 +63,7 @@ else
 SUDO := sudo
 endif
 
-.PHONY: help deps configure build run test bench fuzz soak check-sanitize check-asan check-tsan \
+.PHONY: help deps configure build run test bench fuzz fuzz-smoke soak check-sanitize check-asan check-tsan \
 	format format-check tidy clean
 
 help:
@@ -122,6 +122,15 @@ test: build
 	timeout --kill-after=60 $(TEST_TOTAL_TIMEOUT) \
 	  ctest --test-dir $(BUILD_DIR) --output-on-failure --no-tests=error \
 	    -j$(TEST_JOBS) --timeout $(TEST_TIMEOUT)
+	$(MAKE) --no-print-directory fuzz-smoke
+
+# A short, bounded fuzzing run of the RESP parser (part of make test): the libFuzzer target
+# needs clang, so it has its own build directory; only the fuzz target is built there.
+fuzz-smoke: deps
+	cmake -S . -B $(FUZZ_DIR) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER=clang++ \
+	  -DTALLY_FUZZ=ON -DTALLY_BENCH=OFF >/dev/null
+	cmake --build $(FUZZ_DIR) -j$(JOBS) --target resp_parser_fuzz
+	ctest --test-dir $(FUZZ_DIR) --output-on-failure --no-tests=error -R resp_parser_fuzz_smoke
 
 # The engine_bench target is built only once bench/CMakeLists.txt defines it.
 bench: build
