@@ -21,8 +21,8 @@ class PageArray {
   PageArray() = default;
   explicit PageArray(size_t size) : size_(size) {
     if (size == 0) return;
-    void* memory = ::mmap(nullptr, bytes(), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
-                          -1, 0);
+    void* memory =
+        ::mmap(nullptr, bytes(), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (memory == MAP_FAILED) throw std::bad_alloc();
     data_ = static_cast<T*>(memory);
   }

@@ -4,9 +4,8 @@
 
 #include <string>
 #include <string_view>
-#include <utility>
-
 #include <tl/expected.hpp>
+#include <utility>
 
 namespace tally {
 

@@ -1,10 +1,9 @@
 #include "engine/committer.h"
 
 #include <malloc.h>
+#include <spdlog/spdlog.h>
 
 #include <chrono>
-
-#include <spdlog/spdlog.h>
 
 namespace tally::engine {
 
@@ -82,12 +81,11 @@ CommitStats Committer::stats() const {
 void Committer::Run() {
   auto next_sync = Clock::now() + std::chrono::milliseconds(options_.sync_interval_ms);
   auto next_reclaim = Clock::now() + std::chrono::milliseconds(options_.reclaim_interval_ms);
-  bool unsynced = false;  // async mode: written but not yet fsync'd
   for (;;) {
     bool stopping;
     {
       std::unique_lock lock(mutex_);
-      const auto deadline = std::min(next_reclaim, unsynced ? next_sync : next_reclaim);
+      const auto deadline = std::min(next_reclaim, unsynced_.load(std::memory_order_relaxed) ? next_sync : next_reclaim);
       wake_.wait_until(lock, deadline, [&] {
         return stopping_ || commit_requested_.load(std::memory_order_acquire);
       });
@@ -108,15 +106,15 @@ void Committer::Run() {
     const bool sync_now = options_.durability == Durability::kSync || stopping;
     {
       std::lock_guard commit(commit_mutex_);
-      if (CommitOnce(sync_now)) unsynced = !sync_now;
+      CommitOnce(sync_now);
     }
 
-    if (unsynced && (stopping || Clock::now() >= next_sync)) {
+    if (unsynced_.load(std::memory_order_relaxed) && (stopping || Clock::now() >= next_sync)) {
       std::lock_guard commit(commit_mutex_);
       if (auto status = persistence_->Sync(); !status) {
         spdlog::error("fsync of the write-ahead log failed: {}", status.error().message);
       } else {
-        unsynced = false;
+        unsynced_.store(false, std::memory_order_relaxed);
       }
       next_sync = Clock::now() + std::chrono::milliseconds(options_.sync_interval_ms);
     }
@@ -149,9 +147,10 @@ void Committer::RunCheckpoints() {
     lock.unlock();
     last = Clock::now();
     if (auto status = Checkpoint(); !status) {
-      spdlog::error("checkpoint failed (the log keeps everything; the next one writes all "
-                    "counters): {}",
-                    status.error().message);
+      spdlog::error(
+          "checkpoint failed (the log keeps everything; the next one writes all "
+          "counters): {}",
+          status.error().message);
     }
     lock.lock();
   }
@@ -191,9 +190,13 @@ Status Committer::Checkpoint() {
   // The values written may come from epochs not yet durable: finish only once they are,
   // fsync'd, so that recovery from these tables never shows an uncommitted write.
   WaitDurable(cursor.newest_epoch);
+  if (durable_epoch() < cursor.newest_epoch) {
+    return fail(Error{ErrorCode::kUnavailable, "stopped before the checkpoint's epochs were durable"});
+  }
   {
     std::lock_guard commit(commit_mutex_);
     if (auto status = persistence_->Sync(); !status) return fail(status.error());
+    unsynced_.store(false, std::memory_order_relaxed);
   }
   if (auto status = persistence_->FinishCheckpoint(token); !status) return fail(status.error());
   // A checkpoint frees the marks and buffers it took, in many small blocks; hand the free
@@ -215,7 +218,10 @@ bool Committer::CommitOnce(bool sync) {
   int attempt = 0;
   while (!batch_.empty()) {
     auto status = persistence_->Commit(batch_, sync);
-    if (status) break;
+    if (status) {
+      if (!sync) unsynced_.store(true, std::memory_order_relaxed);
+      break;
+    }
     {
       std::lock_guard lock(stats_mutex_);
       stats_.failures++;
@@ -223,7 +229,8 @@ bool Committer::CommitOnce(bool sync) {
     }
     spdlog::error("commit of epoch {} failed (attempt {}): {}", batch_.epoch(), ++attempt,
                   status.error().message);
-    std::this_thread::sleep_for(std::chrono::milliseconds(std::min(1000, 10 << std::min(attempt, 6))));
+    std::this_thread::sleep_for(
+        std::chrono::milliseconds(std::min(1000, 10 << std::min(attempt, 6))));
   }
   const auto micros = static_cast<uint64_t>(
       std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - started).count());

@@ -66,8 +66,8 @@ class Committer {
   Committer(const Committer&) = delete;
   Committer& operator=(const Committer&) = delete;
 
-  // Calls `listener` on the committer thread with each epoch once it is durable. Any thread,
-  // any time.
+  // Calls `listener` with each epoch once it is durable, on the thread that committed it
+  // (the committer thread, or a worker committing inline). Any thread, any time.
   void AddDurableListener(std::function<void(uint64_t epoch)> listener);
 
   void Start();
@@ -121,7 +121,7 @@ class Committer {
   std::condition_variable wake_;             // the commit thread
   std::condition_variable checkpoint_wake_;  // the checkpoint thread
   std::condition_variable durable_changed_;
-  bool stopping_ = false;                  // guarded by mutex_
+  bool stopping_ = false;  // guarded by mutex_
   std::atomic<bool> commit_requested_{false};
   std::atomic<uint64_t> durable_epoch_{0};
   std::thread thread_;
@@ -130,6 +130,8 @@ class Committer {
 
   std::mutex commit_mutex_;  // held by the one thread committing
   CommitBatch batch_;        // guarded by commit_mutex_
+  // Async commits written but not yet fsync'd. Written under commit_mutex_, read anywhere.
+  std::atomic<bool> unsynced_{false};
   mutable std::mutex stats_mutex_;
   CommitStats stats_;  // guarded by stats_mutex_
 };

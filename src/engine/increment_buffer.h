@@ -12,12 +12,12 @@
 // thread-safe: one per worker.
 #pragma once
 
+#include <absl/container/flat_hash_map.h>
+
 #include <cstdint>
 #include <memory>
 #include <string_view>
 #include <vector>
-
-#include <absl/container/flat_hash_map.h>
 
 #include "engine/keyspace.h"
 
@@ -63,8 +63,8 @@ class IncrementBuffer {
   Keyspace* keyspace_;
   absl::flat_hash_map<KeyRef, uint32_t, KeyRefHash> index_;  // key -> position in keys_
   std::vector<PendingKey> keys_;
-  std::vector<uint32_t> key_of_delta_;  // per ticket: its key's position in keys_
-  std::vector<int64_t> deltas_;         // per ticket
+  std::vector<uint32_t> key_of_delta_;      // per ticket: its key's position in keys_
+  std::vector<int64_t> deltas_;             // per ticket
   std::vector<IncrementOutcome> outcomes_;  // per ticket, after Publish
   // Scratch of Publish, kept to avoid allocating every turn.
   std::vector<int64_t> sorted_deltas_;

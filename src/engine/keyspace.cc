@@ -23,11 +23,11 @@ struct alignas(64) StripeState {
   std::priority_queue<std::pair<int64_t, EntryId>, std::vector<std::pair<int64_t, EntryId>>,
                       std::greater<>>
       expiry_queue;
-  std::vector<EntryId> dirty;         // entries to write at the next drain (may repeat)
-  std::vector<std::string> deleted;   // keys to delete at the next drain
+  std::vector<EntryId> dirty;                   // entries to write at the next drain (may repeat)
+  std::vector<std::string> deleted;             // keys to delete at the next drain
   std::vector<EntryId> checkpoint_dirty;        // drained since the last checkpoint
   std::vector<std::string> checkpoint_deleted;  // deleted (and drained) since then
-  uint64_t last_write_epoch = 0;      // epoch of the latest write to this stripe
+  uint64_t last_write_epoch = 0;                // epoch of the latest write to this stripe
   std::atomic<size_t> size{0};
   std::atomic<size_t> expiring{0};
   std::atomic<size_t> memory{0};
@@ -107,6 +107,8 @@ View::View(View&& other) noexcept
   other.wrote_ = false;
 }
 
+int64_t View::keyspace_clock_now() const { return keyspace_->clock()->NowMillis(); }
+
 View::~View() {
   if (keyspace_ != nullptr) keyspace_->ReleaseView(*this);
 }
@@ -133,7 +135,7 @@ StripeState& View::ForWrite(const HashedKey& key) {
 EntryId View::LiveEntry(StripeState& stripe, const HashedKey& key, bool remove_expired) {
   const EntryId id = stripe.map.Find(key);
   if (id == kNoEntry) return kNoEntry;
-  if (stripe.map.HasFlag(id, CounterMap::kHasExpiry) && stripe.DeadlineOf(id) <= now_ms_) {
+  if (stripe.map.HasFlag(id, CounterMap::kHasExpiry) && stripe.DeadlineOf(id) <= now_ms()) {
     if (remove_expired) stripe.Remove(id);
     return kNoEntry;
   }
@@ -149,7 +151,8 @@ std::optional<int64_t> View::Get(const HashedKey& key) {
 
 Result<int64_t> View::IncrBy(const HashedKey& key, int64_t delta) {
   IncrementOutcome outcome;
-  IncrBySequence(key, std::span<const int64_t>(&delta, 1), std::span<IncrementOutcome>(&outcome, 1));
+  IncrBySequence(key, std::span<const int64_t>(&delta, 1),
+                 std::span<IncrementOutcome>(&outcome, 1));
   if (outcome.overflow) {
     return MakeError(ErrorCode::kOverflow, "increment or decrement would overflow");
   }
@@ -206,7 +209,7 @@ SetOutcome View::Set(const HashedKey& key, int64_t value, const SetOptions& opti
     case ExpiryAction::kKeep:
       break;
     case ExpiryAction::kSetDeadline:
-      if (options.deadline_ms <= now_ms_) {
+      if (options.deadline_ms <= now_ms()) {
         stripe.Remove(id);
         return outcome;
       }
@@ -241,7 +244,7 @@ int64_t View::DeadlineMillis(const HashedKey& key) {
 int64_t View::TimeToLiveMillis(const HashedKey& key) {
   const int64_t deadline = DeadlineMillis(key);
   if (deadline < 0) return deadline;
-  return std::max<int64_t>(0, deadline - now_ms_);
+  return std::max<int64_t>(0, deadline - now_ms());
 }
 
 bool View::Expire(const HashedKey& key, int64_t deadline_ms, ExpireCondition condition) {
@@ -267,7 +270,7 @@ bool View::Expire(const HashedKey& key, int64_t deadline_ms, ExpireCondition con
       if (has_expiry && deadline_ms >= current) return false;
       break;
   }
-  if (deadline_ms <= now_ms_) {
+  if (deadline_ms <= now_ms()) {
     stripe.Remove(id);
     return true;
   }
@@ -314,26 +317,26 @@ Keyspace::~Keyspace() = default;
 View Keyspace::Lock(const HashedKey& key) { return LockStripe(StripeOf(key.hash)); }
 
 View Keyspace::Lock(std::span<const HashedKey> keys) {
-  View view(this, clock_->NowMillis());
+  View view(this);
   std::bitset<kStripeCount> wanted;
   for (const HashedKey& key : keys) wanted.set(StripeOf(key.hash));
   // Ascending order everywhere: no two lockers can wait on each other.
-  for (size_t i = 0; i < kStripeCount; ++i) {
-    if (wanted.test(i)) stripe(i).mutex.lock();
+  for (size_t i = wanted._Find_first(); i < kStripeCount; i = wanted._Find_next(i)) {
+    stripe(i).mutex.lock();
   }
   view.locked_ = wanted;
   return view;
 }
 
 View Keyspace::LockStripe(size_t index) {
-  View view(this, clock_->NowMillis());
+  View view(this);
   stripe(index).mutex.lock();
   view.locked_.set(index);
   return view;
 }
 
 View Keyspace::LockAll() {
-  View view(this, clock_->NowMillis());
+  View view(this);
   for (size_t i = 0; i < kStripeCount; ++i) stripe(i).mutex.lock();
   view.locked_.set();
   return view;
@@ -341,15 +344,15 @@ View Keyspace::LockAll() {
 
 void Keyspace::ReleaseView(View& view) {
   if (view.locked_.none()) return;
-  for (size_t i = 0; i < kStripeCount; ++i) {
-    if (view.locked_.test(i)) stripe(i).mutex.unlock();
+  // Visit only the set bits: most views hold one stripe.
+  for (size_t i = view.locked_._Find_first(); i < kStripeCount; i = view.locked_._Find_next(i)) {
+    stripe(i).mutex.unlock();
   }
   view.locked_.reset();
   if (view.wrote_ && on_write_) on_write_();
 }
 
-void Keyspace::LoadPut(std::string_view key_bytes, const CounterRecord& record,
-                       LoadSource source) {
+void Keyspace::LoadPut(std::string_view key_bytes, const CounterRecord& record, LoadSource source) {
   const HashedKey key(key_bytes);
   StripeState& s = stripe(StripeOf(key.hash));
   std::lock_guard lock(s.mutex);
@@ -417,8 +420,7 @@ Keyspace::CheckpointCursor Keyspace::TakeCheckpoint() {
   return cursor;
 }
 
-bool Keyspace::ReadCheckpoint(CheckpointCursor& cursor, size_t max_operations,
-                              CommitBatch* batch) {
+bool Keyspace::ReadCheckpoint(CheckpointCursor& cursor, size_t max_operations, CommitBatch* batch) {
   if (cursor.stripe == 0 && cursor.clear_all) batch->ClearAll();
   size_t operations = 0;
   for (; cursor.stripe < kStripeCount && operations < max_operations; ++cursor.stripe) {
@@ -503,7 +505,11 @@ bool Keyspace::Drain(CommitBatch* batch) {
 size_t Keyspace::ReclaimExpired(size_t budget) {
   const int64_t now = clock_->NowMillis();
   size_t removed = 0;
-  for (size_t i = 0; i < kStripeCount && removed < budget; ++i) {
+  // Start where the last call stopped, so that a small budget still reaches every stripe.
+  const size_t first = reclaim_next_stripe_;
+  for (size_t n = 0; n < kStripeCount && removed < budget; ++n) {
+    const size_t i = (first + n) % kStripeCount;
+    reclaim_next_stripe_ = (i + 1) % kStripeCount;
     StripeState& s = stripe(i);
     std::lock_guard lock(s.mutex);
     while (removed < budget && !s.expiry_queue.empty() && s.expiry_queue.top().first <= now) {

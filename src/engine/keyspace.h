@@ -18,8 +18,10 @@
 //
 // Expiry. Deadlines are absolute Unix milliseconds. An expired key is invisible to reads
 // at once; writers remove it on touch; ReclaimExpired() removes the rest in the
-// background, in deadline order, a bounded amount per call.
+// background, in deadline order within each stripe, a bounded amount per call.
 #pragma once
+
+#include <absl/container/flat_hash_map.h>
 
 #include <array>
 #include <atomic>
@@ -32,8 +34,6 @@
 #include <span>
 #include <string>
 #include <vector>
-
-#include <absl/container/flat_hash_map.h>
 
 #include "core/clock.h"
 #include "core/status.h"
@@ -128,20 +128,27 @@ class View {
   // The commit epoch that must be durable before a reply built from this view may be sent.
   uint64_t required_epoch() const { return required_epoch_; }
   bool wrote() const { return wrote_; }
-  int64_t now_ms() const { return now_ms_; }
+  // The time the view's operations use, read from the clock on first use only (most
+  // operations touch no key with an expiry and never need it).
+  int64_t now_ms() {
+    if (now_ms_ < 0) now_ms_ = keyspace_clock_now();
+    return now_ms_;
+  }
 
  private:
   friend class Keyspace;
-  View(Keyspace* keyspace, int64_t now_ms) : keyspace_(keyspace), now_ms_(now_ms) {}
+  explicit View(Keyspace* keyspace) : keyspace_(keyspace) {}
+  int64_t keyspace_clock_now() const;
 
   detail::StripeState& ForRead(const HashedKey& key);
   detail::StripeState& ForWrite(const HashedKey& key);
   // The live entry, or kNoEntry when missing or expired (an expired one is removed when
   // `remove_expired`).
-  CounterMap::EntryId LiveEntry(detail::StripeState& stripe, const HashedKey& key, bool remove_expired);
+  CounterMap::EntryId LiveEntry(detail::StripeState& stripe, const HashedKey& key,
+                                bool remove_expired);
 
   Keyspace* keyspace_;
-  int64_t now_ms_;
+  int64_t now_ms_ = -1;  // unread
   std::bitset<kStripeCount> locked_;
   uint64_t required_epoch_ = 0;
   bool wrote_ = false;
@@ -176,8 +183,8 @@ class Keyspace {
   // batches, a stripe at a time, with the marked counters' *current* values and the
   // deleted keys, and reports the newest epoch those values may come from.
   struct CheckpointCursor {
-    bool clear_all = false;   // the tables must be emptied first (FLUSHALL, or `full`)
-    bool full = false;        // write every counter, not only the marked ones
+    bool clear_all = false;  // the tables must be emptied first (FLUSHALL, or `full`)
+    bool full = false;       // write every counter, not only the marked ones
     size_t stripe = 0;
     std::array<std::vector<CounterMap::EntryId>, kStripeCount> ids;
     std::array<std::vector<std::string>, kStripeCount> deleted;
@@ -206,9 +213,9 @@ class Keyspace {
   uint64_t Scan(uint64_t cursor, size_t count, const std::function<bool(std::string_view)>& match,
                 std::vector<std::string>* keys, bool stripes_held = false);
 
-  size_t size() const;           // counters held, expired-but-not-reclaimed included
-  size_t expiring_count() const; // counters with a deadline
-  size_t memory_bytes() const;   // bytes of the maps and indexes
+  size_t size() const;            // counters held, expired-but-not-reclaimed included
+  size_t expiring_count() const;  // counters with a deadline
+  size_t memory_bytes() const;    // bytes of the maps and indexes
   uint64_t open_epoch() const { return open_epoch_.load(std::memory_order_acquire); }
   const Clock* clock() const { return clock_; }
 
@@ -226,6 +233,7 @@ class Keyspace {
   bool checkpoint_clear_ = false;   // FLUSHALL since the last checkpoint; all stripes
   bool checkpoint_full_ = false;    // the next checkpoint writes everything; all stripes
   std::atomic<size_t> checkpoint_backlog_{0};
+  size_t reclaim_next_stripe_ = 0;  // ReclaimExpired's caller only (the committer thread)
   std::function<void()> on_write_;
 };
 

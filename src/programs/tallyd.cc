@@ -1,11 +1,11 @@
 // tallyd: the tally server. Opens the embedded store, loads the counters, serves the Redis
 // protocol until SIGINT or SIGTERM, then commits and fsyncs everything before exiting.
+#include <spdlog/spdlog.h>
+
+#include <CLI/CLI.hpp>
 #include <csignal>
 #include <cstdlib>
 #include <filesystem>
-
-#include <CLI/CLI.hpp>
-#include <spdlog/spdlog.h>
 
 #include "engine/engine.h"
 #include "servers/redis/server.h"
@@ -29,8 +29,9 @@ int64_t ParseBytes(const std::string& text) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"tallyd: exact, durable counters over the Redis protocol, on an embedded RocksDB "
-               "store"};
+  CLI::App app{
+      "tallyd: exact, durable counters over the Redis protocol, on an embedded RocksDB "
+      "store"};
   app.set_config("--config", "", "Read options from this file (lines of 'name = value')");
   app.get_formatter()->column_width(44);
 

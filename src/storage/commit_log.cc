@@ -1,15 +1,14 @@
 #include "storage/commit_log.h"
 
 #include <fcntl.h>
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
-
-#include <fmt/format.h>
-#include <spdlog/spdlog.h>
 
 #include "core/crc32c.h"
 
@@ -84,8 +83,8 @@ Result<uint64_t> CommitLog::Replay(const std::string& dir, uint64_t first_segmen
           ::close(fd);
           return Corruption(fmt::format("log segment {} is damaged at byte {}", path, offset));
         }
-        spdlog::warn("cutting off a torn record at byte {} of {} (a write cut by a crash)",
-                     offset, path);
+        spdlog::warn("cutting off a torn record at byte {} of {} (a write cut by a crash)", offset,
+                     path);
         if (::ftruncate(fd, static_cast<off_t>(offset)) != 0 || ::fsync(fd) != 0) {
           ::close(fd);
           return tl::unexpected(Errno("cannot cut off the torn tail of", path).error());

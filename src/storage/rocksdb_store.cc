@@ -9,9 +9,6 @@
 // everything after the last completed one.
 #include "storage/rocksdb_store.h"
 
-#include <cstring>
-#include <filesystem>
-
 #include <fmt/format.h>
 #include <rocksdb/cache.h>
 #include <rocksdb/db.h>
@@ -19,6 +16,9 @@
 #include <rocksdb/table.h>
 #include <rocksdb/write_batch.h>
 #include <spdlog/spdlog.h>
+
+#include <cstring>
+#include <filesystem>
 
 #include "storage/commit_record.h"
 

@@ -1,7 +1,6 @@
 #include <fcntl.h>
-#include <unistd.h>
-
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <map>
@@ -15,8 +14,7 @@ namespace {
 // Collects what a store loads, applying the operations in order.
 class Collected final : public engine::LoadVisitor {
  public:
-  void Put(std::string_view key, const engine::CounterRecord& record,
-           engine::LoadSource) override {
+  void Put(std::string_view key, const engine::CounterRecord& record, engine::LoadSource) override {
     counters[std::string(key)] = record;
   }
   void Delete(std::string_view key, engine::LoadSource) override {
@@ -179,8 +177,8 @@ TEST_F(StoreTest, RefusesADamagedOlderSegment) {
     ASSERT_EQ(::pwrite(fd, "X", 1, 9), 1);  // flip a payload byte
     ::close(fd);
   }
-  auto replay = CommitLog::Replay((dir_ / "log").string(), 1,
-                                  [](std::string_view) { return OkStatus(); });
+  auto replay =
+      CommitLog::Replay((dir_ / "log").string(), 1, [](std::string_view) { return OkStatus(); });
   ASSERT_FALSE(replay.has_value());
   EXPECT_EQ(replay.error().code, ErrorCode::kCorruption);
 }

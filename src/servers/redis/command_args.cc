@@ -1,8 +1,8 @@
 #include "servers/redis/command_args.h"
 
-#include <cctype>
-
 #include <fmt/format.h>
+
+#include <cctype>
 
 #include "core/integer.h"
 
@@ -25,8 +25,8 @@ std::optional<int64_t> IntegerArgument(CommandContext& ctx, std::string_view tex
   return value;
 }
 
-std::optional<int64_t> Deadline(CommandContext& ctx, int64_t amount, ExpiryUnit unit,
-                                bool absolute, bool require_positive) {
+std::optional<int64_t> Deadline(CommandContext& ctx, int64_t amount, ExpiryUnit unit, bool absolute,
+                                bool require_positive) {
   std::string command(ctx.args[0]);
   for (char& c : command) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   const auto invalid = [&] {

@@ -21,7 +21,7 @@ std::optional<int64_t> IntegerArgument(CommandContext& ctx, std::string_view tex
 // absolute; nullopt after replying "invalid expire time in '<command>' command" when it
 // leaves the representable range (or is not positive and `require_positive`).
 enum class ExpiryUnit { kSeconds, kMilliseconds };
-std::optional<int64_t> Deadline(CommandContext& ctx, int64_t amount, ExpiryUnit unit,
-                                bool absolute, bool require_positive);
+std::optional<int64_t> Deadline(CommandContext& ctx, int64_t amount, ExpiryUnit unit, bool absolute,
+                                bool require_positive);
 
 }  // namespace tally::redis

@@ -19,15 +19,15 @@ class ServerCore;
 
 // Command flags. Their names (for COMMAND INFO) follow Redis.
 enum CommandFlag : uint32_t {
-  kWrite = 1 << 0,      // changes counters
-  kReadOnly = 1 << 1,   // reads counters
-  kFast = 1 << 2,       // O(1) or O(log N)
-  kNoAuth = 1 << 3,     // allowed before AUTH
-  kNoMulti = 1 << 4,    // refused inside MULTI (HELLO, AUTH)
-  kAllStripes = 1 << 5, // locks the whole keyspace (FLUSHALL)
-  kIncrement = 1 << 6,  // a plain increment: coalesced in the worker's IncrementBuffer
+  kWrite = 1 << 0,       // changes counters
+  kReadOnly = 1 << 1,    // reads counters
+  kFast = 1 << 2,        // O(1) or O(log N)
+  kNoAuth = 1 << 3,      // allowed before AUTH
+  kNoMulti = 1 << 4,     // refused inside MULTI (HELLO, AUTH)
+  kAllStripes = 1 << 5,  // locks the whole keyspace (FLUSHALL)
+  kIncrement = 1 << 6,   // a plain increment: coalesced in the worker's IncrementBuffer
   kAdmin = 1 << 7,
-  kLoading = 1 << 8,    // allowed while loading
+  kLoading = 1 << 8,  // allowed while loading
 };
 
 // What a handler gets: the request, its keys already hashed and locked, and where to reply.

@@ -1,8 +1,9 @@
 #include "servers/redis/connection.h"
 
-#include <boost/asio/post.hpp>
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
+
+#include <boost/asio/post.hpp>
 
 #include "servers/redis/worker.h"
 

@@ -6,11 +6,10 @@
 // pipelined requests is read and answered in as few system calls as the kernel allows.
 #pragma once
 
+#include <boost/asio/ip/tcp.hpp>
 #include <memory>
 #include <string>
 #include <vector>
-
-#include <boost/asio/ip/tcp.hpp>
 
 #include "servers/redis/resp_parser.h"
 #include "servers/redis/session.h"
@@ -51,7 +50,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   RequestParser parser_;
   std::vector<std::string_view> args_;
 
-  std::string input_;        // bytes read, from input_start_ on not yet consumed
+  std::string input_;  // bytes read, from input_start_ on not yet consumed
   size_t input_start_ = 0;
   size_t input_end_ = 0;
 

@@ -1,11 +1,11 @@
 #include "servers/redis/server.h"
 
+#include <fmt/format.h>
 #include <sched.h>
+#include <spdlog/spdlog.h>
 
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/write.hpp>
-#include <fmt/format.h>
-#include <spdlog/spdlog.h>
 
 #include "servers/redis/worker.h"
 
@@ -53,9 +53,10 @@ Status RedisServer::Start() {
   core_.set_bound_port(acceptor_.local_endpoint().port());
 
   for (auto& worker : workers_) worker->Start();
-  Accept();
   sampler_ = std::make_unique<boost::asio::steady_timer>(accept_io_);
+  accept_retry_ = std::make_unique<boost::asio::steady_timer>(accept_io_);
   SampleOps();
+  Accept();
   accept_thread_ = std::thread([this] { accept_io_.run(); });
   spdlog::info("serving the Redis protocol on {}:{} with {} worker(s)", core_.options().bind,
                port(), worker_count);
@@ -82,6 +83,11 @@ void RedisServer::Accept() {
     } else {
       // Out of file descriptors and the like: log, pause a little, keep serving.
       spdlog::warn("accept failed: {}", error.message());
+      accept_retry_->expires_after(std::chrono::milliseconds(100));
+      accept_retry_->async_wait([this](const boost::system::error_code& cancelled) {
+        if (!cancelled) Accept();
+      });
+      return;
     }
     Accept();
   });
@@ -104,6 +110,7 @@ void RedisServer::Stop() {
     boost::system::error_code ignored;
     acceptor_.close(ignored);
     sampler_->cancel();
+    accept_retry_->cancel();
   });
   accept_thread_.join();
   for (auto& worker : workers_) worker->Stop();

@@ -2,12 +2,12 @@
 // spreads them over its workers (one event loop per thread), which share one engine.
 #pragma once
 
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <memory>
 #include <thread>
 #include <vector>
-
-#include <boost/asio/io_context.hpp>
-#include <boost/asio/ip/tcp.hpp>
 
 #include "core/status.h"
 #include "engine/engine.h"
@@ -44,6 +44,7 @@ class RedisServer {
   boost::asio::io_context accept_io_;
   boost::asio::ip::tcp::acceptor acceptor_;
   std::unique_ptr<boost::asio::steady_timer> sampler_;
+  std::unique_ptr<boost::asio::steady_timer> accept_retry_;
   std::thread accept_thread_;
   size_t next_worker_ = 0;
   uint64_t last_commands_ = 0;

@@ -2,14 +2,14 @@
 // the options, the registry of clients, and the counters INFO reports.
 #pragma once
 
+#include <absl/container/flat_hash_map.h>
+
 #include <atomic>
 #include <cstdint>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
-
-#include <absl/container/flat_hash_map.h>
 
 #include "engine/engine.h"
 #include "servers/redis/command_table.h"
@@ -57,11 +57,11 @@ struct WorkerStats {
   std::atomic<uint64_t> commands{0};
   std::atomic<uint64_t> net_input_bytes{0};
   std::atomic<uint64_t> net_output_bytes{0};
-  std::atomic<uint64_t> increments_folded{0};   // increments applied through the buffer
-  std::atomic<uint64_t> folds{0};               // IncrementBuffer::Publish calls
+  std::atomic<uint64_t> increments_folded{0};  // increments applied through the buffer
+  std::atomic<uint64_t> folds{0};              // IncrementBuffer::Publish calls
   std::atomic<uint64_t> output_limit_disconnects{0};
   std::atomic<uint64_t> protocol_errors{0};
-  std::vector<std::atomic<uint64_t>> calls;     // per command, indexed like AllCommands()
+  std::vector<std::atomic<uint64_t>> calls;  // per command, indexed like AllCommands()
 
   // Adds one to a counter only this worker writes: no read-modify-write on a shared line.
   static void Bump(std::atomic<uint64_t>& counter, uint64_t by = 1) {

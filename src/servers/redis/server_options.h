@@ -14,9 +14,9 @@ struct ServerOptions {
   std::string requirepass;         // --requirepass: when set, clients must AUTH first
   int64_t maxclients = 10000;      // --maxclients: more connections are refused
   int64_t timeout_seconds = 0;     // --timeout: idle clients are closed; 0 = never
-  int64_t proto_max_bulk_len = 512LL << 20;       // --proto-max-bulk-len
-  int64_t max_multibulk_length = 1 << 20;         // --max-multibulk-length
-  int64_t client_query_buffer_limit = 1LL << 30;  // --client-query-buffer-limit
+  int64_t proto_max_bulk_len = 512LL << 20;          // --proto-max-bulk-len
+  int64_t max_multibulk_length = 1 << 20;            // --max-multibulk-length
+  int64_t client_query_buffer_limit = 1LL << 30;     // --client-query-buffer-limit
   int64_t client_output_buffer_limit = 256LL << 20;  // --client-output-buffer-limit
   std::string config_file;  // for INFO; the file the options came from, if any
   std::string data_dir;     // for INFO and CONFIG GET dir

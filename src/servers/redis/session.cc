@@ -13,7 +13,8 @@ constexpr std::string_view kOverflow = "ERR increment or decrement would overflo
 
 bool IsTransactionControl(const CommandSpec& spec) {
   return spec.handler == commands::Multi || spec.handler == commands::Exec ||
-         spec.handler == commands::Discard || spec.handler == commands::Quit || spec.handler == commands::Reset;
+         spec.handler == commands::Discard || spec.handler == commands::Quit ||
+         spec.handler == commands::Reset;
 }
 
 }  // namespace

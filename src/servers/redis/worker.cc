@@ -1,7 +1,8 @@
 #include "servers/redis/worker.h"
 
-#include <boost/asio/post.hpp>
 #include <spdlog/spdlog.h>
+
+#include <boost/asio/post.hpp>
 
 #include "servers/redis/connection.h"
 
@@ -17,9 +18,9 @@ Worker::Worker(ServerCore& core, int index)
 Worker::~Worker() { Stop(); }
 
 void Worker::Start() {
-  guard_ = std::make_unique<
-      boost::asio::executor_work_guard<boost::asio::io_context::executor_type>>(
-      io_.get_executor());
+  guard_ =
+      std::make_unique<boost::asio::executor_work_guard<boost::asio::io_context::executor_type>>(
+          io_.get_executor());
   StartHousekeeping();
   thread_ = std::thread([this] {
     try {
@@ -36,7 +37,8 @@ void Worker::Stop() {
   boost::asio::post(io_, [this] {
     housekeeping_.cancel();
     FoldIncrements();
-    auto all = std::vector<std::shared_ptr<Connection>>(connections_.begin(), connections_.end());
+    std::vector<std::shared_ptr<Connection>> all;
+    for (const auto& [raw, connection] : connections_) all.push_back(connection);
     for (const auto& connection : all) connection->Close();
     guard_.reset();
   });
@@ -46,20 +48,12 @@ void Worker::Stop() {
 void Worker::Adopt(boost::asio::ip::tcp::socket socket) {
   boost::asio::post(io_, [this, socket = std::move(socket)]() mutable {
     auto connection = std::make_shared<Connection>(*this, std::move(socket));
-    connections_.insert(connection);
+    connections_.emplace(connection.get(), connection);
     connection->Start();
   });
 }
 
-void Worker::Forget(Connection* connection) {
-  // Lookup by raw pointer: the set's shared_ptrs compare by address.
-  for (auto it = connections_.begin(); it != connections_.end(); ++it) {
-    if (it->get() == connection) {
-      connections_.erase(it);
-      return;
-    }
-  }
-}
+void Worker::Forget(Connection* connection) { connections_.erase(connection); }
 
 void Worker::Touch(const std::shared_ptr<Connection>& connection) {
   touched_.push_back(connection);
@@ -133,7 +127,7 @@ void Worker::StartHousekeeping() {
     if (timeout > 0) {
       const int64_t now = core_.engine().keyspace().clock()->NowMillis();
       std::vector<std::shared_ptr<Connection>> idle;
-      for (const auto& connection : connections_) {
+      for (const auto& [raw, connection] : connections_) {
         if (now - connection->session().info().last_interaction_ms.load() > timeout * 1000) {
           idle.push_back(connection);
         }

@@ -8,15 +8,15 @@
 // the epoch (OnDurable).
 #pragma once
 
-#include <atomic>
-#include <memory>
-#include <thread>
-#include <vector>
+#include <absl/container/flat_hash_map.h>
 
-#include <absl/container/flat_hash_set.h>
+#include <atomic>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <memory>
+#include <thread>
+#include <vector>
 
 #include "engine/increment_buffer.h"
 #include "servers/redis/server_core.h"
@@ -69,7 +69,7 @@ class Worker {
   boost::asio::steady_timer housekeeping_;
 
   // All below: this worker's thread only.
-  absl::flat_hash_set<std::shared_ptr<Connection>> connections_;
+  absl::flat_hash_map<Connection*, std::shared_ptr<Connection>> connections_;
   std::vector<std::shared_ptr<Connection>> touched_;  // ran requests in this turn
   std::vector<std::shared_ptr<Connection>> waiting_;  // replies wait for durability
   bool end_of_turn_scheduled_ = false;

@@ -136,10 +136,11 @@ void Hello(CommandContext& ctx) {
     }
   }
   if (!ctx.session.authenticated()) {
-    ctx.reply.Error("NOAUTH HELLO must be called with the client already authenticated, "
-                    "otherwise the HELLO <proto> AUTH <user> <pass> option can be used to "
-                    "authenticate the client and select the RESP protocol version at the same "
-                    "time");
+    ctx.reply.Error(
+        "NOAUTH HELLO must be called with the client already authenticated, "
+        "otherwise the HELLO <proto> AUTH <user> <pass> option can be used to "
+        "authenticate the client and select the RESP protocol version at the same "
+        "time");
     return;
   }
   if (set_name && !SetName(ctx, name)) return;
@@ -212,9 +213,10 @@ void Client(CommandContext& ctx) {
               ctx.args.size() == 3)) {
     ctx.reply.SimpleString("OK");  // accepted for clients that send them; nothing to change
   } else {
-    ctx.reply.Error(fmt::format("ERR unknown subcommand or wrong number of arguments for '{}'. "
-                                "Try CLIENT HELP.",
-                                sub));
+    ctx.reply.Error(
+        fmt::format("ERR unknown subcommand or wrong number of arguments for '{}'. "
+                    "Try CLIENT HELP.",
+                    sub));
   }
 }
 

@@ -62,8 +62,7 @@ bool ParseSetArguments(CommandContext& ctx, size_t first, bool is_getex, SetArgu
       parsed->options.condition = engine::SetCondition::kIfExists;
     } else if (!is_getex && EqualsIgnoreCase(option, "GET")) {
       parsed->get = true;
-    } else if (!is_getex && EqualsIgnoreCase(option, "KEEPTTL") &&
-               parsed->expiry_option.empty()) {
+    } else if (!is_getex && EqualsIgnoreCase(option, "KEEPTTL") && parsed->expiry_option.empty()) {
       keep_ttl = true;
     } else if (is_getex && EqualsIgnoreCase(option, "PERSIST") && parsed->expiry_option.empty()) {
       parsed->persist = true;
@@ -77,8 +76,8 @@ bool ParseSetArguments(CommandContext& ctx, size_t first, bool is_getex, SetArgu
       return false;
     }
   }
-  parsed->options.expiry = keep_ttl || is_getex ? engine::ExpiryAction::kKeep
-                                                : engine::ExpiryAction::kClear;
+  parsed->options.expiry =
+      keep_ttl || is_getex ? engine::ExpiryAction::kKeep : engine::ExpiryAction::kClear;
   return true;
 }
 
@@ -91,8 +90,8 @@ bool ResolveExpiry(CommandContext& ctx, SetArguments* parsed) {
   const bool seconds = EqualsIgnoreCase(option, "EX") || EqualsIgnoreCase(option, "EXAT");
   const bool absolute = EqualsIgnoreCase(option, "EXAT") || EqualsIgnoreCase(option, "PXAT");
   const auto deadline =
-      Deadline(ctx, *amount, seconds ? ExpiryUnit::kSeconds : ExpiryUnit::kMilliseconds,
-               absolute, /*require_positive=*/true);
+      Deadline(ctx, *amount, seconds ? ExpiryUnit::kSeconds : ExpiryUnit::kMilliseconds, absolute,
+               /*require_positive=*/true);
   if (!deadline) return false;
   parsed->options.expiry = engine::ExpiryAction::kSetDeadline;
   parsed->options.deadline_ms = *deadline;
@@ -149,8 +148,8 @@ void IncrByEx(CommandContext& ctx) {
       Deadline(ctx, *amount, seconds ? ExpiryUnit::kSeconds : ExpiryUnit::kMilliseconds,
                /*absolute=*/false, /*require_positive=*/true);
   if (!deadline) return;
-  ReplyIncrement(ctx, ctx.view->IncrByWithExpiry(ctx.keys[0], *delta, *deadline,
-                                                 only_if_no_expiry));
+  ReplyIncrement(ctx,
+                 ctx.view->IncrByWithExpiry(ctx.keys[0], *delta, *deadline, only_if_no_expiry));
 }
 
 void Get(CommandContext& ctx) { ReplyValue(ctx, ctx.view->Get(ctx.keys[0])); }

@@ -171,9 +171,7 @@ void ExpireTime(CommandContext& ctx) {
   ctx.reply.Integer(deadline < 0 ? deadline : deadline / 1000);
 }
 
-void PExpireTime(CommandContext& ctx) {
-  ctx.reply.Integer(ctx.view->DeadlineMillis(ctx.keys[0]));
-}
+void PExpireTime(CommandContext& ctx) { ctx.reply.Integer(ctx.view->DeadlineMillis(ctx.keys[0])); }
 
 void Persist(CommandContext& ctx) { ctx.reply.Integer(ctx.view->Persist(ctx.keys[0]) ? 1 : 0); }
 

@@ -1,11 +1,10 @@
 // Server commands: COMMAND, INFO, CONFIG GET, TIME.
+#include <fmt/format.h>
 #include <sys/utsname.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <fstream>
-
-#include <fmt/format.h>
 
 #include "core/glob.h"
 #include "servers/redis/command_args.h"
@@ -62,8 +61,8 @@ std::string Human(int64_t bytes) {
 void ServerSection(CommandContext& ctx, std::string& out) {
   utsname uts{};
   uname(&uts);
-  const int64_t uptime = (ctx.server.engine().keyspace().clock()->NowMillis() -
-                          ctx.server.start_ms()) / 1000;
+  const int64_t uptime =
+      (ctx.server.engine().keyspace().clock()->NowMillis() - ctx.server.start_ms()) / 1000;
   fmt::format_to(std::back_inserter(out),
                  "# Server\r\nredis_version:7.0.0\r\ntally_version:{}\r\nredis_mode:standalone\r\n"
                  "os:{} {} {}\r\narch_bits:64\r\nprocess_id:{}\r\ntcp_port:{}\r\n"
@@ -101,16 +100,16 @@ void PersistenceSection(CommandContext& ctx, std::string& out) {
       "counters_loaded_at_start:{}\r\ncommits:{}\r\ncommitted_puts:{}\r\ncommitted_deletes:{}\r\n"
       "commit_failures:{}\r\nlast_commit_usec:{}\r\navg_commit_usec:{}\r\ndurable_epoch:{}\r\n"
       "open_epoch:{}\r\nstore_healthy:{}\r\ncheckpoints:{}\r\ncheckpoint_failures:{}\r\n"
-      "last_checkpoint_msec:{}\r\ncheckpoint_backlog_counters:{}\r\nlog_bytes_since_checkpoint:{}\r\n"
+      "last_checkpoint_msec:{}\r\ncheckpoint_backlog_counters:{}\r\nlog_bytes_since_checkpoint:{}"
+      "\r\n"
       "store_table_bytes:{}\r\naof_enabled:0\r\nrdb_changes_since_last_save:0\r\n",
       ctx.server.options().data_dir,
       committer.durability() == engine::Durability::kSync ? "sync" : "async",
       engine.loaded_counters(), stats.commits, stats.puts, stats.deletes, stats.failures,
       stats.last_commit_micros, stats.commits == 0 ? 0 : stats.total_commit_micros / stats.commits,
-      committer.durable_epoch(), ctx.server.engine().keyspace().open_epoch(),
-      stats.healthy ? 1 : 0, stats.checkpoints, stats.checkpoint_failures,
-      stats.last_checkpoint_ms, ctx.server.engine().keyspace().checkpoint_backlog(),
-      store.log_bytes, store.disk_bytes);
+      committer.durable_epoch(), ctx.server.engine().keyspace().open_epoch(), stats.healthy ? 1 : 0,
+      stats.checkpoints, stats.checkpoint_failures, stats.last_checkpoint_ms,
+      ctx.server.engine().keyspace().checkpoint_backlog(), store.log_bytes, store.disk_bytes);
 }
 
 void StatsSection(CommandContext& ctx, std::string& out) {
@@ -122,11 +121,11 @@ void StatsSection(CommandContext& ctx, std::string& out) {
       "instantaneous_ops_per_sec:{}\r\ntotal_net_input_bytes:{}\r\ntotal_net_output_bytes:{}\r\n"
       "rejected_connections:{}\r\nexpired_keys:{}\r\nincrements_coalesced:{}\r\n"
       "increment_folds:{}\r\nclient_output_buffer_limit_disconnections:{}\r\n"
-      "total_error_replies:{}\r\nprotocol_errors:{}\r\n",
+      "protocol_errors:{}\r\n",
       s.connections_received.load(), s.Total(&WorkerStats::commands), s.ops_per_second.load(),
       s.Total(&WorkerStats::net_input_bytes), s.Total(&WorkerStats::net_output_bytes),
       s.rejected_connections.load(), stats.reclaimed, s.Total(&WorkerStats::increments_folded),
-      s.Total(&WorkerStats::folds), s.Total(&WorkerStats::output_limit_disconnects), 0,
+      s.Total(&WorkerStats::folds), s.Total(&WorkerStats::output_limit_disconnects),
       s.Total(&WorkerStats::protocol_errors));
 }
 
@@ -134,8 +133,8 @@ void KeyspaceSection(CommandContext& ctx, std::string& out) {
   out += "# Keyspace\r\n";
   const engine::Keyspace& keyspace = ctx.server.engine().keyspace();
   if (keyspace.size() > 0) {
-    fmt::format_to(std::back_inserter(out), "db0:keys={},expires={},avg_ttl=0\r\n",
-                   keyspace.size(), keyspace.expiring_count());
+    fmt::format_to(std::back_inserter(out), "db0:keys={},expires={},avg_ttl=0\r\n", keyspace.size(),
+                   keyspace.expiring_count());
   }
 }
 
@@ -157,9 +156,9 @@ struct InfoSection {
 };
 
 constexpr InfoSection kSections[] = {
-    {"server", true, ServerSection},           {"clients", true, ClientsSection},
-    {"memory", true, MemorySection},           {"persistence", true, PersistenceSection},
-    {"stats", true, StatsSection},             {"commandstats", false, CommandStatsSection},
+    {"server", true, ServerSection},     {"clients", true, ClientsSection},
+    {"memory", true, MemorySection},     {"persistence", true, PersistenceSection},
+    {"stats", true, StatsSection},       {"commandstats", false, CommandStatsSection},
     {"keyspace", true, KeyspaceSection},
 };
 
@@ -174,7 +173,8 @@ const ConfigEntry kConfig[] = {
     {"maxclients", [](const ServerOptions& o) { return std::to_string(o.maxclients); }},
     {"timeout", [](const ServerOptions& o) { return std::to_string(o.timeout_seconds); }},
     {"requirepass", [](const ServerOptions& o) { return o.requirepass; }},
-    {"proto-max-bulk-len", [](const ServerOptions& o) { return std::to_string(o.proto_max_bulk_len); }},
+    {"proto-max-bulk-len",
+     [](const ServerOptions& o) { return std::to_string(o.proto_max_bulk_len); }},
     {"client-query-buffer-limit",
      [](const ServerOptions& o) { return std::to_string(o.client_query_buffer_limit); }},
     {"client-output-buffer-limit",
@@ -232,9 +232,10 @@ void Command(CommandContext& ctx) {
     ctx.reply.MapHeader(wanted.size());
     for (const CommandSpec* spec : wanted) CommandDocs(ctx, *spec);
   } else {
-    ctx.reply.Error(fmt::format("ERR unknown subcommand or wrong number of arguments for '{}'. "
-                                "Try COMMAND HELP.",
-                                sub));
+    ctx.reply.Error(
+        fmt::format("ERR unknown subcommand or wrong number of arguments for '{}'. "
+                    "Try COMMAND HELP.",
+                    sub));
   }
 }
 
@@ -279,9 +280,10 @@ void Config(CommandContext& ctx) {
   } else if (EqualsIgnoreCase(sub, "SET")) {
     ctx.reply.Error("ERR CONFIG SET is not supported by tally: restart tallyd with the option");
   } else {
-    ctx.reply.Error(fmt::format("ERR unknown subcommand or wrong number of arguments for '{}'. "
-                                "Try CONFIG HELP.",
-                                sub));
+    ctx.reply.Error(
+        fmt::format("ERR unknown subcommand or wrong number of arguments for '{}'. "
+                    "Try CONFIG HELP.",
+                    sub));
   }
 }
 
