@@ -23,9 +23,12 @@ std::string_view IncrementBuffer::CopyKey(std::string_view key) {
 }
 
 uint32_t IncrementBuffer::Add(const HashedKey& key, int64_t delta) {
-  auto it = index_.find(KeyRef{key.key, key.hash});
   uint32_t key_position;
-  if (it == index_.end()) {
+  // A hot counter arrives many times in a row: check the last key before the map.
+  if (!keys_.empty() && keys_[last_position_].ref.hash == key.hash &&
+      keys_[last_position_].ref.key == key.key) {
+    key_position = last_position_;
+  } else if (auto it = index_.find(KeyRef{key.key, key.hash}); it == index_.end()) {
     key_position = static_cast<uint32_t>(keys_.size());
     const KeyRef stored{CopyKey(key.key), key.hash};
     keys_.push_back(PendingKey{stored});
@@ -33,6 +36,7 @@ uint32_t IncrementBuffer::Add(const HashedKey& key, int64_t delta) {
   } else {
     key_position = it->second;
   }
+  last_position_ = key_position;
   keys_[key_position].delta_count++;
   key_of_delta_.push_back(key_position);
   deltas_.push_back(delta);
