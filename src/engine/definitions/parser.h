@@ -1,0 +1,39 @@
+// The parser of the definition language. The grammar (keywords case-insensitive,
+// identifiers folded to lower case unless "quoted", as in PostgreSQL):
+//
+//   script     := [ statement ( ';' statement )* [ ';' ] ]
+//   statement  := CREATE COUNTER name AS select | DROP COUNTER name | SHOW COUNTERS
+//   select     := SELECT item ( ',' item )* FROM source [ WHERE expr ]
+//                 [ GROUP BY expr ( ',' expr )* ]
+//   item       := expr [ [ AS ] alias ]
+//   expr       := expr OR expr | expr AND expr | NOT expr
+//               | expr IS [ NOT ] NULL
+//               | expr ( = | <> | != | < | <= | > | >= ) expr
+//               | expr [ NOT ] BETWEEN expr AND expr | expr [ NOT ] IN ( expr, ... )
+//               | expr ( + | - ) expr | expr ( * | / | % ) expr | - expr
+//               | CASE [ expr ] WHEN expr THEN expr ... [ ELSE expr ] END
+//               | name ( [ * | expr, ... ] ) | [ source . ] column | literal | ( expr )
+//   literal    := integer | 'text' | TRUE | FALSE | NULL
+//
+// Precedence, lowest first, is PostgreSQL's: OR, AND, NOT, IS, comparisons, BETWEEN/IN,
+// + -, * / %, unary minus. Comparisons do not associate (a < b < c is an error).
+// Constructs of SQL outside the subset (joins, subqueries, DISTINCT, HAVING, ORDER BY,
+// LIMIT, window functions, casts, ...) are recognised and refused with a precise error,
+// "line L, column C: ...", rather than a bare syntax error.
+#pragma once
+
+#include <string_view>
+#include <vector>
+
+#include "core/status.h"
+#include "engine/definitions/ast.h"
+
+namespace tally::definitions {
+
+// Parses a script of zero or more statements separated by ';'.
+Result<std::vector<Statement>> ParseScript(std::string_view sql);
+
+// Parses exactly one statement, with an optional trailing ';'.
+Result<Statement> ParseStatement(std::string_view sql);
+
+}  // namespace tally::definitions

@@ -1,0 +1,172 @@
+// A compiled counter definition: a flat program for a small stack machine, and the
+// evaluator that runs it over one source row.
+//
+// Why a stack machine: the compiler resolves every column to its index in the source row
+// and every operator to an opcode once, so a row costs one pass over a short instruction
+// array with no name lookups, no string compares of identifiers and, once the caller's
+// scratch has grown, no allocation but for the text lower/upper make. Jumps give SQL's
+// lazy evaluation where PostgreSQL has it: AND/OR stop at the first deciding operand,
+// CASE and coalesce evaluate only the branch taken, and WHERE runs before the group keys
+// (a key's division by zero in a row that fails the filter is no error, as in PostgreSQL).
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "engine/definitions/time_util.h"
+#include "engine/definitions/value.h"
+
+namespace tally::definitions {
+
+// The opcodes. Operands are popped right first; "peek" jumps leave the stack unchanged.
+enum class Op : uint8_t {
+  kColumn,         // push row[arg]
+  kConst,          // push constants[arg]
+  kNeg,            // int64: -a
+  kAdd,            // int64: a + b, overflow is an error
+  kSub,            // int64: a - b
+  kMul,            // int64: a * b
+  kDiv,            // int64: a / b truncated toward zero; b = 0 is an error
+  kMod,            // int64: a % b with the sign of a; b = 0 is an error
+  kEq,             // a = b (same type); NULL if either is NULL
+  kNe,             // a <> b
+  kLt,             // a < b
+  kLe,             // a <= b
+  kGt,             // a > b
+  kGe,             // a >= b
+  kNot,            // three-valued NOT
+  kAnd,            // three-valued AND of two bools
+  kOr,             // three-valued OR of two bools
+  kIsNull,         // a IS NULL
+  kIsNotNull,      // a IS NOT NULL
+  kIn,             // a IN (arg values): pops arg + 1 values
+  kLower,          // lower(text), ASCII letters only
+  kUpper,          // upper(text), ASCII letters only
+  kDateTrunc,      // date_trunc(unit arg, timestamp)
+  kJump,           // jump to arg
+  kJumpIfFalse,    // peek: jump to arg when the top is false (AND short-circuit)
+  kJumpIfTrue,     // peek: jump to arg when the top is true (OR short-circuit)
+  kJumpIfNotTrue,  // pop: jump to arg unless true (CASE WHEN)
+  kJumpIfNotNull,  // peek: jump to arg when the top is not NULL (coalesce)
+  kPop,            // drop the top
+  kStoreTemp,      // peek: temps[arg] = the top (a value used twice: BETWEEN, CASE x)
+  kLoadTemp,       // push temps[arg]
+  kFilter,         // pop: stop with "does not pass" unless true
+  kKey,            // pop into key[arg]
+  kValueCount,     // pop: value = 0 if NULL else 1 (count(expr))
+  kValueSum,       // pop: value = 0 if NULL else the int64 (sum(expr))
+  kValueOne,       // value = 1 (count(*))
+};
+
+// "column", "add", ... for listings.
+std::string_view OpName(Op op);
+
+// One instruction: an opcode and its operand (column index, constant index, jump target,
+// key slot, temporary, list length or time unit).
+struct Instr {
+  Op op = Op::kPop;
+  int32_t arg = 0;
+};
+
+// The aggregate of a counter.
+enum class Aggregate : uint8_t { kCountStar, kCount, kSum };
+
+// One group key column of a compiled counter.
+struct KeyColumn {
+  std::string name;  // the alias, or the column name, or "key<i>"
+  Type type = Type::kNull;
+  std::string sql;  // the expression as the plan shows it
+};
+
+// A source's schema: its name and typed columns, in row order.
+struct SourceSchema {
+  struct Column {
+    std::string name;
+    Type type = Type::kNull;
+  };
+  std::string name;
+  std::vector<Column> columns;
+};
+
+// Per-thread evaluation state: the value stack, the key being built and the arena of text
+// made by lower/upper. Reused across rows so that evaluation does not allocate.
+class EvalScratch {
+ public:
+  EvalScratch() = default;
+  ~EvalScratch() = default;
+  EvalScratch(const EvalScratch&) = delete;
+  EvalScratch& operator=(const EvalScratch&) = delete;
+  EvalScratch(EvalScratch&&) = default;
+  EvalScratch& operator=(EvalScratch&&) = default;
+
+ private:
+  friend class CompiledCounter;
+  std::vector<Value> stack_;
+  std::vector<Value> key_;
+  std::vector<Value> temps_;
+  std::deque<std::string> arena_;  // a deque: adding a string never moves the others
+};
+
+// The outcome of one row. `key` views text of the row, the scratch and the counter's
+// constants: valid until the scratch is used again and while the row's text lives.
+struct Evaluation {
+  bool passes = false;         // the row passes WHERE (a NULL condition does not pass)
+  std::span<const Value> key;  // one Value per key column, in select-list order
+  int64_t value = 0;           // 1 for count(*); 0 or 1 for count(expr); sum's term, NULL as 0
+};
+
+// A checked, compiled CREATE COUNTER: immutable, so any number of threads may evaluate
+// it at once, each with its own EvalScratch.
+class CompiledCounter {
+ public:
+  CompiledCounter() = default;
+  ~CompiledCounter() = default;
+  // Movable, not copyable: text constants are views into constant_text_, whose strings a
+  // move keeps in place and a copy would not.
+  CompiledCounter(CompiledCounter&&) = default;
+  CompiledCounter& operator=(CompiledCounter&&) = default;
+  CompiledCounter(const CompiledCounter&) = delete;
+  CompiledCounter& operator=(const CompiledCounter&) = delete;
+
+  const std::string& name() const { return name_; }
+  const SourceSchema& source() const { return source_; }
+  const std::vector<KeyColumn>& key_columns() const { return key_columns_; }
+  Aggregate aggregate() const { return aggregate_; }
+  const std::string& sql() const { return sql_; }
+
+  // Runs the program over `row`, which must follow source(): one value per column, each
+  // NULL or of the column's type (else kWrongType naming the column). An arithmetic
+  // overflow (kOverflow), division by zero or a timestamp out of range
+  // (kInvalidArgument) fails this row only.
+  Result<Evaluation> Evaluate(RowView row, EvalScratch& scratch) const;
+
+  // The canonical key of an evaluation's group (see EncodeKey in value.h).
+  std::string Key(const Evaluation& evaluation) const { return EncodeKey(name_, evaluation.key); }
+
+  // The plan as the golden files show it: key columns, filter, value, columns read and
+  // the program listing.
+  std::string Explain() const;
+
+ private:
+  friend class Compiler;
+
+  std::string name_;
+  std::string sql_;  // the normalised SELECT
+  SourceSchema source_;
+  std::vector<KeyColumn> key_columns_;
+  Aggregate aggregate_ = Aggregate::kCountStar;
+  std::string filter_sql_;
+  std::string value_sql_;
+  std::vector<Instr> code_;
+  std::vector<Value> constants_;
+  std::vector<std::string> constant_text_;  // owns the text of text constants
+  std::vector<int32_t> columns_used_;       // checked against the row before running
+  int32_t max_stack_ = 0;
+  int32_t temp_count_ = 0;
+};
+
+}  // namespace tally::definitions

@@ -1,0 +1,67 @@
+// Values of the SQL subset of counter definitions: the cells of a source row, the
+// intermediate results of the evaluator and the parts of a group key.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+
+namespace tally::definitions {
+
+// The static type of an expression or a column. kNull is the type of a bare NULL literal
+// (PostgreSQL's "unknown"); it is compatible with every other type.
+enum class Type : uint8_t {
+  kNull,
+  kInt64,      // PostgreSQL bigint
+  kBool,       // PostgreSQL boolean
+  kText,       // PostgreSQL text, UTF-8 bytes, compared bytewise (COLLATE "C")
+  kTimestamp,  // PostgreSQL timestamp (UTC), int64 microseconds since the Unix epoch
+};
+
+// "int64", "bool", "text", "timestamp" or "null".
+std::string_view TypeName(Type type);
+
+// One cell: a NULL or a value of one type. Trivially copyable (32 bytes); text is a view
+// whose bytes are owned by the row or by the evaluator's scratch arena.
+struct Value {
+  Type type = Type::kNull;  // kNull: the SQL NULL, whatever the column's type
+  int64_t i = 0;            // kInt64 and kTimestamp; kBool as 0 or 1
+  std::string_view s;       // kText
+
+  bool is_null() const { return type == Type::kNull; }
+
+  static Value Null() { return Value{}; }
+  static Value Int(int64_t v) { return Value{Type::kInt64, v, {}}; }
+  static Value Bool(bool v) { return Value{Type::kBool, v ? 1 : 0, {}}; }
+  static Value Text(std::string_view v) { return Value{Type::kText, 0, v}; }
+  static Value Timestamp(int64_t micros) { return Value{Type::kTimestamp, micros, {}}; }
+};
+
+// A source row: one Value per column of the source's schema, in schema order.
+using RowView = std::span<const Value>;
+
+// Writes a timestamp in ISO 8601 basic format, UTC: "20240501T134500Z", with a fraction
+// ".123456" only when the microseconds are not zero. It has no ':' so that a key part
+// needs no escaping. Years outside 0..9999 get a sign and as many digits as needed.
+std::string FormatTimestamp(int64_t micros);
+
+// The canonical counter key of one group, which is also its human spelling:
+//
+//   key      := counter_name ( ':' part )*
+//   part     := int64 in decimal ("-12")
+//             | "true" | "false"
+//             | timestamp as FormatTimestamp ("20240501T000000Z")
+//             | text with '\' written "\\" and ':' written "\:"
+//             | "\N" for NULL (PostgreSQL's COPY spelling; a text "\N" is written "\\N")
+//
+// Example: blog_posts:7:3. Given the definition (which fixes each part's type) the
+// encoding is injective, so two groups never share a key. Appends to `out`.
+void AppendKey(std::string_view counter_name, std::span<const Value> key, std::string* out);
+std::string EncodeKey(std::string_view counter_name, std::span<const Value> key);
+
+// A readable spelling of one value for plans and messages: 42, 'text', true, NULL,
+// timestamp '20240501T000000Z'.
+std::string DebugString(const Value& value);
+
+}  // namespace tally::definitions
