@@ -85,7 +85,8 @@ void Committer::Run() {
     bool stopping;
     {
       std::unique_lock lock(mutex_);
-      const auto deadline = std::min(next_reclaim, unsynced_.load(std::memory_order_relaxed) ? next_sync : next_reclaim);
+      const auto deadline = std::min(
+          next_reclaim, unsynced_.load(std::memory_order_relaxed) ? next_sync : next_reclaim);
       wake_.wait_until(lock, deadline, [&] {
         return stopping_ || commit_requested_.load(std::memory_order_acquire);
       });
@@ -191,7 +192,8 @@ Status Committer::Checkpoint() {
   // fsync'd, so that recovery from these tables never shows an uncommitted write.
   WaitDurable(cursor.newest_epoch);
   if (durable_epoch() < cursor.newest_epoch) {
-    return fail(Error{ErrorCode::kUnavailable, "stopped before the checkpoint's epochs were durable"});
+    return fail(
+        Error{ErrorCode::kUnavailable, "stopped before the checkpoint's epochs were durable"});
   }
   {
     std::lock_guard commit(commit_mutex_);

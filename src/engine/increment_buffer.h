@@ -63,7 +63,7 @@ class IncrementBuffer {
   Keyspace* keyspace_;
   absl::flat_hash_map<KeyRef, uint32_t, KeyRefHash> index_;  // key -> position in keys_
   std::vector<PendingKey> keys_;
-  uint32_t last_position_ = 0;  // keys_ position of the last Add
+  uint32_t last_position_ = 0;              // keys_ position of the last Add
   std::vector<uint32_t> key_of_delta_;      // per ticket: its key's position in keys_
   std::vector<int64_t> deltas_;             // per ticket
   std::vector<IncrementOutcome> outcomes_;  // per ticket, after Publish

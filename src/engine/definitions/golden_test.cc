@@ -25,29 +25,20 @@
 #include "engine/definitions/compiler.h"
 #include "engine/definitions/parser.h"
 #include "engine/definitions/program.h"
+#include "engine/definitions/test_util.h"
 
 namespace tally::definitions {
 namespace {
 
 // The blog model of the brief, and likes of posts.
 const SourceSchema* TestCatalog(std::string_view name) {
-  static const SourceSchema kPosts{"posts",
-                                   {{"id", Type::kInt64},
-                                    {"user_id", Type::kInt64},
-                                    {"blog_id", Type::kInt64},
-                                    {"rating", Type::kInt64},
-                                    {"is_published", Type::kBool},
-                                    {"is_deleted", Type::kBool},
-                                    {"created_at", Type::kTimestamp},
-                                    {"title", Type::kText},
-                                    {"status", Type::kText}}};
   static const SourceSchema kLikes{"likes",
                                    {{"id", Type::kInt64},
                                     {"post_id", Type::kInt64},
                                     {"user_id", Type::kInt64},
                                     {"created_at", Type::kTimestamp},
                                     {"Kind", Type::kText}}};
-  if (name == "posts") return &kPosts;
+  if (name == "posts") return &testing::PostsSchema();
   if (name == "likes") return &kLikes;
   return nullptr;
 }

@@ -19,6 +19,12 @@ bool EqualsIgnoreCase(std::string_view a, std::string_view b) {
   return true;
 }
 
+void ReplyUnknownSubcommand(CommandContext& ctx, std::string_view command) {
+  ctx.reply.Error(
+      fmt::format("ERR unknown subcommand or wrong number of arguments for '{}'. Try {} HELP.",
+                  ctx.args[1], command));
+}
+
 std::optional<int64_t> IntegerArgument(CommandContext& ctx, std::string_view text) {
   const std::optional<int64_t> value = ParseInt64(text);
   if (!value) ctx.reply.Error(kNotInteger);

@@ -14,6 +14,9 @@ inline constexpr std::string_view kSyntaxError = "ERR syntax error";
 
 bool EqualsIgnoreCase(std::string_view a, std::string_view b);
 
+// Redis's answer to an unknown subcommand of `command` (CLIENT, COMMAND, CONFIG).
+void ReplyUnknownSubcommand(CommandContext& ctx, std::string_view command);
+
 // The argument as int64, or nullopt after replying "value is not an integer".
 std::optional<int64_t> IntegerArgument(CommandContext& ctx, std::string_view text);
 

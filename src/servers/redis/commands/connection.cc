@@ -213,10 +213,7 @@ void Client(CommandContext& ctx) {
               ctx.args.size() == 3)) {
     ctx.reply.SimpleString("OK");  // accepted for clients that send them; nothing to change
   } else {
-    ctx.reply.Error(
-        fmt::format("ERR unknown subcommand or wrong number of arguments for '{}'. "
-                    "Try CLIENT HELP.",
-                    sub));
+    ReplyUnknownSubcommand(ctx, "CLIENT");
   }
 }
 

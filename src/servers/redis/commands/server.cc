@@ -232,10 +232,7 @@ void Command(CommandContext& ctx) {
     ctx.reply.MapHeader(wanted.size());
     for (const CommandSpec* spec : wanted) CommandDocs(ctx, *spec);
   } else {
-    ctx.reply.Error(
-        fmt::format("ERR unknown subcommand or wrong number of arguments for '{}'. "
-                    "Try COMMAND HELP.",
-                    sub));
+    ReplyUnknownSubcommand(ctx, "COMMAND");
   }
 }
 
@@ -280,10 +277,7 @@ void Config(CommandContext& ctx) {
   } else if (EqualsIgnoreCase(sub, "SET")) {
     ctx.reply.Error("ERR CONFIG SET is not supported by tally: restart tallyd with the option");
   } else {
-    ctx.reply.Error(
-        fmt::format("ERR unknown subcommand or wrong number of arguments for '{}'. "
-                    "Try CONFIG HELP.",
-                    sub));
+    ReplyUnknownSubcommand(ctx, "CONFIG");
   }
 }
 
