@@ -89,7 +89,7 @@ class XorShift {
 alignas(64) std::atomic<int64_t> shared_atomic{0};
 
 void BM_HotAtomicFetchAdd(benchmark::State& state) {
-  for (auto _ : state) {
+  for (auto _ : state) {  // NOLINT(clang-analyzer-deadcode.DeadStores): benchmark idiom
     for (int i = 0; i < kTurn; ++i) shared_atomic.fetch_add(1);
   }
   state.SetItemsProcessed(state.iterations() * kTurn);
@@ -102,7 +102,7 @@ BENCHMARK(BM_HotAtomicFetchAdd)->ThreadRange(1, 4)->UseRealTime();
 void BM_HotKeyTurnOf64(benchmark::State& state) {
   const HashedKey key("bench:hot");
   IncrementBuffer buffer(&HotKeyspace());
-  for (auto _ : state) {
+  for (auto _ : state) {  // NOLINT(clang-analyzer-deadcode.DeadStores): benchmark idiom
     for (int i = 0; i < kTurn; ++i) buffer.Add(key, 1);
     benchmark::DoNotOptimize(buffer.Publish());
     buffer.Clear();
@@ -115,7 +115,7 @@ BENCHMARK(BM_HotKeyTurnOf64)->ThreadRange(1, 4)->UseRealTime();
 void BM_HotKeyPublishEach(benchmark::State& state) {
   const HashedKey key("bench:hot");
   IncrementBuffer buffer(&HotKeyspace());
-  for (auto _ : state) {
+  for (auto _ : state) {  // NOLINT(clang-analyzer-deadcode.DeadStores): benchmark idiom
     buffer.Add(key, 1);
     benchmark::DoNotOptimize(buffer.Publish());
     buffer.Clear();
@@ -128,7 +128,7 @@ BENCHMARK(BM_HotKeyPublishEach)->ThreadRange(1, 4)->UseRealTime();
 void BM_HotKeyViewIncrBy(benchmark::State& state) {
   const HashedKey key("bench:hot");
   Keyspace& keyspace = HotKeyspace();
-  for (auto _ : state) {
+  for (auto _ : state) {  // NOLINT(clang-analyzer-deadcode.DeadStores): benchmark idiom
     View view = keyspace.Lock(key);
     benchmark::DoNotOptimize(view.IncrBy(key, 1));
   }
@@ -142,7 +142,7 @@ void BM_RandomKeysTurnOf64(benchmark::State& state) {
   IncrementBuffer buffer(&RandomKeyspace());
   XorShift rng(static_cast<uint64_t>(state.thread_index()) + 1);
   KeySpeller speller;
-  for (auto _ : state) {
+  for (auto _ : state) {  // NOLINT(clang-analyzer-deadcode.DeadStores): benchmark idiom
     for (int i = 0; i < kTurn; ++i) buffer.Add(speller.Spell(rng.Below(kRandomKeys)), 1);
     benchmark::DoNotOptimize(buffer.Publish());
     buffer.Clear();
@@ -155,7 +155,7 @@ void BM_RandomKeysPublishEach(benchmark::State& state) {
   IncrementBuffer buffer(&RandomKeyspace());
   XorShift rng(static_cast<uint64_t>(state.thread_index()) + 1);
   KeySpeller speller;
-  for (auto _ : state) {
+  for (auto _ : state) {  // NOLINT(clang-analyzer-deadcode.DeadStores): benchmark idiom
     buffer.Add(speller.Spell(rng.Below(kRandomKeys)), 1);
     benchmark::DoNotOptimize(buffer.Publish());
     buffer.Clear();

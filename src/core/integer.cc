@@ -22,7 +22,7 @@ std::optional<int64_t> ParseInt64(std::string_view text) {
   uint64_t magnitude = 0;
   for (; p != end; ++p) {
     if (*p < '0' || *p > '9') return std::nullopt;
-    const uint64_t digit = static_cast<uint64_t>(*p - '0');
+    const auto digit = static_cast<uint64_t>(*p - '0');
     if (magnitude > (UINT64_MAX - digit) / 10) return std::nullopt;
     magnitude = magnitude * 10 + digit;
   }

@@ -387,7 +387,7 @@ TEST(CounterMap, MemoryBytesGrowsSensibly) {
   EXPECT_GE(with_long - full_bytes, 1000u * 1000);
   EXPECT_LE(with_long - full_bytes, 1000u * 1000 + 2 * 4096 * 24 + kKeys * 8);
   for (EntryId id : long_ids) map.Erase(id);
-  EXPECT_LE(map.MemoryBytes(), with_long - 1000u * 1000);
+  EXPECT_LE(map.MemoryBytes(), with_long - size_t{1000} * 1000);
   EXPECT_GE(map.MemoryBytes(), full_bytes);
 }
 

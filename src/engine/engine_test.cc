@@ -138,7 +138,7 @@ class FakePersistence final : public Persistence {
   }
 
   // Test controls.
-  void Preload(std::string key, CounterRecord record) {
+  void Preload(const std::string& key, CounterRecord record) {
     std::lock_guard lock(mutex_);
     tables_[key] = record;
     data_[key] = record;

@@ -5,7 +5,7 @@
 
 namespace tally::engine {
 namespace {
-constexpr size_t kBlockBytes = 16 * 1024;
+constexpr size_t kBlockBytes = size_t{16} * 1024;
 }  // namespace
 
 IncrementBuffer::IncrementBuffer(Keyspace* keyspace) : keyspace_(keyspace) {}

@@ -164,7 +164,7 @@ class Keyspace {
 
   View Lock(const HashedKey& key);
   View Lock(std::span<const HashedKey> keys);
-  View LockStripe(size_t stripe);
+  View LockStripe(size_t index);
   View LockAll();
 
   // Called after a View that wrote is released; the committer hooks in here.

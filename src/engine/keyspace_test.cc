@@ -456,7 +456,8 @@ TEST_F(KeyspaceTest, ReclaimExpiredRemovesInDeadlineOrderWithinBudget) {
   const std::vector<int> order = {7, 2, 9, 0, 5, 3, 8, 1, 6, 4};
   for (size_t i = 0; i < keys.size(); ++i) {
     ASSERT_TRUE(
-        SetWithDeadline(keys[i], static_cast<int64_t>(i), kStart + 10 + 10 * order[i]).applied);
+        SetWithDeadline(keys[i], static_cast<int64_t>(i), kStart + 10 + int64_t{10} * order[i])
+            .applied);
   }
   ASSERT_TRUE(Set(KeysInStripe(3, 11, "r:").back(), 1).applied);  // never expires
   Drain();
@@ -973,7 +974,7 @@ TEST_F(KeyspaceTest, StatsFollowTheContents) {
   EXPECT_EQ(keyspace_.size(), 20'000u);
   // Entries of 24 bytes and at least 4 bytes of index each.
   EXPECT_GE(keyspace_.memory_bytes(), 20'000u * 28);
-  EXPECT_LE(keyspace_.memory_bytes(), 20'000u * 28 * 4 + kStripeCount * 4096 * 24);
+  EXPECT_LE(keyspace_.memory_bytes(), size_t{20'000} * 28 * 4 + kStripeCount * 4096 * 24);
   for (int i = 0; i < 100; ++i) ASSERT_TRUE(Expire("m:" + std::to_string(i), kStart + 10));
   EXPECT_EQ(keyspace_.expiring_count(), 100u);
   for (int i = 0; i < 20'000; i += 2) ASSERT_TRUE(Delete("m:" + std::to_string(i)));

@@ -16,7 +16,7 @@ namespace {
 int64_t ParseBytes(const std::string& text) {
   // "64mb", "1gb", "512k", "1048576": Redis's spelling of sizes.
   size_t end = 0;
-  const long long number = std::stoll(text, &end);
+  const int64_t number = std::stoll(text, &end);
   std::string unit = text.substr(end);
   for (char& c : unit) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   if (unit.empty() || unit == "b") return number;

@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <system_error>
 
 #include "core/crc32c.h"
 
@@ -20,7 +21,8 @@ constexpr size_t kHeaderBytes = 8;
 constexpr uint32_t kMaxRecordBytes = 1u << 30;
 
 Status Errno(std::string_view what, const std::string& path) {
-  return IOError(fmt::format("{} {}: {}", what, path, std::strerror(errno)));
+  return IOError(fmt::format("{} {}: {}", what, path,
+                             std::error_code(errno, std::system_category()).message()));
 }
 
 Status SyncDirectory(const std::string& dir) {

@@ -101,14 +101,14 @@ void KeyPositions(const CommandSpec& spec, size_t argc, std::vector<size_t>* pos
 
 std::vector<std::string_view> FlagNames(const CommandSpec& spec) {
   std::vector<std::string_view> names;
-  if (spec.flags & kWrite) names.push_back("write");
-  if (spec.flags & kReadOnly) names.push_back("readonly");
-  if (spec.flags & kWrite) names.push_back("denyoom");
-  if (spec.flags & kAdmin) names.push_back("admin");
-  if (spec.flags & kNoAuth) names.push_back("no_auth");
-  if (spec.flags & kNoMulti) names.push_back("no_multi");
-  if (spec.flags & kLoading) names.push_back("loading");
-  if (spec.flags & kFast) names.push_back("fast");
+  if (spec.flags & kWrite) names.emplace_back("write");
+  if (spec.flags & kReadOnly) names.emplace_back("readonly");
+  if (spec.flags & kWrite) names.emplace_back("denyoom");
+  if (spec.flags & kAdmin) names.emplace_back("admin");
+  if (spec.flags & kNoAuth) names.emplace_back("no_auth");
+  if (spec.flags & kNoMulti) names.emplace_back("no_multi");
+  if (spec.flags & kLoading) names.emplace_back("loading");
+  if (spec.flags & kFast) names.emplace_back("fast");
   return names;
 }
 

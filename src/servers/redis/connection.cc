@@ -10,10 +10,10 @@
 namespace tally::redis {
 namespace {
 
-constexpr size_t kReadChunk = 16 * 1024;
+constexpr size_t kReadChunk = size_t{16} * 1024;
 // Read at most this much per turn from one client, so that one fast client cannot starve
 // the others of the same worker.
-constexpr size_t kMaxReadPerTurn = 1024 * 1024;
+constexpr size_t kMaxReadPerTurn = size_t{1024} * 1024;
 
 std::string Endpoint(const boost::asio::ip::tcp::endpoint& endpoint) {
   return fmt::format("{}:{}", endpoint.address().to_string(), endpoint.port());
@@ -133,7 +133,7 @@ void Connection::OnReadable() {
     reading_stopped_ = true;
     return;
   }
-  if (input_start_ == input_end_ && input_.capacity() > 64 * 1024) {
+  if (input_start_ == input_end_ && input_.capacity() > size_t{64} * 1024) {
     // A burst is over: give back the large buffer so idle clients stay cheap.
     std::string().swap(input_);
     input_start_ = input_end_ = 0;
@@ -217,7 +217,7 @@ void Connection::CompactOutput() {
   if (output_sent_ == output.size() && !session_->has_holes()) {
     output.clear();
     output_sent_ = output_ready_ = 0;
-    if (output.capacity() > 1024 * 1024) std::string().swap(output);
+    if (output.capacity() > size_t{1024} * 1024) std::string().swap(output);
   }
 }
 

@@ -12,8 +12,6 @@
 namespace tally::redis {
 namespace {
 
-using std::literals::string_view_literals::operator""sv;
-
 // The CPUs this process may run on (taskset), which is how many workers pay off.
 int UsableCpus() {
   cpu_set_t set;
@@ -74,8 +72,9 @@ void RedisServer::Accept() {
       if (static_cast<int64_t>(core_.clients().size()) >= core_.options().maxclients) {
         core_.rejected_connections.fetch_add(1, std::memory_order_relaxed);
         boost::system::error_code ignored;
-        boost::asio::write(socket, boost::asio::buffer("-ERR max number of clients reached\r\n"sv),
-                           ignored);
+        boost::asio::write(
+            socket, boost::asio::buffer(std::string_view("-ERR max number of clients reached\r\n")),
+            ignored);
         socket.close(ignored);
       } else {
         worker.Adopt(std::move(socket));

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "core/integer.h"
 #include "servers/redis/command_args.h"
 #include "servers/redis/worker.h"
@@ -104,10 +106,9 @@ bool Session::NeedsFold(const CommandSpec& spec, std::span<const std::string_vie
   if ((spec.flags & (kReadOnly | kWrite)) == 0) return false;
   if (spec.first_key == 0) return true;  // whole-keyspace commands: SCAN, DBSIZE, FLUSHALL
   KeyPositions(spec, args.size(), &key_positions_);
-  for (const size_t position : key_positions_) {
-    if (worker_.increments().Contains(engine::HashedKey(args[position]))) return true;
-  }
-  return false;
+  return std::ranges::any_of(key_positions_, [&](size_t position) {
+    return worker_.increments().Contains(engine::HashedKey(args[position]));
+  });
 }
 
 void Session::QueueIncrement(const CommandSpec& spec, std::span<const std::string_view> args) {
@@ -148,7 +149,7 @@ void Session::FillHoles(const engine::IncrementBuffer& buffer, uint64_t epoch) {
       writer.Integer(outcome.value);
     }
   }
-  filled.append(output_, copied, std::string::npos);
+  filled.append(std::string_view(output_).substr(copied));
   output_.swap(filled);
   holes_.clear();
 }

@@ -1,6 +1,8 @@
 // Connection commands: handshake, authentication, client naming and introspection.
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "core/integer.h"
 #include "servers/redis/command_args.h"
 #include "servers/redis/session.h"
@@ -25,11 +27,9 @@ bool CheckPassword(CommandContext& ctx, std::string_view user, std::string_view 
   return equal;
 }
 
+// No spaces, newlines or special characters: printable ASCII only.
 bool ValidClientName(std::string_view name) {
-  for (const char c : name) {
-    if (c < '!' || c > '~') return false;  // no spaces, newlines or special characters
-  }
-  return true;
+  return std::ranges::all_of(name, [](char c) { return c >= '!' && c <= '~'; });
 }
 
 std::string ClientLine(const ClientInfo& client, int64_t now_ms) {

@@ -12,7 +12,10 @@ namespace {
 // EXPIRE key amount [NX | XX | GT | LT], in the unit and form the command names.
 void ExpireGeneric(CommandContext& ctx, ExpiryUnit unit, bool absolute) {
   engine::ExpireCondition condition = engine::ExpireCondition::kAlways;
-  bool nx = false, xx = false, gt = false, lt = false;
+  bool nx = false;
+  bool xx = false;
+  bool gt = false;
+  bool lt = false;
   for (size_t i = 3; i < ctx.args.size(); ++i) {
     const std::string_view option = ctx.args[i];
     if (EqualsIgnoreCase(option, "NX")) {

@@ -51,9 +51,9 @@ int64_t ResidentBytes() {
 }
 
 std::string Human(int64_t bytes) {
-  if (bytes >= (1LL << 30)) return fmt::format("{:.2f}G", bytes / double(1LL << 30));
-  if (bytes >= (1LL << 20)) return fmt::format("{:.2f}M", bytes / double(1LL << 20));
-  if (bytes >= (1LL << 10)) return fmt::format("{:.2f}K", bytes / double(1LL << 10));
+  if (bytes >= (1LL << 30)) return fmt::format("{:.2f}G", static_cast<double>(bytes) / (1LL << 30));
+  if (bytes >= (1LL << 20)) return fmt::format("{:.2f}M", static_cast<double>(bytes) / (1LL << 20));
+  if (bytes >= (1LL << 10)) return fmt::format("{:.2f}K", static_cast<double>(bytes) / (1LL << 10));
   return fmt::format("{}B", bytes);
 }
 
