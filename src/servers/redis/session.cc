@@ -149,7 +149,7 @@ void Session::FillHoles(const engine::IncrementBuffer& buffer, uint64_t epoch) {
       writer.Integer(outcome.value);
     }
   }
-  filled.append(std::string_view(output_).substr(copied));
+  filled.append(output_.data() + copied, output_.size() - copied);
   output_.swap(filled);
   holes_.clear();
 }
