@@ -47,10 +47,22 @@ void Committer::Stop() {
 void Committer::RequestCommit() {
   if (commits_on_waiting_thread()) return;
   if (commit_requested_.load(std::memory_order_relaxed)) return;
+  if (options_.commit_on_waiting_thread) {
+    // Async inline: the writer's I/O thread commits at the end of its turn; the committer
+    // thread sweeps up on its timer whatever no I/O thread did.
+    commit_requested_.store(true, std::memory_order_release);
+    return;
+  }
   if (!commit_requested_.exchange(true, std::memory_order_acq_rel)) {
     std::lock_guard lock(mutex_);
     wake_.notify_one();
   }
+}
+
+void Committer::CommitWrittenInline() {
+  if (!commit_requested_.load(std::memory_order_acquire)) return;
+  if (!commit_requested_.exchange(false, std::memory_order_acq_rel)) return;
+  if (!TryCommitNow()) commit_requested_.store(true, std::memory_order_release);
 }
 
 bool Committer::TryCommitNow() {
@@ -87,8 +99,11 @@ void Committer::Run() {
       std::unique_lock lock(mutex_);
       const auto deadline = std::min(
           next_reclaim, unsynced_.load(std::memory_order_relaxed) ? next_sync : next_reclaim);
+      // With inline commits the request flag is the I/O threads' business: this thread only
+      // sweeps up on its timer (waking on the flag would compete for the core every turn).
       wake_.wait_until(lock, deadline, [&] {
-        return stopping_ || commit_requested_.load(std::memory_order_acquire);
+        return stopping_ || (!options_.commit_on_waiting_thread &&
+                             commit_requested_.load(std::memory_order_acquire));
       });
       stopping = stopping_;
     }

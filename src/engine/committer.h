@@ -30,8 +30,9 @@ struct CommitterOptions {
   Durability durability = Durability::kSync;
   // Async mode: how often the write-ahead log is fsync'd. Default 100 ms.
   int sync_interval_ms = 100;
-  // Sync mode: true = the worker that waits for a commit writes it itself (no thread
-  // hand-off); false = the committer thread writes it while workers go on serving.
+  // true = commits are written by the I/O threads themselves at the end of their turn (sync
+  // mode: the thread whose replies wait; async mode: any thread that wrote), with no thread
+  // hand-off; false = the committer thread writes them while I/O threads go on serving.
   bool commit_on_waiting_thread = true;
   // How often expired counters are reclaimed, and how many at most each time.
   int reclaim_interval_ms = 100;
@@ -101,6 +102,11 @@ class Committer {
   bool commits_on_waiting_thread() const {
     return options_.durability == Durability::kSync && options_.commit_on_waiting_thread;
   }
+
+  // Async mode with inline commits: writes (without fsync) whatever was written since the
+  // last commit, on the calling thread, unless another thread is committing. Cheap when
+  // nothing was written. The committer thread still fsyncs every sync_interval_ms.
+  void CommitWrittenInline();
 
  private:
   void Run();

@@ -81,6 +81,9 @@ void Worker::EndOfTurn() {
   durable_notice_pending_.store(false, std::memory_order_relaxed);
   FoldIncrements();
   engine::Engine& engine = core_.engine();
+  if (engine.durability() == engine::Durability::kAsync) {
+    engine.committer().CommitWrittenInline();
+  }
   for (const auto& connection : touched_) {
     if (connection->closed() || connection->waiting_for_durability()) continue;
     if (engine.IsDurable(connection->session().required_epoch())) {
@@ -114,6 +117,8 @@ void Worker::EndOfTurn() {
 }
 
 void Worker::OnDurable(uint64_t epoch) {
+  // In async mode no reply waits for durability.
+  if (core_.engine().durability() == engine::Durability::kAsync) return;
   // One notice per turn is enough: EndOfTurn looks at every waiting connection.
   if (durable_notice_pending_.exchange(true, std::memory_order_acq_rel)) return;
   boost::asio::post(io_, [this] { ScheduleEndOfTurn(); });
