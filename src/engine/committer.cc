@@ -62,7 +62,10 @@ void Committer::RequestCommit() {
 void Committer::CommitWrittenInline() {
   if (!commit_requested_.load(std::memory_order_acquire)) return;
   if (!commit_requested_.exchange(false, std::memory_order_acq_rel)) return;
-  if (!TryCommitNow()) commit_requested_.store(true, std::memory_order_release);
+  // Wait for a commit in progress rather than skip: the caller sends its replies next, and
+  // an acknowledged write must be in the log (the page cache) by then.
+  std::lock_guard lock(commit_mutex_);
+  CommitOnce(/*sync=*/false);
 }
 
 bool Committer::TryCommitNow() {

@@ -104,8 +104,9 @@ class Committer {
   }
 
   // Async mode with inline commits: writes (without fsync) whatever was written since the
-  // last commit, on the calling thread, unless another thread is committing. Cheap when
-  // nothing was written. The committer thread still fsyncs every sync_interval_ms.
+  // last commit, on the calling thread (after any commit in progress). Returns once it is in
+  // the log, so a process crash after it loses none of it. Cheap when nothing was written.
+  // The committer thread fsyncs every sync_interval_ms.
   void CommitWrittenInline();
 
  private:
