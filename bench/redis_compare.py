@@ -207,8 +207,11 @@ class Server:
     def argv(self) -> list[str]:
         port = str(self.port)
         if self.kind.redis_args is None and not self.cfg.tally_is_redis:
+            # --durability sync unless --tally-args names another mode.
+            durability = [] if any(a.startswith("--durability") for a in self.cfg.tally_args) \
+                else ["--durability", "sync"]
             return [self.cfg.tally_binary, "--bind", HOST, "--port", port,
-                    "--data-dir", os.path.join(self.dir, "data"), "--durability", "sync",
+                    "--data-dir", os.path.join(self.dir, "data"), *durability,
                     *self.cfg.tally_args]
         binary = self.cfg.redis_binary
         args = self.kind.redis_args
@@ -704,7 +707,8 @@ def header_section(cfg: Config, work_fs: str) -> list[str]:
     if cfg.quick:
         lines += ["**Quick smoke run (small -n, one repeat): not for publishing.**", ""]
     tally_cmd = ("redis-server --save '' --appendonly no" if cfg.tally_is_redis else
-                 " ".join(["tallyd --durability sync", *cfg.tally_args]))
+                 " ".join(["tallyd" if any(a.startswith("--durability") for a in cfg.tally_args)
+                           else "tallyd --durability sync", *cfg.tally_args]))
     version = command_output([cfg.tally_binary, "--version"])
     binary = os.path.relpath(cfg.tally_binary, REPO) if cfg.tally_binary.startswith(
         REPO + os.sep) else cfg.tally_binary
