@@ -1,10 +1,14 @@
-// Committer: the group commit. One background thread turns the keyspace's changes into
-// durable batches: it waits for a write, drains every change of the open epoch into one
+// Committer: the group commit. A commit drains every change of the open epoch into one
 // CommitBatch (closing the epoch), writes it through Persistence — fsync'd in sync mode —
-// and then announces the epoch as durable. While one batch is being written, writers go
-// on filling the next epoch, so the fsync cost is shared by everything that arrived during
-// it. It also reclaims expired counters in the background, and a second thread writes
-// checkpoints (see Persistence).
+// and announces the epoch as durable. While one batch is being written, writers go on
+// filling the next epoch, so the fsync is shared by everything that arrived meanwhile.
+//
+// Who commits: by default the I/O threads themselves, at the end of their event-loop turn
+// (TryCommitNow when their replies wait in sync mode, CommitWrittenInline in async mode), so
+// a commit costs no thread hand-off; one commit runs at a time (commit_mutex_). The
+// committer thread sweeps up on a timer — writes no I/O thread committed, expiry, the
+// periodic fsync of async mode — or, with commit_on_waiting_thread = false, does every
+// commit itself. A second thread writes checkpoints (see Persistence).
 #pragma once
 
 #include <atomic>
