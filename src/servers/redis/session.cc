@@ -96,19 +96,24 @@ void Session::Execute(std::span<const std::string_view> args) {
     QueueIncrement(*spec, args);
     return;
   }
-  if (NeedsFold(*spec, args)) worker_.FoldIncrements();
+  PrepareKeys(*spec, args);
+  if (NeedsFold(*spec)) worker_.FoldIncrements();
   Run(*spec, args, nullptr);
 }
 
-bool Session::NeedsFold(const CommandSpec& spec, std::span<const std::string_view> args) {
+void Session::PrepareKeys(const CommandSpec& spec, std::span<const std::string_view> args) {
+  KeyPositions(spec, args.size(), &key_positions_);
+  keys_.clear();
+  for (const size_t position : key_positions_) keys_.emplace_back(args[position]);
+}
+
+bool Session::NeedsFold(const CommandSpec& spec) {
   if (worker_.increments().empty()) return false;
   if (spec.handler == commands::Exec) return true;
   if ((spec.flags & (kReadOnly | kWrite)) == 0) return false;
   if (spec.first_key == 0) return true;  // whole-keyspace commands: SCAN, DBSIZE, FLUSHALL
-  KeyPositions(spec, args.size(), &key_positions_);
-  return std::ranges::any_of(key_positions_, [&](size_t position) {
-    return worker_.increments().Contains(engine::HashedKey(args[position]));
-  });
+  return std::ranges::any_of(
+      keys_, [&](const engine::HashedKey& key) { return worker_.increments().Contains(key); });
 }
 
 void Session::QueueIncrement(const CommandSpec& spec, std::span<const std::string_view> args) {
@@ -156,10 +161,6 @@ void Session::FillHoles(const engine::IncrementBuffer& buffer, uint64_t epoch) {
 
 void Session::Run(const CommandSpec& spec, std::span<const std::string_view> args,
                   engine::View* held) {
-  KeyPositions(spec, args.size(), &key_positions_);
-  keys_.clear();
-  for (const size_t position : key_positions_) keys_.emplace_back(args[position]);
-
   engine::Keyspace& keyspace = core_.engine().keyspace();
   std::optional<engine::View> view;
   engine::View* active = held;
@@ -209,7 +210,9 @@ void Session::RunExec(CommandContext& ctx) {
   std::vector<std::string_view> args;
   for (const std::vector<std::string>& request : queue) {
     args.assign(request.begin(), request.end());
-    Run(*FindCommand(args[0]), args, &all);
+    const CommandSpec& spec = *FindCommand(args[0]);
+    PrepareKeys(spec, args);
+    Run(spec, args, &all);
   }
   RaiseRequiredEpoch(all.required_epoch());
 }

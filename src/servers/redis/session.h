@@ -65,14 +65,16 @@ class Session {
     uint32_t ticket;  // the increment's ticket in the worker's IncrementBuffer
   };
 
+  // Hashes the command's key arguments into keys_, once per request.
+  void PrepareKeys(const CommandSpec& spec, std::span<const std::string_view> args);
   // Runs a validated command: locks its keys (unless `held` already holds every stripe) and
-  // calls the handler.
+  // calls the handler. REQUIRES: PrepareKeys() for this request.
   void Run(const CommandSpec& spec, std::span<const std::string_view> args, engine::View* held);
   // Queues a plain increment in the worker's buffer; false (and an error reply) when the
   // amount is not an integer.
   void QueueIncrement(const CommandSpec& spec, std::span<const std::string_view> args);
   // True when a command must see the effect of increments still in the buffer.
-  bool NeedsFold(const CommandSpec& spec, std::span<const std::string_view> args);
+  bool NeedsFold(const CommandSpec& spec);
   void RejectUnknown(std::span<const std::string_view> args);
   // Answers `error` for a command refused before it ran.
   void Reject(const CommandSpec& spec, std::string_view error);
