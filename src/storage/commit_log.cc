@@ -135,12 +135,15 @@ Status CommitLog::Append(std::string_view payload, bool sync) {
   std::memcpy(buffer_.data(), &length, 4);
   std::memcpy(buffer_.data() + 4, &crc, 4);
   buffer_.append(payload);
+  // Positional writes at the end of the last whole record: when a write fails half-way and
+  // the committer retries the batch, the retry overwrites the partial bytes instead of
+  // following them (a record after a torn one would be cut off at replay).
   size_t written = 0;
   while (written < buffer_.size()) {
-    const ssize_t n = ::write(fd_, buffer_.data() + written, buffer_.size() - written);
+    const ssize_t n = ::pwrite(fd_, buffer_.data() + written, buffer_.size() - written,
+                               static_cast<off_t>(segment_bytes_ + written));
     if (n < 0) {
       if (errno == EINTR) continue;
-      // A partial record may be on disk; it fails its checksum and is cut off at replay.
       return Errno("cannot append to log segment", SegmentPath(dir_, segment_));
     }
     written += static_cast<size_t>(n);
