@@ -85,9 +85,9 @@ class Committer {
   Status CheckpointNow();
 
   // Wakes the committer: something was written. Cheap when a wake-up is already pending.
-  // With commit_on_waiting_thread this does nothing: whoever waits for durability commits
-  // (TryCommitNow), so that a commit costs no thread hand-off; the committer thread only
-  // sweeps up writes nobody waits for (expiry) on its timer.
+  // Sync mode with commit_on_waiting_thread: nothing (whoever waits commits, TryCommitNow).
+  // Async mode with it: sets the flag CommitWrittenInline consumes at the end of a turn.
+  // Without it: wakes the committer thread.
   void RequestCommit();
 
   // Commits everything written so far on the calling thread, and announces it. Returns

@@ -61,10 +61,11 @@ CounterMap::EntryId CounterMap::Find(const HashedKey& key) const {
 
 CounterMap::EntryId CounterMap::FindOrInsert(const HashedKey& key, bool* inserted) {
   const EntryId found = Find(key);
-  if (found != kNoEntry) {
-    *inserted = false;
-    return found;
-  }
+  *inserted = found == kNoEntry;
+  return *inserted ? Insert(key) : found;
+}
+
+CounterMap::EntryId CounterMap::Insert(const HashedKey& key) {
   if ((size_ + 1) * 100 > (uint64_t{mask_} + 1) * kMaxLoadPercent) Grow();
   const EntryId id = AllocateEntry();
   Entry& entry = At(id);
@@ -72,7 +73,6 @@ CounterMap::EntryId CounterMap::FindOrInsert(const HashedKey& key, bool* inserte
   StoreKey(entry, key.key);
   PlaceInIndex(id, key.hash);
   ++size_;
-  *inserted = true;
   return id;
 }
 

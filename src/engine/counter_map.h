@@ -41,6 +41,9 @@ class CounterMap {
   // The entry holding `key`, or kNoEntry.
   EntryId Find(const HashedKey& key) const;
 
+  // Inserts `key` with value 0 and no flags. REQUIRES: `key` is absent.
+  EntryId Insert(const HashedKey& key);
+
   // The entry holding `key`, inserted with value 0 and no flags when missing.
   // `inserted` tells which.
   EntryId FindOrInsert(const HashedKey& key, bool* inserted);

@@ -74,10 +74,10 @@ struct alignas(64) StripeState {
     UpdateMirrors();
   }
 
+  // REQUIRES: `key` is absent (the callers looked it up just before).
   EntryId Insert(const HashedKey& key) {
-    bool inserted;
-    const EntryId id = map.FindOrInsert(key, &inserted);
-    if (inserted) UpdateMirrors();
+    const EntryId id = map.Insert(key);
+    UpdateMirrors();
     return id;
   }
 

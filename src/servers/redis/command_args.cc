@@ -31,11 +31,30 @@ std::optional<int64_t> IntegerArgument(CommandContext& ctx, std::string_view tex
   return value;
 }
 
+std::optional<int64_t> IncrementAmount(std::span<const std::string_view> args, bool negate,
+                                       ReplyWriter& reply) {
+  int64_t amount = 1;
+  if (args.size() == 3) {
+    const std::optional<int64_t> parsed = ParseInt64(args[2]);
+    if (!parsed) {
+      reply.Error(kNotInteger);
+      return std::nullopt;
+    }
+    amount = *parsed;
+  }
+  if (!negate) return amount;
+  if (amount == INT64_MIN) {
+    reply.Error("ERR decrement would overflow");
+    return std::nullopt;
+  }
+  return -amount;
+}
+
 std::optional<int64_t> Deadline(CommandContext& ctx, int64_t amount, ExpiryUnit unit, bool absolute,
                                 bool require_positive) {
-  std::string command(ctx.args[0]);
-  for (char& c : command) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   const auto invalid = [&] {
+    std::string command(ctx.args[0]);
+    for (char& c : command) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
     ctx.reply.Error(fmt::format("ERR invalid expire time in '{}' command", command));
     return std::nullopt;
   };

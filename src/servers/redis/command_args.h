@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string_view>
 
 #include "servers/redis/command_table.h"
@@ -19,6 +20,11 @@ void ReplyUnknownSubcommand(CommandContext& ctx, std::string_view command);
 
 // The argument as int64, or nullopt after replying "value is not an integer".
 std::optional<int64_t> IntegerArgument(CommandContext& ctx, std::string_view text);
+
+// The signed amount of INCR/INCRBY (`negate` false) or DECR/DECRBY (true): 1 without an
+// amount argument. Nullopt after writing Redis's error for a bad amount to `reply`.
+std::optional<int64_t> IncrementAmount(std::span<const std::string_view> args, bool negate,
+                                       ReplyWriter& reply);
 
 // An absolute deadline in Unix ms for an expiry given as seconds/milliseconds, relative or
 // absolute; nullopt after replying "invalid expire time in '<command>' command" when it

@@ -1,7 +1,5 @@
 #include "servers/redis/command_table.h"
 
-#include <algorithm>
-#include <array>
 #include <cctype>
 #include <unordered_map>
 

@@ -1,7 +1,5 @@
 #include "servers/redis/resp_writer.h"
 
-#include <cstdio>
-
 #include "core/integer.h"
 
 namespace tally::redis {
@@ -70,30 +68,6 @@ void ReplyWriter::MapHeader(size_t pairs) {
 
 void ReplyWriter::SetHeader(size_t count) {
   Header(protocol_ >= 3 ? '~' : '*', static_cast<int64_t>(count));
-}
-
-void ReplyWriter::PushHeader(size_t count) {
-  Header(protocol_ >= 3 ? '>' : '*', static_cast<int64_t>(count));
-}
-
-void ReplyWriter::Boolean(bool value) {
-  if (protocol_ >= 3) {
-    out_->append(value ? "#t\r\n" : "#f\r\n", 4);
-  } else {
-    Integer(value ? 1 : 0);
-  }
-}
-
-void ReplyWriter::Double(double value) {
-  char buf[64];
-  const int n = std::snprintf(buf, sizeof buf, "%.17g", value);
-  if (protocol_ >= 3) {
-    out_->push_back(',');
-    out_->append(buf, n);
-    out_->append("\r\n", 2);
-  } else {
-    Bulk(std::string_view(buf, n));
-  }
 }
 
 void ReplyWriter::Verbatim(std::string_view text) {

@@ -8,7 +8,7 @@
 namespace tally::redis {
 
 // Appends replies to a byte string. RESP3 differs from RESP2 only where the type
-// system differs (null, map, double, boolean, set, push); the caller picks the version per
+// system differs (null, map, set, verbatim text); the caller picks the version per
 // connection (HELLO 3).
 class ReplyWriter {
  public:
@@ -27,11 +27,7 @@ class ReplyWriter {
   void ArrayHeader(size_t count);            // *n
   void MapHeader(size_t pairs);              // %n (RESP3) or *2n (RESP2)
   void SetHeader(size_t count);              // ~n (RESP3) or *n (RESP2)
-  void PushHeader(size_t count);             // >n (RESP3) or *n (RESP2)
-  void Boolean(bool value);                  // #t (RESP3) or :1 (RESP2)
-  void Double(double value);                 // ,1.5 (RESP3) or bulk (RESP2)
   void Verbatim(std::string_view text);      // =n\r\ntxt:... (RESP3) or bulk (RESP2)
-  void Raw(std::string_view bytes) { out_->append(bytes); }
 
  private:
   void Header(char type, int64_t count);

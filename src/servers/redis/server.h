@@ -33,7 +33,6 @@ class RedisServer {
   void Stop();
 
   uint16_t port() const { return core_.bound_port(); }
-  ServerCore& core() { return core_; }
 
  private:
   void Accept();

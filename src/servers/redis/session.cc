@@ -88,7 +88,7 @@ void Session::Execute(std::span<const std::string_view> args) {
       writer_.Error("ERR Command not allowed inside a transaction");
       return;
     }
-    multi_queue_.emplace_back(args.begin(), args.end());
+    multi_queue_.push_back({spec, std::vector<std::string>(args.begin(), args.end())});
     writer_.SimpleString("QUEUED");
     return;
   }
@@ -117,23 +117,10 @@ bool Session::NeedsFold(const CommandSpec& spec) {
 }
 
 void Session::QueueIncrement(const CommandSpec& spec, std::span<const std::string_view> args) {
-  int64_t delta = 1;
-  if (args.size() == 3) {
-    const std::optional<int64_t> amount = ParseInt64(args[2]);
-    if (!amount) {
-      writer_.Error(kNotInteger);
-      return;
-    }
-    delta = *amount;
-  }
-  if (spec.handler == commands::Decr || spec.handler == commands::DecrBy) {
-    if (delta == INT64_MIN) {
-      writer_.Error("ERR decrement would overflow");
-      return;
-    }
-    delta = -delta;
-  }
-  const uint32_t ticket = worker_.increments().Add(engine::HashedKey(args[1]), delta);
+  const bool negate = spec.handler == commands::Decr || spec.handler == commands::DecrBy;
+  const std::optional<int64_t> delta = IncrementAmount(args, negate, writer_);
+  if (!delta) return;
+  const uint32_t ticket = worker_.increments().Add(engine::HashedKey(args[1]), *delta);
   holes_.push_back(Hole{output_.size(), ticket});
 }
 
@@ -191,7 +178,7 @@ void Session::ClearMulti() {
   info_->in_multi.store(false, std::memory_order_relaxed);
 }
 
-void Session::RunExec(CommandContext& ctx) {
+void Session::RunExec() {
   if (!in_multi_) {
     writer_.Error("ERR EXEC without MULTI");
     return;
@@ -208,11 +195,10 @@ void Session::RunExec(CommandContext& ctx) {
   engine::View all = core_.engine().keyspace().LockAll();
   writer_.ArrayHeader(queue.size());
   std::vector<std::string_view> args;
-  for (const std::vector<std::string>& request : queue) {
-    args.assign(request.begin(), request.end());
-    const CommandSpec& spec = *FindCommand(args[0]);
-    PrepareKeys(spec, args);
-    Run(spec, args, &all);
+  for (const QueuedCommand& queued : queue) {
+    args.assign(queued.args.begin(), queued.args.end());
+    PrepareKeys(*queued.spec, args);
+    Run(*queued.spec, args, &all);
   }
   RaiseRequiredEpoch(all.required_epoch());
 }
@@ -228,7 +214,7 @@ void Multi(CommandContext& ctx) {
   ctx.reply.SimpleString("OK");
 }
 
-void Exec(CommandContext& ctx) { ctx.session.RunExec(ctx); }
+void Exec(CommandContext& ctx) { ctx.session.RunExec(); }
 
 void Discard(CommandContext& ctx) {
   if (!ctx.session.in_multi()) {

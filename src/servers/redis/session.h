@@ -57,7 +57,7 @@ class Session {
   bool in_multi() const { return in_multi_; }
   void BeginMulti();
   void ClearMulti();
-  void RunExec(CommandContext& ctx);
+  void RunExec();
 
  private:
   struct Hole {
@@ -70,8 +70,7 @@ class Session {
   // Runs a validated command: locks its keys (unless `held` already holds every stripe) and
   // calls the handler. REQUIRES: PrepareKeys() for this request.
   void Run(const CommandSpec& spec, std::span<const std::string_view> args, engine::View* held);
-  // Queues a plain increment in the worker's buffer; false (and an error reply) when the
-  // amount is not an integer.
+  // Queues a plain increment in the worker's buffer (or replies why the amount is bad).
   void QueueIncrement(const CommandSpec& spec, std::span<const std::string_view> args);
   // True when a command must see the effect of increments still in the buffer.
   bool NeedsFold(const CommandSpec& spec);
@@ -90,7 +89,11 @@ class Session {
   bool close_requested_ = false;
   bool in_multi_ = false;
   bool multi_failed_ = false;
-  std::vector<std::vector<std::string>> multi_queue_;
+  struct QueuedCommand {
+    const CommandSpec* spec;
+    std::vector<std::string> args;
+  };
+  std::vector<QueuedCommand> multi_queue_;
   // Scratch, reused by every request.
   std::vector<size_t> key_positions_;
   std::vector<engine::HashedKey> keys_;

@@ -84,10 +84,9 @@ void Quit(CommandContext& ctx) {
 }
 
 void Select(CommandContext& ctx) {
-  const auto index = ParseInt64(ctx.args[1]);
-  if (!index) {
-    ctx.reply.Error(kNotInteger);
-  } else if (*index != 0) {
+  const auto index = IntegerArgument(ctx, ctx.args[1]);
+  if (!index) return;
+  if (*index != 0) {
     ctx.reply.Error("ERR DB index is out of range");
   } else {
     ctx.reply.SimpleString("OK");

@@ -110,17 +110,15 @@ void Incr(CommandContext& ctx) { IncrementBy(ctx, 1); }
 void Decr(CommandContext& ctx) { IncrementBy(ctx, -1); }
 
 void IncrBy(CommandContext& ctx) {
-  if (const auto delta = IntegerArgument(ctx, ctx.args[2])) IncrementBy(ctx, *delta);
+  if (const auto delta = IncrementAmount(ctx.args, /*negate=*/false, ctx.reply)) {
+    IncrementBy(ctx, *delta);
+  }
 }
 
 void DecrBy(CommandContext& ctx) {
-  const auto delta = IntegerArgument(ctx, ctx.args[2]);
-  if (!delta) return;
-  if (*delta == INT64_MIN) {
-    ctx.reply.Error("ERR decrement would overflow");
-    return;
+  if (const auto delta = IncrementAmount(ctx.args, /*negate=*/true, ctx.reply)) {
+    IncrementBy(ctx, *delta);
   }
-  IncrementBy(ctx, -*delta);
 }
 
 // INCRBYEX key increment (EX seconds | PX milliseconds) [NX]
@@ -198,7 +196,7 @@ void SetWithExpiry(CommandContext& ctx, ExpiryUnit unit) {
   ctx.reply.SimpleString("OK");
 }
 
-// Values of every other argument from args[1] on, or nullopt after replying.
+// The values of MSET/MSETNX (every other argument from args[2] on); false after replying.
 bool PairValues(CommandContext& ctx, std::vector<int64_t>* values) {
   if (ctx.args.size() % 2 == 0) {
     ctx.reply.Error(fmt::format("ERR wrong number of arguments for '{}' command",

@@ -2,7 +2,6 @@
 #include <fmt/format.h>
 
 #include "core/glob.h"
-#include "core/integer.h"
 #include "servers/redis/command_args.h"
 #include "servers/redis/session.h"
 
