@@ -15,12 +15,9 @@ Usage: bench/async_loss.py [--kills N] [--tallyd build/bin/tallyd]
 import argparse
 import os
 import random
-import signal
 import socket
 import statistics
-import subprocess
 import sys
-import tempfile
 import threading
 import time
 
@@ -58,7 +55,7 @@ def client_loop(port, name, acked, stop, lock):
 
 def main():
     parser = argparse.ArgumentParser()
-    parser.add_argument("--kills", type=int, default=10)
+    parser.add_argument("--kills", type=int, default=10, choices=range(1, 1001), metavar="1..1000")
     parser.add_argument("--clients", type=int, default=8)
     parser.add_argument("--tallyd", default=os.path.join(HERE, "..", "build", "bin", "tallyd"))
     args = parser.parse_args()
@@ -89,6 +86,7 @@ def main():
             server.start()
             conn = server.client()
             values = {n: int(conn.get(n) or 0) for n in names}
+            conn.close()
             lost = sum(max(0, acked[n] - values[n]) for n in names)
             rate = sum(acked[n] - before[n] for n in names) / elapsed
             losses.append((lost, lost / rate * 1000 if rate else 0.0, rate))

@@ -41,10 +41,6 @@ def tally_only(obj):
     return unittest.skipIf(IS_REDIS, "tally-only behaviour (E2E_TARGET=redis)")(obj)
 
 
-def redis_only(obj):
-    return unittest.skipUnless(IS_REDIS, "redis-only check")(obj)
-
-
 def free_port():
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((HOST, 0))

@@ -1016,8 +1016,9 @@ class ConsistencyTest(RawTestCase):
         for t in ts:
             t.start()
         started.wait()
-        wait_until(lambda: sum(len(r) for r in records) > threads * per_thread // 3, 30,
-                   interval=0.001)
+        # The reset must land while the increments are under way, or nothing is tested.
+        self.assertTrue(wait_until(lambda: sum(len(r) for r in records) > threads * per_thread // 3,
+                                   30, interval=0.001))
         control = self.raw()
         reset_sent = time.monotonic()
         reset(control)
@@ -1179,6 +1180,12 @@ class DurabilityTest(unittest.TestCase):
         self.server = TallyServer()
         self.addCleanup(self.server.cleanup)
         self.server.start()
+        # Run again with E2E_TALLY_ARGS="--durability async" (CTest e2e_durability_async):
+        # make sure the server really runs in the mode asked for.
+        extra = os.environ.get("E2E_TALLY_ARGS", "").replace("=", " ").split()
+        wanted = extra[extra.index("--durability") + 1] if "--durability" in extra else "sync"
+        info = self.conn().call("INFO", "persistence")
+        self.assertIn("durability:%s" % wanted, str(info))
 
     def conn(self):
         c = self.server.raw()

@@ -121,7 +121,7 @@ void StatsSection(CommandContext& ctx, std::string& out) {
       std::back_inserter(out),
       "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\n"
       "instantaneous_ops_per_sec:{}\r\ntotal_net_input_bytes:{}\r\ntotal_net_output_bytes:{}\r\n"
-      "rejected_connections:{}\r\nexpired_keys:{}\r\nincrements_coalesced:{}\r\n"
+      "rejected_connections:{}\r\nexpired_keys:{}\r\nincrements_buffered:{}\r\n"
       "increment_folds:{}\r\nclient_output_buffer_limit_disconnections:{}\r\n"
       "protocol_errors:{}\r\n",
       s.connections_received.load(), s.Total(&WorkerStats::commands), s.ops_per_second.load(),
