@@ -159,12 +159,11 @@ fuzz: deps
 	  -artifact_prefix=fuzz/corpus-run/ $(FUZZ_ARGS) \
 	  fuzz/corpus-run/resp_parser fuzz/corpus/resp_parser
 
-# The crash test, run long: CRASH_KILLS kill -9 cycles within CRASH_SECONDS. Both names are
-# passed (test_crash.py reads E2E_CRASH_CYCLES); it is run the way CTest runs it.
+# The crash test, run long: CRASH_KILLS kill -9 cycles (test_crash.py reads E2E_CRASH_CYCLES),
+# the run stopped after CRASH_SECONDS + 600 s at the latest; run the way CTest runs it.
 soak: build
 	cd tests/e2e && \
-	CRASH_KILLS=$(CRASH_KILLS) CRASH_SECONDS=$(CRASH_SECONDS) \
-	E2E_CRASH_CYCLES=$(CRASH_KILLS) E2E_CRASH_SECONDS=$(CRASH_SECONDS) \
+	E2E_CRASH_CYCLES=$(CRASH_KILLS) \
 	TALLYD=$(abspath $(BUILD_DIR))/bin/tallyd PYTHONDONTWRITEBYTECODE=1 \
 	  timeout --kill-after=60 $$(( $(CRASH_SECONDS) + 600 )) \
 	  $(PYTHON) -m unittest -v test_crash
