@@ -4,6 +4,8 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -125,6 +127,18 @@ class Persistence {
 
   // Figures for INFO and metrics.
   virtual PersistenceStats stats() const { return {}; }
+
+  // The catalog: a few small named records (counter definitions, source schemas) kept
+  // beside the counters but outside the commit log, written rarely and read once at start.
+  // WriteCatalog applies its operations atomically and returns once they are fsync'd; a
+  // CatalogOp without a value deletes its record.
+  struct CatalogOp {
+    std::string name;
+    std::optional<std::string> value;
+  };
+  virtual Status WriteCatalog(std::span<const CatalogOp> ops) = 0;
+  // Every catalog record, ordered by name.
+  virtual Result<std::vector<std::pair<std::string, std::string>>> ReadCatalog() = 0;
 };
 
 }  // namespace tally::engine

@@ -1,0 +1,76 @@
+// Decoding of pushed changes: JSON text → rows in a source's schema order, with the
+// precise error a client needs when a change does not fit.
+//
+// A change is one JSON object:
+//   {"source": "posts", "id": "c-17", "old": {...row...}, "new": {...row...}}
+// "old" is absent (or null) for an insert, "new" for a delete; "id" is optional. A row
+// is an object of column → value; columns the source does not have are ignored, and a
+// column no counter reads may be absent (it reads as NULL). A body holds one change, a
+// JSON array of changes, or JSON lines (one change object per line).
+//
+// Cell types: int64 ← a JSON integer; bool ← true/false; text ← a string; timestamp ← a
+// string "YYYY-MM-DD", "YYYY-MM-DD[T ]HH:MM[:SS[.ffffff]]" with an optional "Z" or
+// ±HH[:MM] offset (none = UTC); any type ← null. Anything else is refused.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/status.h"
+#include "engine/definitions/program.h"
+#include "engine/definitions/value.h"
+
+namespace tally::derived {
+
+// What the decoder must know of a source: its schema and, per column, the name of one
+// counter that reads it (empty when none does: such a column may be absent).
+struct SourceView {
+  const definitions::SourceSchema* schema = nullptr;
+  std::vector<std::string> read_by;  // one per schema column
+};
+
+// Finds a source by name; nullptr when there is none.
+using SourceLookup = std::function<const SourceView*(std::string_view name)>;
+
+// One decoded change. Text cells view bytes owned by the ChangeDecoder that made it.
+struct DecodedChange {
+  const SourceView* source = nullptr;
+  std::string_view id;  // empty when the change has none
+  std::optional<std::vector<definitions::Value>> old_row;
+  std::optional<std::vector<definitions::Value>> new_row;
+};
+
+// Decodes request bodies into changes. Reusable: each Decode() replaces the previous
+// result, and keeps its buffers to avoid allocating again. Not thread-safe.
+class ChangeDecoder {
+ public:
+  ChangeDecoder();
+  ~ChangeDecoder();
+  ChangeDecoder(const ChangeDecoder&) = delete;
+  ChangeDecoder& operator=(const ChangeDecoder&) = delete;
+
+  // Decodes a body: one change object, a JSON array of them, or JSON lines. All or
+  // nothing: on error no change is returned and the message reads
+  //   change N: <what>        (N counts from 1 in the body's order)
+  // e.g. `change 3: "new"."rating" must be an int64 (counter author_rating reads it), got a string`
+  //      `change 2: "new" has no column "rating", which counter author_rating reads`
+  //      `change 1: unknown source "postz"`
+  //      `invalid JSON: <simdjson's reason> near byte 17`
+  Result<std::span<const DecodedChange>> Decode(std::string_view body, const SourceLookup& lookup);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// Parses one part of a counter key as a client spells it in a read (a path segment, a
+// Redis argument) into a value of `type`: an int64 in decimal, true/false, a timestamp as
+// above or as the key spelling "20240501T000000Z", text verbatim; "\N" is NULL.
+Result<definitions::Value> ParseKeyPart(definitions::Type type, std::string_view text);
+
+}  // namespace tally::derived

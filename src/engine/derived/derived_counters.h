@@ -1,0 +1,168 @@
+// DerivedCounters: counters declared as SQL aggregates over a source (CREATE COUNTER) and
+// kept by the universal formula from each pushed change's old and new row.
+//
+// Where the values live. A derived counter is a plain counter of the engine's keyspace
+// under its canonical key (definitions/value.h: "blog_posts:7:3"), so it is durable,
+// recovered and readable with GET like any other. Applying a batch of changes locks the
+// stripes of every key it touches in one View and writes all its increments in it: one
+// commit epoch, so a batch is visible together and durable together, or not at all. A
+// group whose value returns to 0 is deleted. Plain Redis writes to a derived key are
+// refused (IsProtectedKey), so only the formula moves a derived counter.
+//
+// Idempotency. A change or batch with an id leaves a marker counter "\0id:<id>" with an
+// expiry of the idempotency window, written in the same View as its increments: the
+// marker is durable exactly when the increments are, survives restarts, and is reclaimed
+// like any expired counter. A resend finds the marker and is acknowledged unapplied.
+//
+// Families. Each counter keeps an in-memory ordered index of its live keys (rebuilt at
+// start from the keyspace) for prefix listings and top-K; values are always read from
+// the keyspace. A top-K answer is cached per (counter, prefix, k) and recomputed when the
+// counter changed and the cached answer is older than top_k_max_staleness_ms.
+//
+// The catalog (sources and definitions) is kept in the store's catalog records, written
+// durably before a DDL statement is acknowledged, and loaded at start. DDL excludes pushes
+// for its duration (a shared mutex), so a definition appears or disappears between batches.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <shared_mutex>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/status.h"
+#include "engine/commit_batch.h"
+#include "engine/definitions/program.h"
+#include "engine/derived/change_json.h"
+#include "engine/engine.h"
+
+namespace tally::derived {
+
+struct DerivedOptions {
+  int64_t idempotency_window_ms = 24LL * 3600 * 1000;  // how long an id is remembered
+  int64_t top_k_max_staleness_ms = 1000;               // the bound on a top-K answer's age
+  size_t max_batch_changes = 1'000'000;                // most changes in one push
+};
+
+// What one statement of a DDL script did.
+struct StatementOutcome {
+  std::string message;  // "CREATE COUNTER blog_posts", "DROP COUNTER x", "CREATE SOURCE posts (unchanged)"
+};
+
+// A counter definition as listed by SHOW COUNTERS.
+struct CounterListing {
+  std::string name;
+  std::string source;
+  std::string sql;                       // the normalised CREATE COUNTER statement
+  std::vector<std::string> key_columns;  // "user_id int64", ...
+  size_t groups = 0;                     // live keys
+};
+
+// A source schema as listed by SHOW SOURCES.
+struct SourceListing {
+  std::string name;
+  std::string sql;  // the normalised CREATE SOURCE statement
+};
+
+// The outcome of one push.
+struct PushOutcome {
+  size_t changes = 0;     // changes in the request
+  size_t applied = 0;     // changes applied now
+  size_t duplicates = 0;  // changes skipped: their id (or the batch's) was seen before
+  size_t increments = 0;  // counter keys written
+  uint64_t required_epoch = 0;  // the reply may leave once this epoch is durable
+};
+
+// One counter value of a read.
+struct KeyValue {
+  std::string key;  // canonical
+  int64_t value = 0;
+};
+
+// A page of a family listing.
+struct Page {
+  std::vector<KeyValue> items;
+  std::string next_cursor;  // empty when this was the last page
+  uint64_t required_epoch = 0;
+};
+
+class DerivedCounters {
+ public:
+  // `engine` must be started (its counters loaded) and outlive this object.
+  DerivedCounters(engine::Engine& engine, engine::Persistence& store, DerivedOptions options);
+  ~DerivedCounters();
+  DerivedCounters(const DerivedCounters&) = delete;
+  DerivedCounters& operator=(const DerivedCounters&) = delete;
+
+  // Loads the catalog, compiles every definition, rebuilds the family indexes from the
+  // keyspace and finishes any DROP COUNTER a crash interrupted. Once, before any use.
+  Status Load();
+
+  // Runs a script of CREATE SOURCE / CREATE COUNTER / DROP COUNTER / DROP SOURCE /
+  // SHOW statements, each durable before the next; stops at the first error (the
+  // statements before it stay done). A CREATE of something that exists with the same
+  // definition is a no-op, so a definitions file can be applied at every start.
+  Result<std::vector<StatementOutcome>> Execute(std::string_view script);
+
+  std::vector<CounterListing> Counters() const;
+  std::vector<SourceListing> Sources() const;
+
+  // Decodes and applies a body of changes (see change_json.h) atomically. `batch_id`
+  // (may be empty) makes the whole request idempotent. The decoder is the caller's, one
+  // per thread. Nothing is applied when an error is returned.
+  Result<PushOutcome> Push(std::string_view body, std::string_view batch_id,
+                           ChangeDecoder& decoder);
+
+  // The canonical key of `counter`'s group given as parts (ParseKeyPart), all of them.
+  Result<std::string> KeyOf(std::string_view counter, std::span<const std::string_view> parts) const;
+  // The key prefix "counter:part:...:" of the first parts.size() key columns.
+  Result<std::string> PrefixOf(std::string_view counter,
+                               std::span<const std::string_view> parts) const;
+
+  // Values of canonical keys (missing = 0). `required_epoch` is raised to what the reply
+  // depends on.
+  std::vector<int64_t> Get(std::span<const std::string> keys, uint64_t* required_epoch);
+
+  // The live groups of `counter` whose key starts with `prefix` (from PrefixOf), in key
+  // byte order, after `cursor` (a key from a previous page; empty = from the start).
+  Result<Page> List(std::string_view counter, std::string_view prefix, std::string_view cursor,
+                    size_t limit);
+
+  // The `k` largest groups of `counter` under `prefix`, largest first (ties by key).
+  Result<Page> Top(std::string_view counter, std::string_view prefix, size_t k);
+
+  // True for a key plain writes must not touch: a derived counter's or an id marker.
+  bool IsProtectedKey(std::string_view key) const;
+  // The error a plain write to a protected key gets.
+  std::string ProtectedKeyError(std::string_view key) const;
+
+  // FLUSHALL empties the keyspace; the indexes follow. REQUIRES: every stripe held.
+  void OnFlushAll();
+
+  // Totals for INFO.
+  uint64_t changes_applied() const { return changes_applied_.load(std::memory_order_relaxed); }
+  uint64_t changes_refused() const { return changes_refused_.load(std::memory_order_relaxed); }
+
+ private:
+  struct Catalog;
+  struct Family;
+
+  engine::Engine& engine_;
+  engine::Persistence& store_;
+  const DerivedOptions options_;
+  std::shared_mutex apply_mutex_;  // pushes shared, DDL exclusive
+  mutable std::mutex catalog_mutex_;
+  std::shared_ptr<const Catalog> catalog_;  // guarded by catalog_mutex_; immutable
+  // The names of defined counters, for IsProtectedKey without a lock: replaced whole by
+  // DDL; old sets are kept until destruction so a reader never sees one freed.
+  std::atomic<const void*> protected_names_{nullptr};
+  std::vector<std::shared_ptr<const void>> retired_names_;  // guarded by catalog_mutex_
+  std::atomic<uint64_t> changes_applied_{0};
+  std::atomic<uint64_t> changes_refused_{0};
+};
+
+}  // namespace tally::derived
