@@ -1,0 +1,802 @@
+"""Derived counters end to end: tallyd's counters against an independent recount.
+
+ModelTest (no tallyd) checks the test's own model: the recount in blog_model.py equals
+PostgreSQL 15 running the definitions' SELECTs over the same rows, and the formula summed
+over a stream of changes equals the recount.
+
+PropertyTest pushes >= 100,000 random changes of the blog model (create, publish,
+unpublish, soft-delete, restore, move blog, change author, change rating, hard delete, ...)
+in batches of 1..500, over HTTP (JSON array, JSON lines, one object; batch ids by header and
+by ?id=, per-change ids) and over Redis COUNTER.PUSH, and after EVERY batch reads every
+counter of every definition twice (COUNTER.SCAN and the HTTP listing) and spot-checks keys
+with plain GET, COUNTER.GET and the HTTP value: everything must equal the recount of the
+current posts, and no group of value 0 may exist. Regularly it also resends an old batch
+(duplicates reported, nothing moves), pages through families with small pages and prefixes,
+and compares top-K with the recount.
+
+ApiTest and BadInputTest: key spelling, reads, idempotency (also across a restart),
+definitions over HTTP and Redis, plain writes refused, and bad changes refused whole with a
+message naming the change, the field or the counter.
+
+Environment: E2E_SEED (default 20250601), E2E_DERIVED_CHANGES (default 100000).
+"""
+
+import json
+import os
+import random
+import time
+import unittest
+
+import blog_model as bm
+import postgres
+from harness import RespError, TallyServer, free_port, tally_only
+
+SEED = int(os.environ.get("E2E_SEED", "20250601"))
+CHANGES = int(os.environ.get("E2E_DERIVED_CHANGES", "100000"))
+TOP_STALENESS = 1.1  # seconds: a top-K answer may be up to 1 s old (top_k_max_staleness_ms)
+POST_COLUMNS = ["id", "user_id", "blog_id", "rating", "is_published", "is_deleted", "created_at"]
+
+
+class DerivedServer:
+    """A TallyServer with an HTTP port and a --definitions file."""
+
+    def __init__(self, counters=None, options=None, extra_args=(), definitions=True):
+        self.http_port = free_port()
+        args = ["--http-port", str(self.http_port)]
+        self.server = TallyServer(options=options or {}, extra_args=args)
+        if definitions:
+            self.definitions_path = os.path.join(self.server.base_dir, "definitions.sql")
+            with open(self.definitions_path, "w") as f:
+                f.write(bm.definitions_sql(counters))
+            self.server.extra_args += ["--definitions", self.definitions_path]
+        self.server.extra_args += list(extra_args)
+        self.http = bm.Http(self.http_port)
+
+    def start(self):
+        self.server.start()
+        bm.wait_http(self.http_port)
+        return self
+
+    def restart(self, hard=False):
+        self.http.close()
+        self.server.restart(hard=hard)
+        bm.wait_http(self.http_port)
+
+    def cleanup(self):
+        self.http.close()
+        self.server.cleanup()
+
+
+def snapshot_scan(conn, names, count=1000):
+    """{key: value} of every counter in `names` via COUNTER.SCAN; checks no key is listed
+    twice and no value is 0."""
+    out = {}
+    for name in names:
+        items, _ = bm.redis_scan_all(conn, name, count=count)
+        for k, v in items:
+            if k in out:
+                raise AssertionError("COUNTER.SCAN %s listed %s twice" % (name, k))
+            out[k] = v
+    return out
+
+
+def snapshot_http(http, names, limit=None):
+    out = {}
+    for name in names:
+        items, _ = http.list_all(name, limit=limit)
+        for k, v in items:
+            if k in out:
+                raise AssertionError("/v1/list/%s listed %s twice" % (name, k))
+            out[k] = v
+    return out
+
+
+def diff(got, want, limit=12):
+    """A readable difference of two {key: value} maps."""
+    lines = []
+    for k in sorted(set(got) | set(want)):
+        if got.get(k) != want.get(k):
+            lines.append("  %s: tally %s, recount %s" % (k, got.get(k), want.get(k)))
+    more = "" if len(lines) <= limit else "\n  ... %d more" % (len(lines) - limit)
+    return "\n".join(lines[:limit]) + more
+
+
+def push_reply_ok(test, reply, n, context):
+    """A push reply: {"changes": n, "applied": n, "duplicates": 0, "increments": I}."""
+    test.assertIsInstance(reply, dict, "%s: %r" % (context, reply))
+    test.assertEqual((reply.get("changes"), reply.get("applied"), reply.get("duplicates")),
+                     (n, n, 0), "%s: %r" % (context, reply))
+    test.assertIsInstance(reply.get("increments"), int, "%s: %r" % (context, reply))
+
+
+def redis_push(conn, body, batch_id=None):
+    args = ["COUNTER.PUSH"] + (["ID", batch_id] if batch_id is not None else []) + [body]
+    return conn.call(*args)
+
+
+def redis_reply_dict(reply):
+    if isinstance(reply, list) and len(reply) == 4 and all(isinstance(v, int) for v in reply):
+        return dict(zip(("changes", "applied", "duplicates", "increments"), reply))
+    return reply
+
+
+# ----------------------------------------------------------------------------------------
+
+
+class ModelTest(unittest.TestCase):
+    """The test's model checked on its own: recount == PostgreSQL, formula == recount."""
+
+    def test_formula_sums_to_recount(self):
+        w = bm.BlogWorkload(SEED, days=35)
+        acc = {}
+        for _ in range(20000):
+            for k, v in bm.formula(w.next_change(), bm.ALL_COUNTERS).items():
+                acc[k] = acc.get(k, 0) + v
+        self.assertEqual({k: v for k, v in acc.items() if v},
+                         bm.recount(w.posts.values(), bm.ALL_COUNTERS))
+
+    def test_key_spelling(self):
+        ts = bm.datetime.datetime(2024, 5, 1, tzinfo=bm.UTC)
+        self.assertEqual(bm.counter_key("c", [7, 3]), "c:7:3")
+        self.assertEqual(bm.counter_key("c", [ts]), "c:20240501T000000Z")
+        self.assertEqual(bm.counter_key("c", [ts.replace(microsecond=120)]),
+                         "c:20240501T000000.000120Z")
+        self.assertEqual(bm.counter_key("c", ["a:b\\c", None, True, False, -5]),
+                         "c:a\\:b\\\\c:\\N:true:false:-5")
+
+    @unittest.skipUnless(postgres.available(), "PostgreSQL 15 not installed")
+    def test_recount_equals_postgresql(self):
+        w = bm.BlogWorkload(SEED + 1, days=35)
+        for _ in range(30000):
+            w.next_change()
+        want = bm.recount(w.posts.values(), bm.ALL_COUNTERS)
+        with postgres.Postgres(fsync=False) as pg:
+            pg.sql(bm.SOURCE_SQL.replace("CREATE SOURCE", "CREATE TABLE"))
+            pg.copy_rows("posts", POST_COLUMNS, [
+                tuple(r[c].isoformat() if c == "created_at" and r[c] is not None else r[c]
+                      for c in POST_COLUMNS) for r in w.posts.values()])
+            got = {}
+            for c in bm.ALL_COUNTERS:
+                for row in pg.query(bm.select_of(c)):
+                    parts = [bm.pg_key_part(t, ty) for t, ty in zip(row[:-1], c.key_types)]
+                    value = 0 if row[-1] is None else int(row[-1])
+                    if value:
+                        got[bm.counter_key(c.name, parts)] = value
+        self.assertEqual(got, want, "PostgreSQL vs the Python recount:\n" + diff(got, want))
+        self.assertGreater(len(want), 300)
+
+
+# ----------------------------------------------------------------------------------------
+
+
+@tally_only
+class PropertyTest(unittest.TestCase):
+    def test_random_changes_match_recount(self):
+        rng = random.Random(SEED)
+        print("\n[test_derived] seed=%d changes=%d (reproduce with E2E_SEED=%d)"
+              % (SEED, CHANGES, SEED), flush=True)
+        counters = bm.ALL_COUNTERS
+        names = [c.name for c in counters]
+        ds = DerivedServer(counters)
+        self.addCleanup(ds.cleanup)
+        ds.start()
+        conn = ds.server.raw(timeout=30)
+        self.addCleanup(conn.close)
+        http = ds.http
+        r = ds.server.client()
+        self.addCleanup(r.close)
+
+        w = bm.BlogWorkload(rng.randrange(1 << 30), days=35)
+        sent = 0
+        batch_no = 0
+        with_id = []  # (batch_id, body, n, transport) of earlier batches, for resends
+        change_ids = []  # (change id, change object) of earlier changes with their own id
+        previous = {}
+        stats = {"http": 0, "redis": 0, "resends": 0, "deep": 0, "gets": 0, "max_keys": 0,
+                 "change_id_resends": 0}
+        started = time.monotonic()
+        last_top = 0
+
+        while sent < CHANGES:
+            batch_no += 1
+            size = rng.randint(1, 10) if rng.random() < 0.3 else rng.randint(1, 500)
+            size = min(size, CHANGES - sent)
+            id_mode = rng.choices(["none", "batch", "each"], [60, 30, 10])[0]
+            objs = []
+            expected_incs = {}
+            upper = 0
+            for i in range(size):
+                ch = w.next_change()
+                cid = None
+                if id_mode == "each":
+                    cid = "c%d-%d" % (batch_no, i)
+                obj = bm.change_json(ch, rng, cid)
+                objs.append(obj)
+                inc = bm.formula(ch, counters)
+                upper += len(inc)
+                for k, v in inc.items():
+                    expected_incs[k] = expected_incs.get(k, 0) + v
+                if cid is not None:
+                    change_ids.append((cid, obj))
+            # A resend of earlier changes with their own ids, mixed into this batch.
+            dup_objs = []
+            if id_mode == "each" and change_ids and rng.random() < 0.3:
+                dup_objs = rng.sample(change_ids[:-size] or change_ids[:1],
+                                      min(3, len(change_ids[:-size] or change_ids[:1])))
+                dup_objs = [o for _, o in dup_objs]
+                stats["change_id_resends"] += 1
+            all_objs = list(objs)
+            for o in dup_objs:
+                all_objs.insert(rng.randint(0, len(all_objs)), o)
+            style = "single" if len(all_objs) == 1 and rng.random() < 0.5 else \
+                rng.choice(["array", "lines"])
+            body = bm.body_of(all_objs, style)
+            batch_id = "b%d-%d" % (SEED, batch_no) if id_mode == "batch" else None
+            transport = "redis" if rng.random() < 0.2 else "http"
+            context = "batch %d (%d changes, %s, %s, ids %s, seed %d)" % (
+                batch_no, size, transport, style, id_mode, SEED)
+            if transport == "http":
+                status, reply = http.push(body, batch_id, rng.choice(["header", "query"]))
+                self.assertEqual(status, 200, "%s: %r" % (context, reply))
+            else:
+                reply = redis_reply_dict(redis_push(conn, body, batch_id))
+            stats[transport] += 1
+            n = len(all_objs)
+            self.assertEqual((reply.get("changes"), reply.get("applied"),
+                              reply.get("duplicates")) if isinstance(reply, dict) else reply,
+                             (n, size, len(dup_objs)), context)
+            nonzero = sum(1 for v in expected_incs.values() if v)
+            self.assertTrue(nonzero <= reply["increments"] <= upper,
+                            "%s: increments %d, expected between %d (keys with a non-zero net "
+                            "increment) and %d" % (context, reply["increments"], nonzero, upper))
+            if batch_id is not None:
+                with_id.append((batch_id, body, n, transport))
+            sent += size
+
+            # Every counter, every batch: COUNTER.SCAN and the HTTP listing.
+            want = bm.recount(w.posts.values(), counters)
+            stats["max_keys"] = max(stats["max_keys"], len(want))
+            got = snapshot_scan(conn, names)
+            self.assertEqual(got, want, "%s: COUNTER.SCAN vs recount\n%s" % (
+                context, diff(got, want)))
+            got_http = snapshot_http(http, names)
+            self.assertEqual(got_http, want, "%s: HTTP list vs recount\n%s" % (
+                context, diff(got_http, want)))
+            # Spot checks with plain GET: present keys, and keys that went to 0.
+            keys = list(want)
+            sample = rng.sample(keys, min(4, len(keys)))
+            gone = [k for k in previous if k not in want]
+            sample += rng.sample(gone, min(3, len(gone)))
+            for k in sample:
+                v = r.get(k)
+                self.assertEqual(v, None if k not in want else str(want[k]),
+                                 "%s: GET %s" % (context, k))
+                stats["gets"] += 1
+            if sample:
+                self.assertEqual(r.mget(sample), [None if k not in want else str(want[k])
+                                                  for k in sample], context)
+            previous = want
+
+            # Now and then: a resend of an earlier batch, deep reads, top-K.
+            if with_id and batch_no % 23 == 0:
+                self.check_resend(rng, conn, http, with_id, names, want, context)
+                stats["resends"] += 1
+            if batch_no % 37 == 0:
+                self.check_deep_reads(rng, conn, http, counters, want, context)
+                stats["deep"] += 1
+            if batch_no % 150 == 0 or sent >= CHANGES:
+                time.sleep(TOP_STALENESS)
+                self.check_top(rng, conn, http, counters, want, context)
+                last_top = batch_no
+
+        self.assertGreater(last_top, 0)
+        # A clean restart (the definitions file is applied again: a no-op) keeps everything.
+        ds.restart()
+        conn.close()
+        conn = ds.server.raw(timeout=30)
+        self.addCleanup(conn.close)
+        want = bm.recount(w.posts.values(), counters)
+        got = snapshot_scan(conn, names)
+        self.assertEqual(got, want, "after restart\n" + diff(got, want))
+        if with_id:
+            self.check_resend(rng, conn, ds.http, with_id, names, want, "after restart")
+        print("[test_derived] seed=%d: %d changes in %d batches (%d HTTP, %d Redis), %d resends "
+              "of batches, %d batches resending changes by id, %d deep reads, %d GETs, up to %d "
+              "keys, %.1fs" % (SEED, sent, batch_no, stats["http"], stats["redis"],
+                               stats["resends"], stats["change_id_resends"], stats["deep"],
+                               stats["gets"], stats["max_keys"], time.monotonic() - started),
+              flush=True)
+
+    # --- checks -------------------------------------------------------------------------
+    def check_resend(self, rng, conn, http, with_id, names, want, context):
+        batch_id, body, n, transport = rng.choice(with_id)
+        if transport == "http":
+            status, reply = http.push(body, batch_id, rng.choice(["header", "query"]))
+            self.assertEqual(status, 200, "%s: resend of %s: %r" % (context, batch_id, reply))
+        else:
+            reply = redis_reply_dict(redis_push(conn, body, batch_id))
+        self.assertEqual(reply, {"changes": n, "applied": 0, "duplicates": n, "increments": 0},
+                         "%s: resend of batch %s" % (context, batch_id))
+        got = snapshot_scan(conn, names)
+        self.assertEqual(got, want, "%s: after resending %s\n%s" % (context, batch_id,
+                                                                     diff(got, want)))
+
+    def check_deep_reads(self, rng, conn, http, counters, want, context):
+        for c in counters:
+            fam = sorted(((k, v) for k, v in want.items() if bm.counter_of(k) == c.name),
+                         key=lambda kv: bm.key_sort(kv[0]))
+            # Small pages: the concatenation is the family in key byte order, each key once.
+            page = rng.randint(1, 7)
+            items, calls = bm.redis_scan_all(conn, c.name, count=page)
+            self.assertEqual(sorted(items, key=lambda kv: bm.key_sort(kv[0])), fam,
+                             "%s: COUNTER.SCAN %s count %d" % (context, c.name, page))
+            self.assertEqual(len(items), len(set(k for k, _ in items)),
+                             "%s: COUNTER.SCAN %s count %d repeated a key" % (context, c.name, page))
+            limit = rng.randint(1, 7)
+            items, pages = http.list_all(c.name, limit=limit)
+            self.assertEqual(items, fam, "%s: /v1/list/%s?limit=%d (key byte order)" % (
+                context, c.name, limit))
+            self.assertLessEqual(pages, len(fam) // limit + 2, context)
+            # Prefix listings: the first key part of an existing group, and one that has none.
+            if len(c.key_types) > 1 and fam:
+                first = fam[rng.randrange(len(fam))][0]
+                part = self.first_part(first)
+                prefix = c.name + ":" + part + ":"
+                sub = [(k, v) for k, v in fam if k.startswith(prefix)]
+                self.assertTrue(sub)
+                raw_part = self.raw_part(part)
+                items, _ = http.list_all(c.name, prefix=[raw_part], limit=rng.randint(1, 5))
+                self.assertEqual(items, sub, "%s: /v1/list/%s/%s" % (context, c.name, raw_part))
+                items, _ = bm.redis_scan_all(conn, c.name, count=rng.randint(1, 5),
+                                             prefix=[raw_part])
+                self.assertEqual(sorted(items, key=lambda kv: bm.key_sort(kv[0])), sub,
+                                 "%s: COUNTER.SCAN %s prefix %s" % (context, c.name, raw_part))
+            # COUNTER.GET, the HTTP value and POST /v1/values on a few keys and a missing one.
+            for k, v in rng.sample(fam, min(3, len(fam))):
+                parts = [self.raw_part(p) for p in self.parts_of(k)]
+                self.assertEqual(conn.call("COUNTER.GET", c.name, *parts), v,
+                                 "%s: COUNTER.GET %s" % (context, k))
+                reply = http.value(c.name, parts)
+                self.assertEqual(reply, {"key": k, "value": v}, "%s: /v1/value" % context)
+            if c.key_types[0] == "int" and len(fam) > 0:
+                keys = [[self.json_part(p, t) for p, t in zip(self.parts_of(k), c.key_types)]
+                        for k, _ in rng.sample(fam, min(4, len(fam)))]
+                missing = [987654] + [self.missing_part(t) for t in c.key_types[1:]]
+                reply = http.values(c.name, keys + [missing])
+                expect_keys = [bm.counter_key(c.name, [self.value_of(p, t) for p, t in
+                                                       zip(parts, c.key_types)])
+                               for parts in keys + [missing]]
+                self.assertEqual(reply, {"values": [{"key": k, "value": want.get(k, 0)}
+                                                    for k in expect_keys]},
+                                 "%s: /v1/values %s" % (context, c.name))
+
+    def check_top(self, rng, conn, http, counters, want, context):
+        for c in counters:
+            fam = [(k, v) for k, v in want.items() if bm.counter_of(k) == c.name]
+            order = sorted(fam, key=lambda kv: (-kv[1], bm.key_sort(kv[0])))
+            for k in (1, 3, 10, 1000):
+                reply = http.top(c.name, k)
+                got = [(it["key"], it["value"]) for it in reply["items"]]
+                self.assertEqual(got, order[:k], "%s: /v1/top/%s?k=%d" % (context, c.name, k))
+                flat = conn.call("COUNTER.TOP", c.name, str(k))
+                self.assertIsInstance(flat, list, flat)
+                got = [(flat[i], int(flat[i + 1])) for i in range(0, len(flat), 2)]
+                self.assertEqual(got, order[:k], "%s: COUNTER.TOP %s %d" % (context, c.name, k))
+            if len(c.key_types) > 1 and fam:
+                part = self.first_part(rng.choice(fam)[0])
+                prefix = c.name + ":" + part + ":"
+                sub = [kv for kv in order if kv[0].startswith(prefix)]
+                raw_part = self.raw_part(part)
+                reply = http.top(c.name, 5, prefix=[raw_part])
+                self.assertEqual([(it["key"], it["value"]) for it in reply["items"]], sub[:5],
+                                 "%s: /v1/top/%s/%s?k=5" % (context, c.name, raw_part))
+                flat = conn.call("COUNTER.TOP", c.name, "5", raw_part)
+                got = [(flat[i], int(flat[i + 1])) for i in range(0, len(flat), 2)]
+                self.assertEqual(got, sub[:5], "%s: COUNTER.TOP %s 5 %s" % (
+                    context, c.name, raw_part))
+
+    # --- key parts ------------------------------------------------------------------------
+    @staticmethod
+    def parts_of(key):
+        """The escaped parts of a canonical key (after the counter name)."""
+        parts, cur, i = [], "", key.index(":") + 1
+        while i < len(key):
+            ch = key[i]
+            if ch == "\\" and i + 1 < len(key):
+                cur += key[i:i + 2]
+                i += 2
+                continue
+            if ch == ":":
+                parts.append(cur)
+                cur = ""
+            else:
+                cur += ch
+            i += 1
+        parts.append(cur)
+        return parts
+
+    @classmethod
+    def first_part(cls, key):
+        return cls.parts_of(key)[0]
+
+    @staticmethod
+    def raw_part(escaped):
+        """A key part as a client spells it in a read: text verbatim, NULL as \\N."""
+        if escaped == "\\N":
+            return "\\N"
+        return escaped.replace("\\:", ":").replace("\\\\", "\\")
+
+    @staticmethod
+    def value_of(part, key_type):
+        if part is None:
+            return None
+        if key_type == "int":
+            return int(part)
+        if key_type == "bool":
+            return part is True or part == "true"
+        if key_type == "timestamp":
+            return bm.datetime.datetime.strptime(part, "%Y-%m-%dT%H:%M:%SZ").replace(
+                tzinfo=bm.UTC)
+        return part
+
+    @classmethod
+    def json_part(cls, escaped, key_type):
+        """A key part as JSON for POST /v1/values."""
+        if escaped == "\\N":
+            return None
+        if key_type == "int":
+            return int(escaped)
+        if key_type == "bool":
+            return escaped == "true"
+        if key_type == "timestamp":
+            t = bm.datetime.datetime.strptime(escaped.split(".")[0].rstrip("Z"),
+                                              "%Y%m%dT%H%M%S")
+            return t.strftime("%Y-%m-%dT%H:%M:%SZ")
+        return cls.raw_part(escaped)
+
+    @staticmethod
+    def missing_part(key_type):
+        return {"int": 424242, "bool": None, "timestamp": "1999-01-01T00:00:00Z",
+                "text": "no such group"}[key_type]
+
+
+# ----------------------------------------------------------------------------------------
+
+T0 = bm.datetime.datetime(2024, 5, 1, 13, 45, tzinfo=bm.UTC)
+
+
+def post(pid, blog=7, user=3, rating=4, published=True, deleted=False, created=T0):
+    return {"id": pid, "user_id": user, "blog_id": blog, "rating": rating,
+            "is_published": published, "is_deleted": deleted, "created_at": created}
+
+
+def ins(row, cid=None):
+    return bm.change_json({"new": row}, None, cid)
+
+
+def upd(old, new, cid=None):
+    return bm.change_json({"old": old, "new": new}, None, cid)
+
+
+def dele(row, cid=None):
+    return bm.change_json({"old": row}, None, cid)
+
+
+class DerivedCase(unittest.TestCase):
+    counters = bm.COUNTERS
+
+    @classmethod
+    def setUpClass(cls):
+        cls.ds = DerivedServer(cls.counters)
+        cls.addClassCleanup(cls.ds.cleanup)
+        cls.ds.start()
+
+    def setUp(self):
+        if not self.ds.server.alive():
+            self.ds.server.start()
+            bm.wait_http(self.ds.http_port)
+        self.conn = self.ds.server.raw(timeout=30)
+        self.addCleanup(self.conn.close)
+        self.http = self.ds.http
+        self.r = self.ds.server.client()
+        self.addCleanup(self.r.close)
+
+    def names(self):
+        return [c.name for c in self.counters]
+
+    def snapshot(self):
+        return snapshot_scan(self.conn, self.names())
+
+    def push(self, objs, batch_id=None, expect_status=200):
+        status, reply = self.http.push(bm.body_of(objs), batch_id)
+        self.assertEqual(status, expect_status, reply)
+        return reply
+
+
+@tally_only
+class ApiTest(DerivedCase):
+    counters = bm.COUNTERS + [bm.Counter(
+        "posts_at", "CREATE COUNTER posts_at AS SELECT created_at, count(*) FROM posts "
+        "GROUP BY created_at;", lambda r: True, lambda r: (r["created_at"],), lambda r: 1,
+        ("timestamp",))]
+
+    def test_key_spelling_and_reads(self):
+        micro = T0.replace(microsecond=120500)
+        rows = [post(1001, blog=7, user=3, rating=5),
+                post(1002, blog=7, user=None, rating=2, created=micro),
+                post(1003, blog=8, user=3, rating=None, created=None)]
+        reply = self.push([ins(r) for r in rows])
+        self.assertEqual(reply["applied"], 3)
+        snap = self.snapshot()
+        want = bm.recount(rows, self.counters)
+        self.assertEqual(snap, want, diff(snap, want))
+        for key, value in [("blog_posts:7:3", 1), ("blog_posts:7:\\N", 1),
+                           ("author_rating:7:3", 5), ("author_rating:7:\\N", 2),
+                           ("blog_posts_per_day:7:20240501T000000Z", 2),
+                           ("blog_posts_per_day:8:\\N", 1),
+                           ("rating_buckets:7:good\\:4-5", 1), ("rating_buckets:7:bad\\\\low", 1),
+                           ("rating_buckets:8:\\N", 1), ("blog_sentiment:7", None),
+                           ("rated_posts:3", 1), ("rated_posts:\\N", 1),
+                           ("posts_at:20240501T134500Z", 1),
+                           ("posts_at:20240501T134500.120500Z", 1), ("posts_at:\\N", 1)]:
+            self.assertEqual(snap.get(key), value, key)
+            self.assertEqual(self.r.get(key), None if value is None else str(value), key)
+        # blog_sentiment:7 is +1 - 1 = 0: no such group
+        self.assertNotIn("blog_sentiment:7", snap)
+        # Reads by parts, every spelling of a part
+        self.assertEqual(self.conn.call("COUNTER.GET", "blog_posts", "7", "3"), 1)
+        self.assertEqual(self.conn.call("COUNTER.GET", "blog_posts", "7", "\\N"), 1)
+        self.assertEqual(self.conn.call("COUNTER.GET", "blog_posts", "7", "4"), 0)
+        self.assertEqual(self.conn.call("COUNTER.GET", "rating_buckets", "7", "good:4-5"), 1)
+        self.assertEqual(self.conn.call("COUNTER.GET", "rating_buckets", "7", "bad\\low"), 1)
+        self.assertEqual(self.conn.call("COUNTER.GET", "blog_posts_per_day", "7",
+                                        "20240501T000000Z"), 2)
+        self.assertEqual(self.conn.call("COUNTER.GET", "blog_posts_per_day", "7",
+                                        "2024-05-01T00:00:00Z"), 2)
+        self.assertEqual(self.conn.call("COUNTER.GET", "posts_at", "2024-05-01T13:45:00.120500Z"), 1)
+        self.assertEqual(self.http.value("blog_posts", [7, 3]),
+                         {"key": "blog_posts:7:3", "value": 1})
+        self.assertEqual(self.http.value("rating_buckets", [7, "good:4-5"]),
+                         {"key": "rating_buckets:7:good\\:4-5", "value": 1})
+        self.assertEqual(self.http.value("blog_posts", [9, 9]),
+                         {"key": "blog_posts:9:9", "value": 0})
+        self.assertEqual(self.http.values("blog_posts", [[7, 3], [7, None], [9, 9]]),
+                         {"values": [{"key": "blog_posts:7:3", "value": 1},
+                                     {"key": "blog_posts:7:\\N", "value": 1},
+                                     {"key": "blog_posts:9:9", "value": 0}]})
+        # A group back to 0 is deleted: unpublish 1001
+        self.push([upd(rows[0], dict(rows[0], is_published=False))])
+        for key in ("blog_posts:7:3", "author_rating:7:3"):
+            self.assertIsNone(self.r.get(key), key)
+            self.assertEqual(self.r.exists(key), 0, key)
+        self.assertNotIn("blog_posts:7:3", self.snapshot())
+        self.assertEqual(self.http.value("blog_posts", [7, 3])["value"], 0)
+        self.push([dele(dict(rows[0], is_published=False)), dele(rows[1]), dele(rows[2])])
+        self.assertEqual(self.snapshot(), {})
+
+    def test_plain_writes_to_derived_keys_refused(self):
+        row = post(2001, blog=21, user=1, rating=3)
+        self.push([ins(row)])
+        key = "blog_posts:21:1"
+        before = self.snapshot()
+        for cmd in (("INCR", key), ("INCRBY", key, "5"), ("DECR", key), ("SET", key, "9"),
+                    ("DEL", key), ("GETDEL", key), ("EXPIRE", key, "10"), ("GETSET", key, "1"),
+                    ("MSET", "plain:x", "1", key, "2"), ("INCRBYEX", key, "1", "EX", "60"),
+                    ("INCR", "blog_posts:99:99")):
+            reply = self.conn.call(*cmd)
+            self.assertIsInstance(reply, RespError, "%s answered %r" % (cmd, reply))
+            self.assertTrue(reply.message.startswith("ERR"), (cmd, reply.message))
+        # MULTI/EXEC with a derived key inside
+        self.assertEqual(self.conn.call("MULTI"), "OK")
+        self.conn.call("INCR", key)
+        reply = self.conn.call("EXEC")
+        self.assertTrue(isinstance(reply, RespError) or (
+            isinstance(reply, list) and isinstance(reply[0], RespError)), reply)
+        self.assertEqual(self.snapshot(), before)
+        self.assertEqual(self.r.get(key), "1")
+        self.assertIsNone(self.r.get("plain:x"))
+        # Plain counters still work next to derived ones.
+        self.assertEqual(self.r.incr("plain:counter"), 1)
+        self.push([dele(row)])
+        self.r.delete("plain:counter")
+
+    def test_idempotency(self):
+        a, b, c = post(3001, blog=31), post(3002, blog=31), post(3003, blog=31, user=4)
+        objs = [ins(a), ins(b)]
+        r1 = self.push(objs, batch_id="idem-1")
+        self.assertEqual((r1["changes"], r1["applied"], r1["duplicates"]), (2, 2, 0))
+        snap = self.snapshot()
+        self.assertEqual(snap.get("blog_posts:31:3"), 2)
+        for how in ("header", "query"):
+            status, r2 = self.http.push(bm.body_of(objs), "idem-1", how)
+            self.assertEqual((status, r2), (200, {"changes": 2, "applied": 0, "duplicates": 2,
+                                                  "increments": 0}), how)
+        r3 = redis_reply_dict(redis_push(self.conn, bm.body_of(objs), "idem-1"))
+        self.assertEqual(r3, {"changes": 2, "applied": 0, "duplicates": 2, "increments": 0})
+        self.assertEqual(self.snapshot(), snap)
+        # Per-change ids: two seen before, one new.
+        self.push([ins(c, "ch-c")])
+        reply = self.push([ins(c, "ch-c"), upd(a, dict(a, rating=1), "ch-a2"), ins(c, "ch-c")])
+        self.assertEqual((reply["changes"], reply["applied"], reply["duplicates"]), (3, 1, 2))
+        self.assertEqual(self.r.get("author_rating:31:3"), "5")  # 4 + 1
+        self.assertEqual(self.r.get("blog_posts:31:4"), "1")
+        # A refused batch leaves no id behind: fixed, it applies under the same id.
+        bad = [ins(post(3004, blog=31)), {"source": "posts", "new": dict(
+            bm.row_json(post(3005, blog=31)), rating="high")}]
+        status, reply = self.http.push(bm.body_of(bad), "idem-2")
+        self.assertEqual(status, 400, reply)
+        good = [ins(post(3004, blog=31)), ins(post(3005, blog=31))]
+        status, reply = self.http.push(bm.body_of(good), "idem-2")
+        self.assertEqual((status, reply["applied"]), (200, 2), reply)
+        # Ids survive a restart, and the definitions file applied again changes nothing.
+        snap = self.snapshot()
+        self.ds.restart()
+        conn = self.ds.server.raw(timeout=30)
+        self.addCleanup(conn.close)
+        self.conn = conn
+        self.assertEqual(self.snapshot(), snap)
+        status, reply = self.http.push(bm.body_of(good), "idem-2")
+        self.assertEqual((status, reply["duplicates"], reply["applied"]), (200, 2, 0), reply)
+        self.assertEqual(redis_reply_dict(redis_push(conn, bm.body_of(objs), "idem-1"))["duplicates"], 2)
+        self.assertEqual(self.snapshot(), snap)
+        # clean up the family for other tests
+        a2 = dict(a, rating=1)
+        self.push([dele(a2), dele(b), dele(c), dele(post(3004, blog=31)), dele(post(3005, blog=31))])
+
+    def test_definitions_api(self):
+        # HTTP: list, re-apply identical statements (no-op), create, drop.
+        status, listing = self.http.request("GET", "/v1/definitions")
+        self.assertEqual(status, 200, listing)
+        text = json.dumps(listing)
+        for name in self.names():
+            self.assertIn(name, text)
+        status, reply = self.http.define(bm.definitions_sql(self.counters))
+        self.assertEqual(status, 200, reply)
+        self.assertEqual(len(reply["results"]), 1 + len(self.counters), reply)
+        sql = ("CREATE COUNTER tmp_count AS SELECT blog_id, count(*) FROM posts "
+               "WHERE rating = 5 GROUP BY blog_id;")
+        status, reply = self.http.define(sql)
+        self.assertEqual(status, 200, reply)
+        row = post(4001, blog=41, rating=5)
+        self.push([ins(row)])
+        self.assertEqual(self.r.get("tmp_count:41"), "1")
+        self.assertIsInstance(self.conn.call("INCR", "tmp_count:41"), RespError)
+        status, reply = self.http.request("DELETE", "/v1/definitions/tmp_count")
+        self.assertEqual(status, 200, reply)
+        status, listing = self.http.request("GET", "/v1/definitions")
+        self.assertNotIn("tmp_count", json.dumps(listing))
+        self.assertIsNone(self.r.get("tmp_count:41"))
+        # Redis: COUNTER.DEFINE, COUNTER.LIST, COUNTER.DROP.
+        reply = self.conn.call("COUNTER.DEFINE", sql.replace("tmp_count", "tmp_count2"))
+        self.assertIsInstance(reply, list, reply)
+        self.assertEqual(len(reply), 1)
+        listed = self.conn.call("COUNTER.LIST")
+        self.assertIn("tmp_count2", json.dumps(listed))
+        # (a new definition counts changes from now on: no backfill of earlier rows)
+        row2 = post(4002, blog=41, rating=5)
+        self.push([ins(row2)])
+        self.assertEqual(self.r.get("tmp_count2:41"), "1")
+        reply = self.conn.call("COUNTER.DROP", "tmp_count2")
+        self.assertNotIsInstance(reply, RespError, reply)
+        self.assertNotIn("tmp_count2", json.dumps(self.conn.call("COUNTER.LIST")))
+        self.assertIsNone(self.r.get("tmp_count2:41"))
+        self.push([dele(row2)])
+        # Bad definitions: an error, nothing defined.
+        reply = self.conn.call("COUNTER.DEFINE", "CREATE COUNTER broken AS SELECT nope, count(*) "
+                                                 "FROM posts GROUP BY nope;")
+        self.assertIsInstance(reply, RespError, reply)
+        self.assertIn("nope", reply.message)
+        status, reply = self.http.define("CREATE COUNTER broken2 AS SELECT blog_id FROM posts;")
+        self.assertEqual(status, 400, reply)
+        self.assertNotIn("broken", json.dumps(self.conn.call("COUNTER.LIST")))
+        self.push([dele(row)])
+
+    def test_top_and_listing_prefix(self):
+        rows = [post(5000 + i, blog=51, user=u, rating=r)
+                for i, (u, r) in enumerate([(1, 5), (1, 5), (2, 3), (3, 4), (3, 4), (3, 1),
+                                            (4, 2), (5, 5), (6, 2)])]
+        self.push([ins(r) for r in rows])
+        time.sleep(TOP_STALENESS)
+        # author_rating in blog 51: user 1: 10, 3: 9, 5: 5, 2: 3, 4: 2, 6: 2 (tie by key)
+        want = [("author_rating:51:1", 10), ("author_rating:51:3", 9), ("author_rating:51:5", 5),
+                ("author_rating:51:2", 3), ("author_rating:51:4", 2), ("author_rating:51:6", 2)]
+        got = self.http.top("author_rating", 10, prefix=[51])
+        self.assertEqual([(i["key"], i["value"]) for i in got["items"]], want)
+        got = self.http.top("author_rating", 3, prefix=[51])
+        self.assertEqual([(i["key"], i["value"]) for i in got["items"]], want[:3])
+        flat = self.conn.call("COUNTER.TOP", "author_rating", "4", "51")
+        self.assertIsInstance(flat, list, flat)
+        self.assertEqual([(flat[i], int(flat[i + 1])) for i in range(0, len(flat), 2)], want[:4])
+        self.assertEqual(self.http.top("author_rating", 5, prefix=[52])["items"], [])
+        items, pages = self.http.list_all("author_rating", prefix=[51], limit=2)
+        self.assertEqual(items, sorted(want, key=lambda kv: bm.key_sort(kv[0])))
+        self.assertIn(pages, (3, 4))  # 4: an empty last page after a full one
+        self.push([dele(r) for r in rows])
+        time.sleep(TOP_STALENESS)
+        self.assertEqual(self.http.top("author_rating", 5, prefix=[51])["items"], [])
+
+
+@tally_only
+class BadInputTest(DerivedCase):
+    """A bad change refuses its whole batch, with a message naming it; nothing moves."""
+
+    def setUp(self):
+        super().setUp()
+        if not self.snapshot():
+            self.push([ins(post(9000 + i, blog=90 + i % 3, user=i % 4, rating=i % 6))
+                       for i in range(12)])
+
+    def assertRefused(self, objs_or_body, *needles, transport="http", batch_id=None):
+        body = objs_or_body if isinstance(objs_or_body, str) else bm.body_of(objs_or_body)
+        before = self.snapshot()
+        if transport == "http":
+            status, reply = self.http.push(body, batch_id)
+            self.assertEqual(status, 400, reply)
+            self.assertIsInstance(reply, dict, reply)
+            message = reply.get("error", "")
+        else:
+            reply = redis_push(self.conn, body, batch_id)
+            self.assertIsInstance(reply, RespError, reply)
+            self.assertTrue(reply.message.startswith("ERR"), reply.message)
+            message = reply.message
+        for needle in needles:
+            self.assertIn(needle, message, "error %r should name %r" % (message, needle))
+        after = self.snapshot()
+        self.assertEqual(after, before, "a refused batch moved counters:\n" + diff(after, before))
+        return message
+
+    def good(self, n, base):
+        return [ins(post(base + i, blog=95, user=1, rating=3)) for i in range(n)]
+
+    def test_wrong_type(self):
+        bad = {"source": "posts", "new": dict(bm.row_json(post(9101)), rating="five")}
+        for transport in ("http", "redis"):
+            self.assertRefused(self.good(2, 9110) + [bad] + self.good(2, 9120), "change 3",
+                               "rating", transport=transport)
+        bad = {"source": "posts", "new": dict(bm.row_json(post(9102)), is_published=1)}
+        self.assertRefused(self.good(1, 9130) + [bad], "change 2", "is_published")
+        bad = {"source": "posts", "new": dict(bm.row_json(post(9103)), created_at="yesterday")}
+        self.assertRefused([bad], "change 1", "created_at")
+        bad = {"source": "posts", "new": dict(bm.row_json(post(9104)), blog_id=1.5)}
+        self.assertRefused(self.good(3, 9140) + [bad], "change 4", "blog_id")
+
+    def test_missing_column_and_unknown_source(self):
+        row = bm.row_json(post(9201))
+        del row["blog_id"]
+        self.assertRefused(self.good(3, 9210) + [{"source": "posts", "new": row}], "change 4",
+                           "blog_id")
+        self.assertRefused(self.good(1, 9220) + [{"source": "postz", "new": bm.row_json(
+            post(9202))}], "change 2", "postz")
+        self.assertRefused([{"new": bm.row_json(post(9203))}], "change 1", "source")
+
+    def test_invalid_json(self):
+        for body in ('[{"source": "posts", "new": {', "not json", '[1, 2]', '{"source": "posts", '
+                     '"new": {"id": 1}} trailing'):
+            self.assertRefused(body)
+            self.assertRefused(body, transport="redis")
+
+    def test_overflow_refuses_the_batch(self):
+        big = post(9301, blog=93, user=1, rating=9223372036854775807)
+        self.push([ins(big)])
+        self.assertEqual(self.r.get("author_rating:93:1"), "9223372036854775807")
+        self.assertRefused(self.good(2, 9310) + [ins(post(9302, blog=93, user=1, rating=1))],
+                           "author_rating")
+        self.assertRefused(self.good(2, 9320) + [ins(post(9303, blog=93, user=1, rating=1))],
+                           "author_rating", transport="redis")
+        # A batch that stays in range applies: -1 then +1.
+        low = post(9304, blog=93, user=1, rating=-1)
+        reply = self.push([ins(low), ins(post(9305, blog=93, user=1, rating=1))])
+        self.assertEqual(reply["applied"], 2)
+        self.push([dele(big), dele(low), dele(post(9305, blog=93, user=1, rating=1))])
+
+    def test_refused_with_id_then_resent_fixed(self):
+        bad = {"source": "posts", "new": dict(bm.row_json(post(9401)), rating="x")}
+        self.assertRefused(self.good(2, 9410) + [bad], "change 3", batch_id="bad-then-good")
+        reply = self.push(self.good(2, 9410) + [ins(post(9401))], batch_id="bad-then-good")
+        self.assertEqual(reply["applied"], 3)
+        self.push([dele(post(9410 + i, blog=95, user=1, rating=3)) for i in range(2)]
+                  + [dele(post(9401))])
+
+
+if __name__ == "__main__":
+    unittest.main()
