@@ -77,7 +77,32 @@ struct DropCounter {
 // SHOW COUNTERS.
 struct ShowCounters {};
 
+// CREATE SOURCE name ( column type [ constraint ... ], ... ): a source's schema. The types
+// are PostgreSQL's spellings, not yet checked (the compiler maps them to tally types).
+struct CreateSource {
+  struct Column {
+    std::string name;
+    std::string type_name;           // the type's words, lower case: "character varying"
+    std::vector<int64_t> type_args;  // the numbers in parentheses: varchar(20), timestamp(3)
+    Position pos;                    // of the name
+    Position type_pos;               // of the type's first word
+  };
+  std::string name;
+  Position name_pos;
+  std::vector<Column> columns;
+};
+
+// DROP SOURCE name.
+struct DropSource {
+  std::string name;
+  Position name_pos;
+};
+
+// SHOW SOURCES.
+struct ShowSources {};
+
 // One statement of a definitions script.
-using Statement = std::variant<CreateCounter, DropCounter, ShowCounters>;
+using Statement =
+    std::variant<CreateCounter, DropCounter, ShowCounters, CreateSource, DropSource, ShowSources>;
 
 }  // namespace tally::definitions

@@ -74,8 +74,12 @@ std::string ToSql(const Expr& expr) {
     case ExprKind::kNull:
       return "NULL";
     case ExprKind::kUnary:
-      return expr.op == "NOT" ? fmt::format("(NOT {})", ToSql(*expr.args[0]))
-                              : fmt::format("(- {})", ToSql(*expr.args[0]));
+      if (expr.op == "NOT") return fmt::format("(NOT {})", ToSql(*expr.args[0]));
+      // "- 5" would parse back as the literal -5: minus of a literal keeps its parentheses.
+      if (expr.args[0]->kind == ExprKind::kInteger) {
+        return fmt::format("(- ({}))", ToSql(*expr.args[0]));
+      }
+      return fmt::format("(- {})", ToSql(*expr.args[0]));
     case ExprKind::kBinary:
       return fmt::format("({} {} {})", ToSql(*expr.args[0]), expr.op, ToSql(*expr.args[1]));
     case ExprKind::kIsNull:
@@ -711,6 +715,131 @@ Result<CompiledCounter> Compile(const CreateCounter& create, const Catalog& cata
     return ErrorAt(create.source_pos, fmt::format("source \"{}\" does not exist", create.source));
   }
   return Compiler(create, *source).Run();
+}
+
+std::string CompiledCounter::create_sql() const {
+  return fmt::format("CREATE COUNTER {} AS {}", QuoteIdentifier(name_), sql_);
+}
+
+namespace {
+
+// PostgreSQL's limit of columns in a table.
+constexpr size_t kMaxSourceColumns = 1600;
+
+// The tally type of a CREATE SOURCE column, or an error at its type.
+Result<Type> ColumnType(const CreateSource::Column& column) {
+  struct Spelling {
+    std::string_view name;
+    Type type;
+    enum class Args : uint8_t { kNone, kLength, kPrecision } args;
+  };
+  using Args = Spelling::Args;
+  static constexpr Spelling kSpellings[] = {
+      {"bigint", Type::kInt64, Args::kNone},
+      {"int8", Type::kInt64, Args::kNone},
+      {"integer", Type::kInt64, Args::kNone},
+      {"int", Type::kInt64, Args::kNone},
+      {"int4", Type::kInt64, Args::kNone},
+      {"smallint", Type::kInt64, Args::kNone},
+      {"int2", Type::kInt64, Args::kNone},
+      {"boolean", Type::kBool, Args::kNone},
+      {"bool", Type::kBool, Args::kNone},
+      {"text", Type::kText, Args::kNone},
+      {"varchar", Type::kText, Args::kLength},
+      {"character varying", Type::kText, Args::kLength},
+      {"timestamp", Type::kTimestamp, Args::kPrecision},
+      {"timestamp without time zone", Type::kTimestamp, Args::kPrecision},
+      {"timestamptz", Type::kTimestamp, Args::kPrecision},
+      {"timestamp with time zone", Type::kTimestamp, Args::kPrecision},
+  };
+  const auto* found = std::find_if(std::begin(kSpellings), std::end(kSpellings),
+                                   [&](const Spelling& s) { return s.name == column.type_name; });
+  if (found == std::end(kSpellings)) {
+    return ErrorAt(column.type_pos,
+                   fmt::format("type \"{}\" is not supported: a source column is bigint, "
+                               "integer, smallint, boolean, text, varchar or timestamp (with or "
+                               "without time zone)",
+                               column.type_name));
+  }
+  const std::vector<int64_t>& args = column.type_args;
+  if (args.empty()) return found->type;
+  switch (found->args) {
+    case Args::kNone:
+      return ErrorAt(column.type_pos,
+                     fmt::format("type modifier is not allowed for type \"{}\"", found->name));
+    case Args::kLength:
+      if (args.size() != 1) return ErrorAt(column.type_pos, "invalid type modifier");
+      if (args[0] < 1) {
+        return ErrorAt(column.type_pos, "length for type varchar must be at least 1");
+      }
+      return found->type;
+    case Args::kPrecision:
+      if (args.size() != 1) return ErrorAt(column.type_pos, "invalid type modifier");
+      if (args[0] > 6) {
+        return ErrorAt(column.type_pos,
+                       fmt::format("TIMESTAMP({}) precision must be between 0 and 6", args[0]));
+      }
+      return found->type;
+  }
+  return found->type;
+}
+
+// The canonical PostgreSQL name of a column of `type`.
+std::string_view SqlTypeName(Type type) {
+  switch (type) {
+    case Type::kInt64:
+      return "bigint";
+    case Type::kBool:
+      return "boolean";
+    case Type::kText:
+      return "text";
+    case Type::kTimestamp:
+      return "timestamp";
+    case Type::kNull:
+      break;
+  }
+  return "unknown";
+}
+
+}  // namespace
+
+Result<SourceSchema> CompileSource(const CreateSource& create) {
+  if (create.name.find_first_of(":\\") != std::string::npos) {
+    return ErrorAt(create.name_pos, "a source name cannot contain ':' or '\\'");
+  }
+  if (create.columns.empty()) return ErrorAt(create.name_pos, "a source needs at least one column");
+  if (create.columns.size() > kMaxSourceColumns) {
+    return ErrorAt(create.columns[kMaxSourceColumns].pos,
+                   fmt::format("a source has at most {} columns", kMaxSourceColumns));
+  }
+  SourceSchema schema;
+  schema.name = create.name;
+  for (const CreateSource::Column& column : create.columns) {
+    if (column.name.find_first_of(":\\") != std::string::npos) {
+      return ErrorAt(column.pos, "a column name cannot contain ':' or '\\'");
+    }
+    for (const SourceSchema::Column& before : schema.columns) {
+      if (before.name == column.name) {
+        return ErrorAt(column.pos,
+                       fmt::format("column \"{}\" specified more than once", column.name));
+      }
+    }
+    auto type = ColumnType(column);
+    if (!type) return tl::unexpected(type.error());
+    schema.columns.push_back(SourceSchema::Column{column.name, *type});
+  }
+  return schema;
+}
+
+std::string SourceSql(const SourceSchema& schema) {
+  std::string out = fmt::format("CREATE SOURCE {} (", QuoteIdentifier(schema.name));
+  for (size_t i = 0; i < schema.columns.size(); ++i) {
+    const SourceSchema::Column& column = schema.columns[i];
+    out += fmt::format("{}{} {}", i > 0 ? ", " : "", QuoteIdentifier(column.name),
+                       SqlTypeName(column.type));
+  }
+  out.push_back(')');
+  return out;
 }
 
 Result<CompiledCounter> CompileSql(std::string_view sql, const Catalog& catalog) {

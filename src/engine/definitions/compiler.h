@@ -35,4 +35,22 @@ Result<CompiledCounter> Compile(const CreateCounter& create, const Catalog& cata
 // statement.
 Result<CompiledCounter> CompileSql(std::string_view sql, const Catalog& catalog);
 
+// Checks a CREATE SOURCE and returns its schema. A column's type is one of PostgreSQL's
+// spellings, mapped to a tally type:
+//   bigint int8 integer int int4 smallint int2                        -> int64
+//   boolean bool                                                      -> bool
+//   text, varchar[(n)], character varying[(n)]                        -> text
+//   timestamp[(p)] [without time zone], timestamptz[(p)],
+//   timestamp[(p)] with time zone                                     -> timestamp
+// (a varchar's length is not enforced: the source database does that). Refused: any other
+// type, a duplicate column, more than 1600 columns (PostgreSQL's limit), and a ':' or '\'
+// in the source's or a column's name. Errors read "line L, column C: ...".
+Result<SourceSchema> CompileSource(const CreateSource& create);
+
+// The normalised CREATE SOURCE of a schema, one type name per tally type (bigint, boolean,
+// text, timestamp), names quoted where PostgreSQL needs it:
+//   CREATE SOURCE posts (id bigint, title text, created_at timestamp, is_published boolean)
+// CompileSource of its parse gives the schema back.
+std::string SourceSql(const SourceSchema& schema);
+
 }  // namespace tally::definitions

@@ -88,7 +88,10 @@ class Parser {
     return ErrorAt(token.pos, fmt::format("expected {}, found {}", what, Describe(token)));
   }
   static tl::unexpected<Error> NotSupported(const Token& token, std::string_view what) {
-    return ErrorAt(token.pos, fmt::format("{} is not supported", what));
+    return NotSupported(token.pos, what);
+  }
+  static tl::unexpected<Error> NotSupported(Position pos, std::string_view what) {
+    return ErrorAt(pos, fmt::format("{} is not supported", what));
   }
 
   Status ExpectKeyword(std::string_view keyword) {
@@ -111,20 +114,132 @@ class Parser {
     const Token& first = Peek();
     if (Accept("create")) {
       if (Peek().Is("or")) return NotSupported(Peek(), "CREATE OR REPLACE COUNTER");
-      if (auto s = ExpectKeyword("counter"); !s) return tl::unexpected(s.error());
+      if (Accept("source")) return ParseCreateSource();
+      if (Peek().Is("table")) {
+        return ErrorAt(Peek().pos,
+                       "CREATE TABLE is not supported: declare a source's columns with "
+                       "CREATE SOURCE name (column type, ...)");
+      }
+      if (!Accept("counter")) return Expected(Peek(), "COUNTER or SOURCE");
       return ParseCreate();
     }
     if (Accept("drop")) {
-      if (auto s = ExpectKeyword("counter"); !s) return tl::unexpected(s.error());
+      if (Accept("source")) {
+        auto name = Name("a source name");
+        if (!name) return tl::unexpected(name.error());
+        if (name->text == "if" && Peek().Is("exists")) {
+          return NotSupported(name->pos, "DROP SOURCE IF EXISTS");
+        }
+        if (Peek().IsOp(".")) return NotSupported(Peek(), "a qualified source name");
+        return DropSource{name->text, name->pos};
+      }
+      if (!Accept("counter")) return Expected(Peek(), "COUNTER or SOURCE");
       auto name = Name("a counter name");
       if (!name) return tl::unexpected(name.error());
       return DropCounter{name->text, name->pos};
     }
     if (Accept("show")) {
-      if (auto s = ExpectKeyword("counters"); !s) return tl::unexpected(s.error());
+      if (Accept("sources")) return ShowSources{};
+      if (!Accept("counters")) return Expected(Peek(), "COUNTERS or SOURCES");
       return ShowCounters{};
     }
-    return Expected(first, "CREATE COUNTER, DROP COUNTER or SHOW COUNTERS");
+    return Expected(first, "CREATE, DROP or SHOW");
+  }
+
+  // True for a word that ends a column's type: a column constraint.
+  static bool IsConstraintWord(const Token& token) {
+    static constexpr std::string_view kWords[] = {
+        "not",   "null",    "primary",    "default",   "references", "unique",
+        "check", "collate", "constraint", "generated", "deferrable", "initially"};
+    return std::ranges::any_of(kWords, [&token](std::string_view word) { return token.Is(word); });
+  }
+
+  // CREATE SOURCE, after the two keywords.
+  Result<Statement> ParseCreateSource() {
+    CreateSource create;
+    auto name = Name("a source name");
+    if (!name) return tl::unexpected(name.error());
+    create.name = name->text;
+    create.name_pos = name->pos;
+    if (create.name == "if" && Peek().Is("not")) {
+      return NotSupported(name->pos, "CREATE SOURCE IF NOT EXISTS");
+    }
+    if (Peek().IsOp(".")) return NotSupported(Peek(), "a qualified source name");
+    if (Peek().Is("as")) {
+      return ErrorAt(Peek().pos,
+                     "a source lists its columns: CREATE SOURCE name (column type, ...)");
+    }
+    if (auto s = ExpectOp("("); !s) return tl::unexpected(s.error());
+    if (Peek().IsOp(")")) return ErrorAt(Peek().pos, "a source needs at least one column");
+    do {
+      if (Peek().Is("constraint") || Peek().Is("like") ||
+          ((Peek().Is("primary") || Peek().Is("foreign")) && Peek(1).Is("key")) ||
+          ((Peek().Is("unique") || Peek().Is("check") || Peek().Is("exclude")) &&
+           (Peek(1).IsOp("(") || Peek(1).Is("using")))) {
+        return ErrorAt(Peek().pos,
+                       "table constraints are not supported: a source lists columns and types");
+      }
+      auto column = ParseSourceColumn();
+      if (!column) return tl::unexpected(column.error());
+      create.columns.push_back(std::move(*column));
+    } while (AcceptOp(","));
+    if (auto s = ExpectOp(")"); !s) return tl::unexpected(s.error());
+    return create;
+  }
+
+  // column := name type [ NOT NULL | NULL | PRIMARY KEY ]...
+  Result<CreateSource::Column> ParseSourceColumn() {
+    CreateSource::Column column;
+    auto name = Name("a column name");
+    if (!name) return tl::unexpected(name.error());
+    column.name = name->text;
+    column.pos = name->pos;
+    column.type_pos = Peek().pos;
+    // The type: words, then numbers in parentheses, then more words ("timestamp(3) with
+    // time zone"), up to a constraint, ',' or ')'. Which names exist is the compiler's call.
+    bool had_args = false;
+    while (true) {
+      const Token& token = Peek();
+      if (token.kind == TokenKind::kIdentifier && !token.quoted && !IsConstraintWord(token)) {
+        if (!column.type_name.empty()) column.type_name.push_back(' ');
+        column.type_name += Advance().text;
+      } else if (token.IsOp("(") && !column.type_name.empty() && !had_args) {
+        Advance();
+        had_args = true;
+        do {
+          if (Peek().kind != TokenKind::kInteger) return Expected(Peek(), "an integer");
+          auto value = IntegerLiteral(Peek().text, /*negative=*/false);
+          if (!value) return Expected(Peek(), "an integer");
+          column.type_args.push_back(*value);
+          Advance();
+        } while (AcceptOp(","));
+        if (auto s = ExpectOp(")"); !s) return tl::unexpected(s.error());
+      } else {
+        break;
+      }
+    }
+    if (column.type_name.empty()) return Expected(Peek(), "a type");
+    while (true) {
+      if (Accept("null")) continue;
+      if (Peek().Is("not") && Peek(1).Is("null")) {
+        Advance();
+        Advance();
+        continue;
+      }
+      if (Peek().Is("primary") && Peek(1).Is("key")) {
+        Advance();
+        Advance();
+        continue;
+      }
+      if (IsConstraintWord(Peek())) {
+        return ErrorAt(Peek().pos,
+                       fmt::format("{} is not supported in CREATE SOURCE: a column has a type, "
+                                   "and NOT NULL, NULL or PRIMARY KEY (which are ignored)",
+                                   Upper(Peek().text)));
+      }
+      break;
+    }
+    return column;
   }
 
   Result<Statement> ParseCreate() {

@@ -3,6 +3,11 @@
 //
 //   script     := [ statement ( ';' statement )* [ ';' ] ]
 //   statement  := CREATE COUNTER name AS select | DROP COUNTER name | SHOW COUNTERS
+//               | CREATE SOURCE name ( column ( ',' column )* ) | DROP SOURCE name
+//               | SHOW SOURCES
+//   column     := name type [ NOT NULL | NULL | PRIMARY KEY ]...   (constraints ignored)
+//   type       := word... [ ( integer, ... ) ] word...   e.g. varchar(20),
+//                 timestamp(3) with time zone; the compiler checks the name (compiler.h)
 //   select     := SELECT item ( ',' item )* FROM source [ WHERE expr ]
 //                 [ GROUP BY expr ( ',' expr )* ]
 //   item       := expr [ [ AS ] alias ]

@@ -137,6 +137,11 @@ class CompiledCounter {
   const std::vector<KeyColumn>& key_columns() const { return key_columns_; }
   Aggregate aggregate() const { return aggregate_; }
   const std::string& sql() const { return sql_; }
+  // The indexes in source() of the columns the program reads, ascending.
+  const std::vector<int32_t>& columns_used() const { return columns_used_; }
+  // The normalised definition, "CREATE COUNTER <name> AS <sql()>": parsed and compiled
+  // against the same source, it gives this counter again (the same plan).
+  std::string create_sql() const;
 
   // Runs the program over `row`, which must follow source(): one value per column, each
   // NULL or of the column's type (else kWrongType naming the column). An arithmetic
