@@ -370,7 +370,7 @@ class BlogWorkload:
     """
 
     def __init__(self, seed, blogs=6, users=5, days=10, target_posts=600, id_start=1,
-                 id_step=1, nulls=True, hot_blogs=None):
+                 id_step=1, nulls=True, hot_blogs=None, operations=None):
         self.rng = random.Random(seed)
         self.blogs = blogs
         self.users = users
@@ -380,6 +380,12 @@ class BlogWorkload:
         self.id_step = id_step
         self.nulls = nulls
         self.hot_blogs = hot_blogs
+        ops = OPERATIONS if operations is None else operations
+        self._op_names = [name for name, _ in ops]
+        self._op_weights = [w for _, w in ops]
+        # steering: creates likelier below target/2, hard deletes above target
+        self._low = [w * 4 if name == "create" else w for name, w in ops]
+        self._high = [w * 4 if name == "hard_delete" else w for name, w in ops]
         self.posts = {}  # id -> row (dict; created_at a datetime or None)
         self._ids = []  # ids of self.posts, for O(1) random choice
         self._pos = {}
@@ -443,13 +449,12 @@ class BlogWorkload:
         """One random change, applied to the model; returns the change (a dict with "old"
         and/or "new" rows, without "source")."""
         n = len(self.posts)
-        names = [name for name, _ in OPERATIONS]
-        weights = [w for _, w in OPERATIONS]
+        weights = self._op_weights
         if n < self.target // 2:
-            weights[0] *= 4
+            weights = self._low
         elif n > self.target:
-            weights[-1] *= 4
-        op = "create" if n == 0 else self.rng.choices(names, weights)[0]
+            weights = self._high
+        op = "create" if n == 0 else self.rng.choices(self._op_names, weights)[0]
         if op == "create":
             row = {"id": self.next_id, "user_id": self._user(), "blog_id": self._blog(),
                    "rating": self._rating(), "is_published": self._published(),
