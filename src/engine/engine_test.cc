@@ -127,6 +127,21 @@ class FakePersistence final : public Persistence {
     ApplyBatch(batch, &pending_tables_);
     return OkStatus();
   }
+  Status WriteCatalog(std::span<const CatalogOp> ops) override {
+    std::lock_guard lock(mutex_);
+    for (const CatalogOp& op : ops) {
+      if (op.value) {
+        catalog_[op.name] = *op.value;
+      } else {
+        catalog_.erase(op.name);
+      }
+    }
+    return OkStatus();
+  }
+  Result<std::vector<std::pair<std::string, std::string>>> ReadCatalog() override {
+    std::lock_guard lock(mutex_);
+    return std::vector<std::pair<std::string, std::string>>(catalog_.begin(), catalog_.end());
+  }
   Status FinishCheckpoint(uint64_t token) override {
     std::lock_guard lock(mutex_);
     if (unsynced_) return IOError("checkpoint finished over unsynced commits");
@@ -238,6 +253,7 @@ class FakePersistence final : public Persistence {
   std::condition_variable changed_;
   std::map<std::string, CounterRecord> tables_;          // as of the last checkpoint
   std::map<std::string, CounterRecord> pending_tables_;  // the checkpoint being written
+  std::map<std::string, std::string> catalog_;           // catalog records
   std::vector<LoggedOp> log_;                            // committed since
   uint64_t log_base_ = 0;                                // log position of log_[0]
   std::map<std::string, CounterRecord> data_;            // tables_ + log_

@@ -3,9 +3,10 @@
 //   counter key   := 'c' user-key-bytes
 //   counter value := value:int64-le [deadline-ms:int64-le]   (deadline only when it expires)
 //   'm' "log_start" := segment:u64-le   the first log segment not covered by the tables
+//   'k' name        := catalog record (a definition's text), written with RocksDB's WAL
 //
-// FLUSHALL deletes the range ['c', 'd'). RocksDB's own WAL is off: the tables are written
-// only by checkpoints, whose durability is RocksDB's flush, and the CommitLog covers
+// FLUSHALL deletes the range ['c', 'd'). RocksDB's own WAL is off for counters: the tables
+// are written only by checkpoints, whose durability is RocksDB's flush, and the CommitLog covers
 // everything after the last completed one.
 #include "storage/rocksdb_store.h"
 
@@ -28,6 +29,7 @@ namespace {
 constexpr char kCounterPrefix = 'c';
 constexpr char kCounterPrefixEnd = 'd';
 const std::string kLogStartKey = "mlog_start";
+constexpr char kCatalogPrefix = 'k';
 
 Status FromRocks(const rocksdb::Status& status, std::string_view what) {
   if (status.ok()) return OkStatus();
@@ -184,6 +186,39 @@ engine::PersistenceStats RocksDbStore::stats() const {
   db_->GetIntProperty(rocksdb::DB::Properties::kTotalSstFilesSize, &bytes);
   stats.disk_bytes = bytes;
   return stats;
+}
+
+Status RocksDbStore::WriteCatalog(std::span<const CatalogOp> ops) {
+  rocksdb::WriteBatch batch;
+  for (const CatalogOp& op : ops) {
+    const std::string key = kCatalogPrefix + op.name;
+    if (op.value) {
+      batch.Put(key, *op.value);
+    } else {
+      batch.Delete(key);
+    }
+  }
+  rocksdb::WriteOptions write_options;
+  write_options.sync = true;
+  return FromRocks(db_->Write(write_options, &batch), "catalog write");
+}
+
+Result<std::vector<std::pair<std::string, std::string>>> RocksDbStore::ReadCatalog() {
+  std::vector<std::pair<std::string, std::string>> records;
+  const std::string lower(1, kCatalogPrefix);
+  const std::string upper(1, kCatalogPrefix + 1);
+  rocksdb::Slice upper_bound(upper);
+  rocksdb::ReadOptions read_options;
+  read_options.iterate_upper_bound = &upper_bound;
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(read_options));
+  for (it->Seek(lower); it->Valid(); it->Next()) {
+    records.emplace_back(std::string(it->key().data() + 1, it->key().size() - 1),
+                         it->value().ToString());
+  }
+  if (auto status = FromRocks(it->status(), "catalog read"); !status) {
+    return tl::unexpected(status.error());
+  }
+  return records;
 }
 
 }  // namespace tally::storage

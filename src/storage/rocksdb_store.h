@@ -45,6 +45,8 @@ class RocksDbStore final : public engine::Persistence {
   Status CheckpointWrite(const engine::CommitBatch& batch) override;
   Status FinishCheckpoint(uint64_t token) override;
   engine::PersistenceStats stats() const override;
+  Status WriteCatalog(std::span<const CatalogOp> ops) override;
+  Result<std::vector<std::pair<std::string, std::string>>> ReadCatalog() override;
 
  private:
   RocksDbStore(std::unique_ptr<rocksdb::DB> db, RocksDbOptions options);
