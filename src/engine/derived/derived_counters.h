@@ -36,11 +36,17 @@
 
 #include "core/status.h"
 #include "engine/commit_batch.h"
+#include "engine/definitions/ast.h"
 #include "engine/definitions/program.h"
 #include "engine/derived/change_json.h"
 #include "engine/engine.h"
 
 namespace tally::derived {
+
+// The keys of idempotency markers start with this. No counter name holds a NUL byte, so
+// no derived key starts like it; listings of the keyspace hide these keys.
+inline constexpr std::string_view kIdMarkerPrefix{"\0id:", 4};
+inline bool IsIdMarker(std::string_view key) { return key.starts_with(kIdMarkerPrefix); }
 
 struct DerivedOptions {
   int64_t idempotency_window_ms = 24LL * 3600 * 1000;  // how long an id is remembered
@@ -107,6 +113,8 @@ class DerivedCounters {
   // statements before it stay done). A CREATE of something that exists with the same
   // definition is a no-op, so a definitions file can be applied at every start.
   Result<std::vector<StatementOutcome>> Execute(std::string_view script);
+  // DROP COUNTER `name` (kNotFound when there is none).
+  Result<StatementOutcome> Drop(std::string_view name);
 
   std::vector<CounterListing> Counters() const;
   std::vector<SourceListing> Sources() const;
@@ -150,6 +158,21 @@ class DerivedCounters {
  private:
   struct Catalog;
   struct Family;
+  struct NameSet;
+  struct SourceEntry;
+  struct PushScratch;
+
+  std::shared_ptr<const Catalog> Snapshot() const;
+  // Replaces the catalog and the protected names. REQUIRES: apply_mutex_ held exclusively.
+  void Install(std::shared_ptr<const Catalog> catalog);
+  Result<std::string> CreateSource(const definitions::CreateSource& create);
+  Result<std::string> DropSource(const definitions::DropSource& drop);
+  Result<std::string> CreateCounter(const definitions::CreateCounter& create);
+  Result<std::string> DropCounter(std::string_view name);
+  // Deletes every key of `family` and waits until the deletions are durable.
+  void DeleteGroups(Family& family);
+  // Blocks until `epoch` is durable, committing on this thread when nobody else is.
+  void WaitDurable(uint64_t epoch);
 
   engine::Engine& engine_;
   engine::Persistence& store_;
@@ -159,8 +182,8 @@ class DerivedCounters {
   std::shared_ptr<const Catalog> catalog_;  // guarded by catalog_mutex_; immutable
   // The names of defined counters, for IsProtectedKey without a lock: replaced whole by
   // DDL; old sets are kept until destruction so a reader never sees one freed.
-  std::atomic<const void*> protected_names_{nullptr};
-  std::vector<std::shared_ptr<const void>> retired_names_;  // guarded by catalog_mutex_
+  std::atomic<const NameSet*> protected_names_{nullptr};
+  std::vector<std::unique_ptr<const NameSet>> retired_names_;  // guarded by catalog_mutex_
   std::atomic<uint64_t> changes_applied_{0};
   std::atomic<uint64_t> changes_refused_{0};
 };

@@ -1,0 +1,797 @@
+#include "engine/derived/derived_counters.h"
+
+#include <absl/container/btree_set.h>
+#include <absl/container/flat_hash_map.h>
+#include <absl/container/flat_hash_set.h>
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <queue>
+
+#include "core/integer.h"
+#include "engine/definitions/compiler.h"
+#include "engine/definitions/formula.h"
+#include "engine/definitions/parser.h"
+
+namespace tally::derived {
+
+namespace defs = tally::definitions;
+
+namespace {
+
+// Catalog record names: "source/<name>" and "counter/<name>" hold the normalised statement;
+// "dropping/<name>" marks a DROP COUNTER whose groups may not all be deleted yet.
+constexpr std::string_view kSourceRecord = "source/";
+constexpr std::string_view kCounterRecord = "counter/";
+constexpr std::string_view kDroppingRecord = "dropping/";
+
+// Keys per View when groups are deleted or read in bulk: bounds how long a stripe is held.
+constexpr size_t kChunk = 1024;
+
+// Cached top-K answers per counter (distinct prefixes and k); past this the cache restarts.
+constexpr size_t kTopCacheEntries = 4096;
+
+std::string MarkerKey(std::string_view id) {
+  std::string key(kIdMarkerPrefix);
+  key.append(id);
+  return key;
+}
+
+// Debian's Abseil has its own string_view: heterogeneous lookups need this spelling.
+absl::string_view Absl(std::string_view text) { return {text.data(), text.size()}; }
+
+// The counter name a key would belong to: what precedes its first ':'.
+std::string_view FamilyName(std::string_view key) {
+  const size_t colon = key.find(':');
+  return colon == std::string_view::npos ? std::string_view{} : key.substr(0, colon);
+}
+
+}  // namespace
+
+// One derived counter: its compiled definition and the ordered index of its live groups.
+struct DerivedCounters::Family {
+  explicit Family(defs::CompiledCounter compiled) : counter(std::move(compiled)) {}
+
+  const defs::CompiledCounter counter;
+  std::mutex mutex;
+  absl::btree_set<std::string> keys;  // guarded by mutex
+  // Bumped by every push that changes a group; a cached top-K of an older version may be
+  // stale.
+  std::atomic<uint64_t> version{0};
+  struct TopEntry {
+    uint64_t version = 0;
+    int64_t computed_ms = 0;
+    Page page;
+  };
+  absl::flat_hash_map<std::string, TopEntry> top_cache;  // guarded by mutex
+};
+
+// A source with the counters that read it.
+struct DerivedCounters::SourceEntry {
+  defs::SourceSchema schema;
+  std::string sql;
+  SourceView view;  // view.schema points at schema: a SourceEntry never moves
+  std::vector<std::shared_ptr<DerivedCounters::Family>> counters;
+};
+
+// An immutable snapshot of every source and counter. DDL builds a new one.
+struct DerivedCounters::Catalog {
+  absl::flat_hash_map<std::string, std::shared_ptr<SourceEntry>> sources;
+  absl::flat_hash_map<std::string, std::shared_ptr<Family>> counters;
+  absl::flat_hash_set<std::string> dropping;  // counters whose groups are being deleted
+
+  const Family* FindCounter(std::string_view name) const {
+    const auto it = counters.find(Absl(name));
+    return it == counters.end() ? nullptr : it->second.get();
+  }
+
+  // A copy whose source entries are rebuilt, so that each lists its counters and knows
+  // which columns they read.
+  std::shared_ptr<Catalog> Rebuilt() const {
+    auto next = std::make_shared<Catalog>();
+    next->dropping = dropping;
+    next->counters = counters;
+    for (const auto& [name, old] : sources) {
+      auto entry = std::make_shared<SourceEntry>();
+      entry->schema = old->schema;
+      entry->sql = old->sql;
+      entry->view.schema = &entry->schema;
+      entry->view.read_by.assign(entry->schema.columns.size(), "");
+      next->sources.emplace(name, std::move(entry));
+    }
+    for (const auto& [name, family] : counters) {
+      SourceEntry& source = *next->sources.at(family->counter.source().name);
+      source.counters.push_back(family);
+      for (const int32_t column : family->counter.columns_used()) {
+        std::string& reader = source.view.read_by[column];
+        if (reader.empty() || name < reader) reader = name;
+      }
+    }
+    // A stable order of application within a change, whatever the hash map's order.
+    for (auto& [name, entry] : next->sources) {
+      std::ranges::sort(entry->counters, {}, [](const auto& f) { return f->counter.name(); });
+    }
+    return next;
+  }
+};
+
+// The names of the defined (or still dropping) counters.
+struct DerivedCounters::NameSet {
+  absl::flat_hash_set<std::string> names;
+};
+
+DerivedCounters::DerivedCounters(engine::Engine& engine, engine::Persistence& store,
+                                 DerivedOptions options)
+    : engine_(engine),
+      store_(store),
+      options_(options),
+      catalog_(std::make_shared<Catalog>()) {}
+
+DerivedCounters::~DerivedCounters() { delete protected_names_.load(); }
+
+std::shared_ptr<const DerivedCounters::Catalog> DerivedCounters::Snapshot() const {
+  std::lock_guard lock(catalog_mutex_);
+  return catalog_;
+}
+
+void DerivedCounters::Install(std::shared_ptr<const Catalog> catalog) {
+  auto names = std::make_unique<NameSet>();
+  for (const auto& [name, family] : catalog->counters) names->names.insert(name);
+  for (const std::string& name : catalog->dropping) names->names.insert(name);
+  std::lock_guard lock(catalog_mutex_);
+  catalog_ = std::move(catalog);
+  const NameSet* old = protected_names_.exchange(names.release(), std::memory_order_acq_rel);
+  if (old != nullptr) retired_names_.emplace_back(old);
+}
+
+bool DerivedCounters::IsProtectedKey(std::string_view key) const {
+  if (key.starts_with(kIdMarkerPrefix)) return true;
+  const NameSet* names = protected_names_.load(std::memory_order_acquire);
+  if (names == nullptr || names->names.empty()) return false;
+  const std::string_view family = FamilyName(key);
+  return !family.empty() && names->names.contains(Absl(family));
+}
+
+std::string DerivedCounters::ProtectedKeyError(std::string_view key) const {
+  if (key.starts_with(kIdMarkerPrefix)) {
+    return "ERR keys that start with \\x00id: are tally's idempotency markers";
+  }
+  return fmt::format(
+      "ERR key '{}' belongs to the derived counter '{}': it changes only through pushed "
+      "changes (COUNTER.PUSH, POST /v1/changes)",
+      key.substr(0, 128), FamilyName(key));
+}
+
+void DerivedCounters::WaitDurable(uint64_t epoch) {
+  engine_.committer().WaitDurable(epoch);
+  if (engine_.durability() == engine::Durability::kAsync) {
+    if (auto status = store_.Sync(); !status) spdlog::error("sync: {}", status.error().message);
+  }
+}
+
+// ---- Load -----------------------------------------------------------------------------
+
+Status DerivedCounters::Load() {
+  auto records = store_.ReadCatalog();
+  if (!records) return tl::unexpected(records.error());
+  auto catalog = std::make_shared<Catalog>();
+  // Sources first: counters are compiled against them.
+  for (const auto& [name, sql] : *records) {
+    if (!name.starts_with(kSourceRecord)) continue;
+    auto statement = defs::ParseStatement(sql);
+    const auto* create = statement ? std::get_if<defs::CreateSource>(&*statement) : nullptr;
+    if (create == nullptr) return Corruption(fmt::format("catalog record {} is not a CREATE SOURCE", name));
+    auto schema = defs::CompileSource(*create);
+    if (!schema) return Corruption(fmt::format("catalog record {}: {}", name, schema.error().message));
+    auto entry = std::make_shared<SourceEntry>();
+    entry->schema = std::move(*schema);
+    entry->sql = sql;
+    catalog->sources.emplace(entry->schema.name, std::move(entry));
+  }
+  const defs::Catalog lookup = [&](std::string_view source) -> const defs::SourceSchema* {
+    const auto it = catalog->sources.find(Absl(source));
+    return it == catalog->sources.end() ? nullptr : &it->second->schema;
+  };
+  for (const auto& [name, sql] : *records) {
+    if (name.starts_with(kCounterRecord)) {
+      auto compiled = defs::CompileSql(sql, lookup);
+      if (!compiled) {
+        return Corruption(fmt::format("catalog record {}: {}", name, compiled.error().message));
+      }
+      auto family = std::make_shared<Family>(std::move(*compiled));
+      catalog->counters.emplace(family->counter.name(), std::move(family));
+    } else if (name.starts_with(kDroppingRecord)) {
+      catalog->dropping.insert(name.substr(kDroppingRecord.size()));
+    }
+  }
+
+  // The family indexes, from one pass over the keyspace.
+  std::vector<std::string> keys;
+  std::vector<std::string> orphans;  // groups of interrupted drops
+  uint64_t cursor = 0;
+  do {
+    keys.clear();
+    cursor = engine_.keyspace().Scan(cursor, 65536, nullptr, &keys);
+    for (std::string& key : keys) {
+      const std::string_view family = FamilyName(key);
+      if (family.empty()) continue;
+      if (const auto it = catalog->counters.find(Absl(family)); it != catalog->counters.end()) {
+        it->second->keys.insert(std::move(key));
+      } else if (catalog->dropping.contains(Absl(family))) {
+        orphans.push_back(std::move(key));
+      }
+    }
+  } while (cursor != 0);
+
+  std::unique_lock ddl(apply_mutex_);
+  Install(catalog->Rebuilt());
+  if (!catalog->dropping.empty()) {
+    Family orphan_family{defs::CompiledCounter{}};
+    orphan_family.keys.insert(orphans.begin(), orphans.end());
+    DeleteGroups(orphan_family);
+    std::vector<engine::Persistence::CatalogOp> ops;
+    for (const std::string& name : catalog->dropping) {
+      ops.push_back({std::string(kDroppingRecord) + name, std::nullopt});
+      spdlog::info("finished dropping counter {}", name);
+    }
+    if (auto status = store_.WriteCatalog(ops); !status) return status;
+    auto next = Snapshot()->Rebuilt();
+    next->dropping.clear();
+    Install(std::move(next));
+  }
+  size_t groups = 0;
+  for (const auto& [name, family] : catalog->counters) groups += family->keys.size();
+  spdlog::info("loaded {} sources and {} derived counters ({} groups)", catalog->sources.size(),
+               catalog->counters.size(), groups);
+  return OkStatus();
+}
+
+// ---- DDL ------------------------------------------------------------------------------
+
+Result<std::vector<StatementOutcome>> DerivedCounters::Execute(std::string_view script) {
+  auto statements = defs::ParseScript(script);
+  if (!statements) return tl::unexpected(statements.error());
+  std::vector<StatementOutcome> outcomes;
+  for (const defs::Statement& statement : *statements) {
+    if (const auto* show = std::get_if<defs::ShowCounters>(&statement)) {
+      for (const CounterListing& counter : Counters()) outcomes.push_back({counter.sql});
+      continue;
+    }
+    if (const auto* show = std::get_if<defs::ShowSources>(&statement)) {
+      for (const SourceListing& source : Sources()) outcomes.push_back({source.sql});
+      continue;
+    }
+    std::unique_lock ddl(apply_mutex_);
+    Result<std::string> done = std::visit(
+        [&](const auto& s) -> Result<std::string> {
+          using T = std::decay_t<decltype(s)>;
+          if constexpr (std::is_same_v<T, defs::CreateSource>) return CreateSource(s);
+          if constexpr (std::is_same_v<T, defs::DropSource>) return DropSource(s);
+          if constexpr (std::is_same_v<T, defs::CreateCounter>) return CreateCounter(s);
+          if constexpr (std::is_same_v<T, defs::DropCounter>) return DropCounter(s.name);
+          return std::string();
+        },
+        statement);
+    if (!done) return tl::unexpected(done.error());
+    outcomes.push_back({std::move(*done)});
+  }
+  return outcomes;
+}
+
+Result<StatementOutcome> DerivedCounters::Drop(std::string_view name) {
+  std::unique_lock ddl(apply_mutex_);
+  auto done = DropCounter(name);
+  if (!done) return tl::unexpected(done.error());
+  return StatementOutcome{std::move(*done)};
+}
+
+Result<std::string> DerivedCounters::CreateSource(const defs::CreateSource& create) {
+  auto schema = defs::CompileSource(create);
+  if (!schema) return tl::unexpected(schema.error());
+  const std::string sql = defs::SourceSql(*schema);
+  auto catalog = Snapshot();
+  if (const auto it = catalog->sources.find(schema->name); it != catalog->sources.end()) {
+    if (it->second->sql == sql) return fmt::format("CREATE SOURCE {} (unchanged)", schema->name);
+    return InvalidArgument(fmt::format(
+        "source {} already exists with other columns; DROP SOURCE it first (its counters "
+        "too)",
+        schema->name));
+  }
+  const engine::Persistence::CatalogOp op{std::string(kSourceRecord) + schema->name, sql};
+  if (auto status = store_.WriteCatalog({&op, 1}); !status) return tl::unexpected(status.error());
+  auto next = std::make_shared<Catalog>(*catalog);
+  auto entry = std::make_shared<SourceEntry>();
+  entry->sql = sql;
+  entry->schema = std::move(*schema);
+  const std::string name = entry->schema.name;
+  next->sources.emplace(name, std::move(entry));
+  Install(next->Rebuilt());
+  return fmt::format("CREATE SOURCE {}", name);
+}
+
+Result<std::string> DerivedCounters::DropSource(const defs::DropSource& drop) {
+  auto catalog = Snapshot();
+  const auto it = catalog->sources.find(drop.name);
+  if (it == catalog->sources.end()) {
+    return InvalidArgument(fmt::format("line {}, column {}: source {} does not exist",
+                                       drop.name_pos.line, drop.name_pos.column, drop.name));
+  }
+  if (!it->second->counters.empty()) {
+    return InvalidArgument(fmt::format("source {} is read by counter {}: drop the counter first",
+                                       drop.name, it->second->counters.front()->counter.name()));
+  }
+  const engine::Persistence::CatalogOp op{std::string(kSourceRecord) + drop.name, std::nullopt};
+  if (auto status = store_.WriteCatalog({&op, 1}); !status) return tl::unexpected(status.error());
+  auto next = std::make_shared<Catalog>(*catalog);
+  next->sources.erase(drop.name);
+  Install(next->Rebuilt());
+  return fmt::format("DROP SOURCE {}", drop.name);
+}
+
+Result<std::string> DerivedCounters::CreateCounter(const defs::CreateCounter& create) {
+  auto catalog = Snapshot();
+  auto compiled = defs::Compile(create, [&](std::string_view source) -> const defs::SourceSchema* {
+    const auto it = catalog->sources.find(Absl(source));
+    return it == catalog->sources.end() ? nullptr : &it->second->schema;
+  });
+  if (!compiled) return tl::unexpected(compiled.error());
+  const std::string& name = compiled->name();
+  const std::string sql = compiled->create_sql();
+  if (const Family* existing = catalog->FindCounter(name)) {
+    if (existing->counter.create_sql() == sql) {
+      return fmt::format("CREATE COUNTER {} (unchanged)", name);
+    }
+    return InvalidArgument(fmt::format(
+        "counter {} already exists with another definition; DROP COUNTER it first", name));
+  }
+  if (catalog->dropping.contains(Absl(name))) {
+    return InvalidArgument(fmt::format("counter {} is still being dropped", name));
+  }
+  // Plain counters already spelled like this counter's groups would be taken for them.
+  const std::string prefix = name + ":";
+  std::vector<std::string> clashes;
+  uint64_t cursor = 0;
+  do {
+    cursor = engine_.keyspace().Scan(
+        cursor, 65536, [&](std::string_view key) { return key.starts_with(prefix); }, &clashes);
+  } while (cursor != 0 && clashes.empty());
+  if (!clashes.empty()) {
+    return InvalidArgument(fmt::format(
+        "plain counters named {}... exist (e.g. '{}'): a derived counter owns every key that "
+        "starts with its name and ':'; delete them or choose another name",
+        prefix, clashes.front().substr(0, 128)));
+  }
+  const engine::Persistence::CatalogOp op{std::string(kCounterRecord) + name, sql};
+  if (auto status = store_.WriteCatalog({&op, 1}); !status) return tl::unexpected(status.error());
+  auto next = std::make_shared<Catalog>(*catalog);
+  auto family = std::make_shared<Family>(std::move(*compiled));
+  next->counters.emplace(family->counter.name(), family);
+  Install(next->Rebuilt());
+  return fmt::format("CREATE COUNTER {}", family->counter.name());
+}
+
+Result<std::string> DerivedCounters::DropCounter(std::string_view name) {
+  auto catalog = Snapshot();
+  const auto it = catalog->counters.find(Absl(name));
+  if (it == catalog->counters.end()) {
+    return MakeError(ErrorCode::kNotFound, fmt::format("counter {} does not exist", name));
+  }
+  const std::shared_ptr<Family> family = it->second;
+  // First durably "dropping" (a crash from here on finishes the drop at start), then the
+  // groups, then the marker.
+  const std::array<engine::Persistence::CatalogOp, 2> begin{{
+      {std::string(kCounterRecord) + std::string(name), std::nullopt},
+      {std::string(kDroppingRecord) + std::string(name), std::string()},
+  }};
+  if (auto status = store_.WriteCatalog(begin); !status) return tl::unexpected(status.error());
+  auto next = std::make_shared<Catalog>(*catalog);
+  next->counters.erase(Absl(name));
+  next->dropping.insert(std::string(name));
+  Install(next->Rebuilt());
+
+  DeleteGroups(*family);
+  const engine::Persistence::CatalogOp finish{std::string(kDroppingRecord) + std::string(name),
+                                              std::nullopt};
+  if (auto status = store_.WriteCatalog({&finish, 1}); !status) {
+    return tl::unexpected(status.error());
+  }
+  auto done = std::make_shared<Catalog>(*Snapshot());
+  done->dropping.erase(Absl(name));
+  Install(done->Rebuilt());
+  return fmt::format("DROP COUNTER {}", name);
+}
+
+void DerivedCounters::DeleteGroups(Family& family) {
+  std::vector<std::string> keys;
+  {
+    std::lock_guard lock(family.mutex);
+    keys.assign(family.keys.begin(), family.keys.end());
+    family.keys.clear();
+    family.top_cache.clear();
+  }
+  uint64_t epoch = 0;
+  std::vector<engine::HashedKey> hashed;
+  for (size_t begin = 0; begin < keys.size(); begin += kChunk) {
+    const size_t end = std::min(keys.size(), begin + kChunk);
+    hashed.clear();
+    for (size_t i = begin; i < end; ++i) hashed.emplace_back(keys[i]);
+    engine::View view = engine_.keyspace().Lock(hashed);
+    for (const engine::HashedKey& key : hashed) view.Delete(key);
+    epoch = std::max(epoch, view.required_epoch());
+  }
+  if (epoch != 0) WaitDurable(epoch);
+}
+
+std::vector<CounterListing> DerivedCounters::Counters() const {
+  auto catalog = Snapshot();
+  std::vector<CounterListing> listing;
+  for (const auto& [name, family] : catalog->counters) {
+    CounterListing& item = listing.emplace_back();
+    item.name = name;
+    item.source = family->counter.source().name;
+    item.sql = family->counter.create_sql();
+    for (const defs::KeyColumn& column : family->counter.key_columns()) {
+      item.key_columns.push_back(fmt::format("{} {}", column.name, defs::TypeName(column.type)));
+    }
+    std::lock_guard lock(family->mutex);
+    item.groups = family->keys.size();
+  }
+  std::ranges::sort(listing, {}, &CounterListing::name);
+  return listing;
+}
+
+std::vector<SourceListing> DerivedCounters::Sources() const {
+  auto catalog = Snapshot();
+  std::vector<SourceListing> listing;
+  for (const auto& [name, entry] : catalog->sources) listing.push_back({name, entry->sql});
+  std::ranges::sort(listing, {}, &SourceListing::name);
+  return listing;
+}
+
+// ---- Push -----------------------------------------------------------------------------
+
+// The increments of one push, reused across pushes on a thread.
+struct DerivedCounters::PushScratch {
+  defs::EvalScratch eval;
+  std::vector<defs::Increment> increments;
+  std::vector<DerivedCounters::Family*> families;  // the family of each increment
+  std::vector<size_t> change_end;                  // increments of change i end here
+  std::vector<std::string> markers;                // id marker keys
+  std::vector<engine::HashedKey> hashed;
+  struct Sum {
+    int64_t delta;
+    DerivedCounters::Family* family;
+  };
+  absl::flat_hash_map<absl::string_view, Sum> sums;
+  absl::flat_hash_set<absl::string_view> seen_ids;
+  std::vector<bool> skip;
+};
+
+Result<PushOutcome> DerivedCounters::Push(std::string_view body, std::string_view batch_id,
+                                          ChangeDecoder& decoder) {
+  thread_local PushScratch scratch;
+  std::shared_lock apply(apply_mutex_);
+  const std::shared_ptr<const Catalog> catalog = Snapshot();
+  auto refuse = [&](Error error) -> Result<PushOutcome> {
+    changes_refused_.fetch_add(1, std::memory_order_relaxed);
+    return tl::unexpected(std::move(error));
+  };
+
+  auto decoded = decoder.Decode(body, [&](std::string_view name) -> const SourceView* {
+    const auto it = catalog->sources.find(Absl(name));
+    return it == catalog->sources.end() ? nullptr : &it->second->view;
+  });
+  if (!decoded) return refuse(decoded.error());
+  const std::span<const DecodedChange> changes = *decoded;
+  if (changes.size() > options_.max_batch_changes) {
+    return refuse(Error{ErrorCode::kInvalidArgument,
+                        fmt::format("a push holds at most {} changes; this one has {}",
+                                    options_.max_batch_changes, changes.size())});
+  }
+
+  // The formula, change by change; nothing is written yet.
+  scratch.increments.clear();
+  scratch.families.clear();
+  scratch.change_end.clear();
+  for (size_t i = 0; i < changes.size(); ++i) {
+    const DecodedChange& change = changes[i];
+    const SourceEntry* source = catalog->sources.at(change.source->schema->name).get();
+    std::optional<defs::RowView> old_row;
+    std::optional<defs::RowView> new_row;
+    if (change.old_row) old_row = defs::RowView(*change.old_row);
+    if (change.new_row) new_row = defs::RowView(*change.new_row);
+    for (const auto& family : source->counters) {
+      auto status = defs::AppendIncrements(family->counter, old_row, new_row, scratch.eval,
+                                           &scratch.increments);
+      if (!status) {
+        return refuse(Error{status.error().code,
+                            fmt::format("change {}: {}", i + 1, status.error().message)});
+      }
+      scratch.families.resize(scratch.increments.size(), family.get());
+    }
+    scratch.change_end.push_back(scratch.increments.size());
+  }
+
+  // Lock every key the push may write, and its id markers.
+  scratch.markers.clear();
+  if (!batch_id.empty()) scratch.markers.push_back(MarkerKey(batch_id));
+  for (const DecodedChange& change : changes) {
+    if (!change.id.empty()) scratch.markers.push_back(MarkerKey(change.id));
+  }
+  scratch.hashed.clear();
+  for (const defs::Increment& increment : scratch.increments) {
+    scratch.hashed.emplace_back(increment.key);
+  }
+  const size_t first_marker = scratch.hashed.size();
+  for (const std::string& marker : scratch.markers) scratch.hashed.emplace_back(marker);
+  const std::span<const engine::HashedKey> marker_keys =
+      std::span<const engine::HashedKey>(scratch.hashed).subspan(first_marker);
+
+  PushOutcome outcome;
+  outcome.changes = changes.size();
+  engine::View view = engine_.keyspace().Lock(scratch.hashed);
+  size_t next_marker = 0;
+  if (!batch_id.empty()) {
+    if (view.Exists(marker_keys[next_marker++])) {
+      outcome.duplicates = changes.size();
+      outcome.required_epoch = view.required_epoch();
+      return outcome;
+    }
+  }
+  // Which changes were applied before (or repeat an id within this push).
+  scratch.skip.assign(changes.size(), false);
+  scratch.seen_ids.clear();
+  for (size_t i = 0; i < changes.size(); ++i) {
+    if (changes[i].id.empty()) continue;
+    const engine::HashedKey& marker = marker_keys[next_marker++];
+    scratch.skip[i] = !scratch.seen_ids.insert(Absl(changes[i].id)).second || view.Exists(marker);
+  }
+
+  // One sum per key.
+  scratch.sums.clear();
+  size_t begin = 0;
+  for (size_t i = 0; i < changes.size(); ++i) {
+    const size_t end = scratch.change_end[i];
+    if (scratch.skip[i]) {
+      ++outcome.duplicates;
+      begin = end;
+      continue;
+    }
+    for (size_t j = begin; j < end; ++j) {
+      const defs::Increment& increment = scratch.increments[j];
+      auto [it, inserted] =
+          scratch.sums.try_emplace(Absl(increment.key), PushScratch::Sum{0, scratch.families[j]});
+      const std::optional<int64_t> sum = CheckedAdd(it->second.delta, increment.delta);
+      if (!sum) {
+        return refuse(Error{ErrorCode::kOverflow,
+                            fmt::format("change {}: counter {}: the push would take {} out of "
+                                        "the int64 range",
+                                        i + 1, scratch.families[j]->counter.name(),
+                                        increment.key)});
+      }
+      it->second.delta = *sum;
+    }
+    begin = end;
+    ++outcome.applied;
+  }
+
+  // Check every result before writing any.
+  for (const auto& [stored_key, sum] : scratch.sums) {
+    if (sum.delta == 0) continue;
+    const std::string_view key(stored_key.data(), stored_key.size());
+    const int64_t current = view.Get(engine::HashedKey(key)).value_or(0);
+    if (!CheckedAdd(current, sum.delta)) {
+      return refuse(Error{ErrorCode::kOverflow,
+                          fmt::format("counter {}: the push would take {} out of the int64 range "
+                                      "(now {}, increment {})",
+                                      sum.family->counter.name(), key, current, sum.delta)});
+    }
+  }
+
+  // Apply: one write per key, groups back at 0 deleted, the index kept in step.
+  for (const auto& [stored_key, sum] : scratch.sums) {
+    if (sum.delta == 0) continue;
+    const std::string_view key(stored_key.data(), stored_key.size());
+    const engine::HashedKey hashed(key);
+    const std::optional<int64_t> current = view.Get(hashed);
+    const int64_t value = current.value_or(0) + sum.delta;
+    Family& family = *sum.family;
+    if (value == 0) {
+      view.Delete(hashed);
+      std::lock_guard lock(family.mutex);
+      family.keys.erase(stored_key);
+    } else {
+      view.IncrBy(hashed, sum.delta);
+      if (!current) {
+        std::lock_guard lock(family.mutex);
+        family.keys.emplace(key);
+      }
+    }
+    family.version.fetch_add(1, std::memory_order_relaxed);
+    ++outcome.increments;
+  }
+
+  // The markers, durable with the increments.
+  if (outcome.applied > 0 || !batch_id.empty()) {
+    engine::SetOptions marker_options;
+    marker_options.expiry = engine::ExpiryAction::kSetDeadline;
+    marker_options.deadline_ms = view.now_ms() + options_.idempotency_window_ms;
+    next_marker = 0;
+    if (!batch_id.empty()) view.Set(marker_keys[next_marker++], 1, marker_options);
+    for (size_t i = 0; i < changes.size(); ++i) {
+      if (changes[i].id.empty()) continue;
+      const engine::HashedKey& marker = marker_keys[next_marker++];
+      if (!scratch.skip[i]) view.Set(marker, 1, marker_options);
+    }
+  }
+  outcome.required_epoch = view.required_epoch();
+  changes_applied_.fetch_add(outcome.applied, std::memory_order_relaxed);
+  return outcome;
+}
+
+// ---- Reads ----------------------------------------------------------------------------
+
+namespace {
+
+Result<std::vector<defs::Value>> ParseParts(const defs::CompiledCounter& counter,
+                                            std::span<const std::string_view> parts) {
+  std::vector<defs::Value> values;
+  values.reserve(parts.size());
+  for (size_t i = 0; i < parts.size(); ++i) {
+    const defs::KeyColumn& column = counter.key_columns()[i];
+    auto value = ParseKeyPart(column.type, parts[i]);
+    if (!value) {
+      return InvalidArgument(fmt::format("counter {}, key part {} ({} {}): {}", counter.name(),
+                                         i + 1, column.name, defs::TypeName(column.type),
+                                         value.error().message));
+    }
+    values.push_back(*value);
+  }
+  return values;
+}
+
+Error UnknownCounter(std::string_view name) {
+  return Error{ErrorCode::kNotFound, fmt::format("counter {} does not exist", name)};
+}
+
+}  // namespace
+
+Result<std::string> DerivedCounters::KeyOf(std::string_view counter,
+                                           std::span<const std::string_view> parts) const {
+  auto catalog = Snapshot();
+  const Family* family = catalog->FindCounter(counter);
+  if (family == nullptr) return tl::unexpected(UnknownCounter(counter));
+  const size_t columns = family->counter.key_columns().size();
+  if (parts.size() != columns) {
+    return InvalidArgument(fmt::format("counter {} has {} key parts; {} given", counter, columns,
+                                       parts.size()));
+  }
+  auto values = ParseParts(family->counter, parts);
+  if (!values) return tl::unexpected(values.error());
+  return defs::EncodeKey(family->counter.name(), *values);
+}
+
+Result<std::string> DerivedCounters::PrefixOf(std::string_view counter,
+                                              std::span<const std::string_view> parts) const {
+  auto catalog = Snapshot();
+  const Family* family = catalog->FindCounter(counter);
+  if (family == nullptr) return tl::unexpected(UnknownCounter(counter));
+  const size_t columns = family->counter.key_columns().size();
+  if (parts.size() >= columns && columns > 0) {
+    return InvalidArgument(fmt::format(
+        "counter {} has {} key parts: a prefix names fewer ({} given)", counter, columns,
+        parts.size()));
+  }
+  auto values = ParseParts(family->counter, parts);
+  if (!values) return tl::unexpected(values.error());
+  // Ends with an unescaped ':', so it matches whole parts only.
+  return defs::EncodeKey(family->counter.name(), *values) + ":";
+}
+
+std::vector<int64_t> DerivedCounters::Get(std::span<const std::string> keys,
+                                          uint64_t* required_epoch) {
+  std::vector<int64_t> values;
+  values.reserve(keys.size());
+  std::vector<engine::HashedKey> hashed;
+  for (size_t begin = 0; begin < keys.size(); begin += kChunk) {
+    const size_t end = std::min(keys.size(), begin + kChunk);
+    hashed.clear();
+    for (size_t i = begin; i < end; ++i) hashed.emplace_back(keys[i]);
+    engine::View view = engine_.keyspace().Lock(hashed);
+    for (const engine::HashedKey& key : hashed) values.push_back(view.Get(key).value_or(0));
+    *required_epoch = std::max(*required_epoch, view.required_epoch());
+  }
+  return values;
+}
+
+Result<Page> DerivedCounters::List(std::string_view counter, std::string_view prefix,
+                                   std::string_view cursor, size_t limit) {
+  auto catalog = Snapshot();
+  const auto it = catalog->counters.find(Absl(counter));
+  if (it == catalog->counters.end()) return tl::unexpected(UnknownCounter(counter));
+  Family& family = *it->second;
+  if (!cursor.empty() && !cursor.starts_with(prefix)) {
+    return InvalidArgument("the cursor does not belong to this listing");
+  }
+  std::vector<std::string> keys;
+  Page page;
+  {
+    std::lock_guard lock(family.mutex);
+    auto key = cursor.empty() ? family.keys.lower_bound(Absl(prefix)) : family.keys.upper_bound(Absl(cursor));
+    for (; key != family.keys.end() && key->starts_with(prefix); ++key) {
+      if (keys.size() == limit) {
+        page.next_cursor = keys.back();
+        break;
+      }
+      keys.push_back(*key);
+    }
+  }
+  const std::vector<int64_t> values = Get(keys, &page.required_epoch);
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if (values[i] != 0) page.items.push_back({std::move(keys[i]), values[i]});
+  }
+  return page;
+}
+
+Result<Page> DerivedCounters::Top(std::string_view counter, std::string_view prefix, size_t k) {
+  auto catalog = Snapshot();
+  const auto it = catalog->counters.find(Absl(counter));
+  if (it == catalog->counters.end()) return tl::unexpected(UnknownCounter(counter));
+  Family& family = *it->second;
+  const int64_t now = engine_.keyspace().clock()->NowMillis();
+  const std::string cache_key = fmt::format("{}\n{}", prefix, k);
+  const uint64_t version = family.version.load(std::memory_order_acquire);
+  {
+    std::lock_guard lock(family.mutex);
+    const auto cached = family.top_cache.find(cache_key);
+    if (cached != family.top_cache.end() &&
+        (cached->second.version == version ||
+         now - cached->second.computed_ms < options_.top_k_max_staleness_ms)) {
+      return cached->second.page;
+    }
+  }
+  // A min-heap of the k best seen so far: the worst on top.
+  auto better = [](const KeyValue& a, const KeyValue& b) {
+    return a.value != b.value ? a.value > b.value : a.key < b.key;
+  };
+  std::priority_queue<KeyValue, std::vector<KeyValue>, decltype(better)> best(better);
+  Page page;
+  std::string cursor;
+  while (true) {
+    auto chunk = List(counter, prefix, cursor, kChunk);
+    if (!chunk) return chunk;
+    page.required_epoch = std::max(page.required_epoch, chunk->required_epoch);
+    for (KeyValue& item : chunk->items) {
+      if (best.size() < k) {
+        best.push(std::move(item));
+      } else if (better(item, best.top())) {
+        best.pop();
+        best.push(std::move(item));
+      }
+    }
+    if (chunk->next_cursor.empty()) break;
+    cursor = std::move(chunk->next_cursor);
+  }
+  page.items.resize(best.size());
+  for (size_t i = best.size(); i-- > 0;) {
+    page.items[i] = best.top();
+    best.pop();
+  }
+  std::lock_guard lock(family.mutex);
+  if (family.top_cache.size() >= kTopCacheEntries) family.top_cache.clear();
+  family.top_cache[cache_key] = Family::TopEntry{version, now, page};
+  return page;
+}
+
+void DerivedCounters::OnFlushAll() {
+  auto catalog = Snapshot();
+  for (const auto& [name, family] : catalog->counters) {
+    std::lock_guard lock(family->mutex);
+    family->keys.clear();
+    family->top_cache.clear();
+    family->version.fetch_add(1, std::memory_order_relaxed);
+  }
+}
+
+}  // namespace tally::derived
