@@ -6,7 +6,10 @@
 #include <csignal>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 
+#include "engine/derived/derived_counters.h"
 #include "engine/engine.h"
 #include "servers/redis/server.h"
 #include "storage/rocksdb_store.h"
@@ -45,6 +48,8 @@ int main(int argc, char** argv) {
   std::string proto_max_bulk_len = "512mb";
   std::string query_buffer_limit = "1gb";
   std::string output_buffer_limit = "256mb";
+  std::string definitions_file;
+  int64_t idempotency_window_seconds = 24 * 3600;
 
   app.add_option("--bind", server.bind, "Address to listen on")->capture_default_str();
   app.add_option("--port", server.port, "Port for the Redis protocol (0 = any free port)")
@@ -97,6 +102,15 @@ int main(int argc, char** argv) {
                  "Unsent replies one client may accumulate before it is closed (a client that "
                  "does not read its replies)")
       ->capture_default_str();
+  app.add_option("--definitions", definitions_file,
+                 "A SQL script of CREATE SOURCE / CREATE COUNTER statements applied at start "
+                 "(statements already in effect are no-ops)")
+      ->check(CLI::ExistingFile);
+  app.add_option("--idempotency-window", idempotency_window_seconds,
+                 "Seconds a pushed change's or batch's id is remembered (resends within it are "
+                 "not counted again)")
+      ->check(CLI::Range(int64_t{1}, int64_t{366} * 24 * 3600))
+      ->capture_default_str();
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error or off")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "off"}))
       ->capture_default_str();
@@ -146,7 +160,28 @@ int main(int argc, char** argv) {
     return 1;
   }
 
-  tally::redis::RedisServer redis(engine, server);
+  tally::derived::DerivedOptions derived_options;
+  derived_options.idempotency_window_ms = idempotency_window_seconds * 1000;
+  tally::derived::DerivedCounters derived(engine, *store->get(), derived_options);
+  if (auto status = derived.Load(); !status) {
+    spdlog::critical("cannot load the derived counters: {}", status.error().message);
+    engine.Stop();
+    return 1;
+  }
+  if (!definitions_file.empty()) {
+    std::ifstream file(definitions_file);
+    std::stringstream script;
+    script << file.rdbuf();
+    auto outcomes = derived.Execute(script.str());
+    if (!outcomes) {
+      spdlog::critical("{}: {}", definitions_file, outcomes.error().message);
+      engine.Stop();
+      return 1;
+    }
+    for (const auto& outcome : *outcomes) spdlog::info("{}: {}", definitions_file, outcome.message);
+  }
+
+  tally::redis::RedisServer redis(engine, server, &derived);
   if (auto status = redis.Start(); !status) {
     spdlog::critical("{}", status.error().message);
     engine.Stop();

@@ -101,6 +101,14 @@ void PTtl(CommandContext& ctx);
 void ExpireTime(CommandContext& ctx);
 void PExpireTime(CommandContext& ctx);
 void Persist(CommandContext& ctx);
+// derived.cc
+void CounterDefine(CommandContext& ctx);
+void CounterDrop(CommandContext& ctx);
+void CounterList(CommandContext& ctx);
+void CounterPush(CommandContext& ctx);
+void CounterGet(CommandContext& ctx);
+void CounterScan(CommandContext& ctx);
+void CounterTop(CommandContext& ctx);
 // connection.cc
 void Ping(CommandContext& ctx);
 void Echo(CommandContext& ctx);

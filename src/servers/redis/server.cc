@@ -21,8 +21,11 @@ int UsableCpus() {
 
 }  // namespace
 
-RedisServer::RedisServer(engine::Engine& engine, ServerOptions options)
-    : core_(engine, std::move(options)), acceptor_(accept_io_) {}
+RedisServer::RedisServer(engine::Engine& engine, ServerOptions options,
+                         derived::DerivedCounters* derived)
+    : core_(engine, std::move(options)), acceptor_(accept_io_) {
+  core_.set_derived(derived);
+}
 
 RedisServer::~RedisServer() { Stop(); }
 

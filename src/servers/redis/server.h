@@ -20,8 +20,10 @@ class Worker;
 
 class RedisServer {
  public:
-  // `engine` must be started and outlive the server.
-  RedisServer(engine::Engine& engine, ServerOptions options);
+  // `engine` must be started and outlive the server; so must `derived`, which may be null
+  // (no COUNTER.* commands then).
+  RedisServer(engine::Engine& engine, ServerOptions options,
+              derived::DerivedCounters* derived = nullptr);
   ~RedisServer();
 
   // Binds, listens and starts the workers. Returns once the server is accepting.

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/derived/derived_counters.h"
 #include "engine/engine.h"
 #include "servers/redis/command_table.h"
 #include "servers/redis/server_options.h"
@@ -74,6 +75,9 @@ class ServerCore {
   ServerCore(engine::Engine& engine, ServerOptions options);
 
   engine::Engine& engine() { return engine_; }
+  // The derived counters, or null when the server has none (unit tests).
+  derived::DerivedCounters* derived() { return derived_; }
+  void set_derived(derived::DerivedCounters* derived) { derived_ = derived; }
   const ServerOptions& options() const { return options_; }
   ClientRegistry& clients() { return clients_; }
   int64_t start_ms() const { return start_ms_; }
@@ -95,6 +99,7 @@ class ServerCore {
 
  private:
   engine::Engine& engine_;
+  derived::DerivedCounters* derived_ = nullptr;
   const ServerOptions options_;
   ClientRegistry clients_;
   const int64_t start_ms_;

@@ -82,6 +82,8 @@ void Session::Execute(std::span<const std::string_view> args) {
   WorkerStats::Bump(worker_.stats().calls[spec - AllCommands().data()]);
   info_->last_command.store(spec, std::memory_order_relaxed);
 
+  if ((spec->flags & kWrite) != 0 && RefusedProtectedKey(*spec, args)) return;
+
   if (in_multi_ && !IsTransactionControl(*spec)) {
     if (spec->flags & kNoMulti) {
       multi_failed_ = true;
@@ -105,6 +107,20 @@ void Session::PrepareKeys(const CommandSpec& spec, std::span<const std::string_v
   KeyPositions(spec, args.size(), &key_positions_);
   keys_.clear();
   for (const size_t position : key_positions_) keys_.emplace_back(args[position]);
+}
+
+bool Session::RefusedProtectedKey(const CommandSpec& spec,
+                                  std::span<const std::string_view> args) {
+  const derived::DerivedCounters* derived = core_.derived();
+  if (derived == nullptr) return false;
+  KeyPositions(spec, args.size(), &key_positions_);
+  for (const size_t position : key_positions_) {
+    if (derived->IsProtectedKey(args[position])) {
+      Reject(spec, derived->ProtectedKeyError(args[position]));
+      return true;
+    }
+  }
+  return false;
 }
 
 bool Session::NeedsFold(const CommandSpec& spec) {

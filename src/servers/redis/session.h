@@ -72,6 +72,8 @@ class Session {
   void Run(const CommandSpec& spec, std::span<const std::string_view> args, engine::View* held);
   // Queues a plain increment in the worker's buffer (or replies why the amount is bad).
   void QueueIncrement(const CommandSpec& spec, std::span<const std::string_view> args);
+  // True, after refusing the command, when it would write a derived counter's key.
+  bool RefusedProtectedKey(const CommandSpec& spec, std::span<const std::string_view> args);
   // True when a command must see the effect of increments still in the buffer.
   bool NeedsFold(const CommandSpec& spec);
   void RejectUnknown(std::span<const std::string_view> args);

@@ -116,7 +116,8 @@ void Scan(CommandContext& ctx) {
   std::vector<std::string> keys;
   uint64_t next = 0;
   const auto match = [&](std::string_view key) {
-    return only_counters && (pattern.empty() || pattern == "*" || GlobMatch(pattern, key));
+    return only_counters && !derived::IsIdMarker(key) &&
+           (pattern.empty() || pattern == "*" || GlobMatch(pattern, key));
   };
   // Inside EXEC every stripe is already held by this thread: scan without locking.
   next = ctx.server.engine().keyspace().Scan(cursor, static_cast<size_t>(count), match, &keys,
@@ -132,7 +133,7 @@ void Keys(CommandContext& ctx) {
   std::vector<std::string> keys;
   uint64_t cursor = 0;
   const auto match = [&](std::string_view key) {
-    return pattern == "*" || GlobMatch(pattern, key);
+    return !derived::IsIdMarker(key) && (pattern == "*" || GlobMatch(pattern, key));
   };
   do {
     cursor = ctx.server.engine().keyspace().Scan(cursor, 4096, match, &keys,
@@ -153,6 +154,7 @@ void FlushAll(CommandContext& ctx) {
     return;
   }
   ctx.view->FlushAll();
+  if (derived::DerivedCounters* derived = ctx.server.derived()) derived->OnFlushAll();
   ctx.reply.SimpleString("OK");
 }
 

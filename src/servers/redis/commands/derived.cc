@@ -1,0 +1,146 @@
+// Derived counter commands: COUNTER.DEFINE, DROP, LIST, PUSH, GET, SCAN, TOP. Thin
+// adapters over derived::DerivedCounters; replies wait for durability like any other.
+#include <fmt/format.h>
+
+#include <vector>
+
+#include "core/integer.h"
+#include "servers/redis/command_args.h"
+#include "servers/redis/session.h"
+
+namespace tally::redis::commands {
+namespace {
+
+constexpr size_t kMostListed = 10000;  // COUNT of COUNTER.SCAN and k of COUNTER.TOP
+
+// The derived counters, or null after replying that this server has none.
+derived::DerivedCounters* Derived(CommandContext& ctx) {
+  derived::DerivedCounters* derived = ctx.server.derived();
+  if (derived == nullptr) ctx.reply.Error("ERR this server keeps no derived counters");
+  return derived;
+}
+
+void ReplyError(CommandContext& ctx, const Error& error) { ctx.reply.Error("ERR " + error.message); }
+
+// A count argument within 1..kMostListed, or nullopt after replying why not.
+std::optional<size_t> CountArgument(CommandContext& ctx, std::string_view text,
+                                    std::string_view what) {
+  const std::optional<int64_t> count = IntegerArgument(ctx, text);
+  if (!count) return std::nullopt;
+  if (*count < 1 || *count > static_cast<int64_t>(kMostListed)) {
+    ctx.reply.Error(fmt::format("ERR {} must be between 1 and {}", what, kMostListed));
+    return std::nullopt;
+  }
+  return static_cast<size_t>(*count);
+}
+
+void ReplyPairs(CommandContext& ctx, const std::vector<derived::KeyValue>& items) {
+  ctx.reply.ArrayHeader(items.size() * 2);
+  for (const derived::KeyValue& item : items) {
+    ctx.reply.Bulk(item.key);
+    ctx.reply.Integer(item.value);
+  }
+}
+
+}  // namespace
+
+void CounterDefine(CommandContext& ctx) {
+  derived::DerivedCounters* derived = Derived(ctx);
+  if (derived == nullptr) return;
+  auto outcomes = derived->Execute(ctx.args[1]);
+  if (!outcomes) return ReplyError(ctx, outcomes.error());
+  ctx.reply.ArrayHeader(outcomes->size());
+  for (const derived::StatementOutcome& outcome : *outcomes) ctx.reply.Bulk(outcome.message);
+}
+
+void CounterDrop(CommandContext& ctx) {
+  derived::DerivedCounters* derived = Derived(ctx);
+  if (derived == nullptr) return;
+  auto outcome = derived->Drop(ctx.args[1]);
+  if (!outcome) return ReplyError(ctx, outcome.error());
+  ctx.reply.SimpleString("OK");
+}
+
+void CounterList(CommandContext& ctx) {
+  derived::DerivedCounters* derived = Derived(ctx);
+  if (derived == nullptr) return;
+  const std::vector<derived::CounterListing> counters = derived->Counters();
+  ctx.reply.ArrayHeader(counters.size());
+  for (const derived::CounterListing& counter : counters) {
+    ctx.reply.MapHeader(4);
+    ctx.reply.Bulk("name");
+    ctx.reply.Bulk(counter.name);
+    ctx.reply.Bulk("source");
+    ctx.reply.Bulk(counter.source);
+    ctx.reply.Bulk("sql");
+    ctx.reply.Bulk(counter.sql);
+    ctx.reply.Bulk("groups");
+    ctx.reply.Integer(static_cast<int64_t>(counter.groups));
+  }
+}
+
+void CounterPush(CommandContext& ctx) {
+  derived::DerivedCounters* derived = Derived(ctx);
+  if (derived == nullptr) return;
+  std::string_view batch_id;
+  size_t body = 1;
+  if (ctx.args.size() == 4 && EqualsIgnoreCase(ctx.args[1], "ID")) {
+    batch_id = ctx.args[2];
+    body = 3;
+    if (batch_id.empty()) return ctx.reply.Error("ERR the ID of a push must not be empty");
+  } else if (ctx.args.size() != 2) {
+    return ctx.reply.Error(kSyntaxError);
+  }
+  // One decoder per I/O thread: it keeps its buffers from push to push.
+  thread_local derived::ChangeDecoder decoder;
+  auto outcome = derived->Push(ctx.args[body], batch_id, decoder);
+  if (!outcome) return ReplyError(ctx, outcome.error());
+  ctx.session.RaiseRequiredEpoch(outcome->required_epoch);
+  ctx.reply.ArrayHeader(4);
+  ctx.reply.Integer(static_cast<int64_t>(outcome->changes));
+  ctx.reply.Integer(static_cast<int64_t>(outcome->applied));
+  ctx.reply.Integer(static_cast<int64_t>(outcome->duplicates));
+  ctx.reply.Integer(static_cast<int64_t>(outcome->increments));
+}
+
+void CounterGet(CommandContext& ctx) {
+  derived::DerivedCounters* derived = Derived(ctx);
+  if (derived == nullptr) return;
+  auto key = derived->KeyOf(ctx.args[1], ctx.args.subspan(2));
+  if (!key) return ReplyError(ctx, key.error());
+  uint64_t epoch = 0;
+  const std::vector<int64_t> values = derived->Get({&*key, 1}, &epoch);
+  ctx.session.RaiseRequiredEpoch(epoch);
+  ctx.reply.Integer(values[0]);
+}
+
+void CounterScan(CommandContext& ctx) {
+  derived::DerivedCounters* derived = Derived(ctx);
+  if (derived == nullptr) return;
+  const std::optional<size_t> count = CountArgument(ctx, ctx.args[3], "COUNT");
+  if (!count) return;
+  auto prefix = derived->PrefixOf(ctx.args[1], ctx.args.subspan(4));
+  if (!prefix) return ReplyError(ctx, prefix.error());
+  const std::string_view cursor = ctx.args[2] == "0" ? std::string_view{} : ctx.args[2];
+  auto page = derived->List(ctx.args[1], *prefix, cursor, *count);
+  if (!page) return ReplyError(ctx, page.error());
+  ctx.session.RaiseRequiredEpoch(page->required_epoch);
+  ctx.reply.ArrayHeader(2);
+  ctx.reply.Bulk(page->next_cursor.empty() ? "0" : page->next_cursor);
+  ReplyPairs(ctx, page->items);
+}
+
+void CounterTop(CommandContext& ctx) {
+  derived::DerivedCounters* derived = Derived(ctx);
+  if (derived == nullptr) return;
+  const std::optional<size_t> k = CountArgument(ctx, ctx.args[2], "k");
+  if (!k) return;
+  auto prefix = derived->PrefixOf(ctx.args[1], ctx.args.subspan(3));
+  if (!prefix) return ReplyError(ctx, prefix.error());
+  auto page = derived->Top(ctx.args[1], *prefix, *k);
+  if (!page) return ReplyError(ctx, page.error());
+  ctx.session.RaiseRequiredEpoch(page->required_epoch);
+  ReplyPairs(ctx, page->items);
+}
+
+}  // namespace tally::redis::commands
