@@ -300,7 +300,7 @@ class DerivedCrashTest(unittest.TestCase):
                 with coord.cond:
                     coord.killing = True
                     coord.paused = True
-                if cycle % 6 == 0:
+                if cycle % 6 == 3:
                     how = "SIGTERM"
                     stats["sigterm"] += 1
                     self.assertEqual(ds.server.stop(), 0, "clean stop failed\n%s"
