@@ -1,0 +1,327 @@
+// DerivedCounters over a real RocksDbStore in a temporary directory: definitions, the push
+// path (atomic, idempotent, refusing bad changes whole), reads, drops and restarts.
+#include "engine/derived/derived_counters.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <map>
+
+#include "core/clock.h"
+#include "storage/rocksdb_store.h"
+
+namespace tally::derived {
+namespace {
+
+constexpr std::string_view kBlogModel = R"sql(
+  CREATE SOURCE posts (id bigint, user_id bigint, blog_id bigint, rating integer,
+                       is_published boolean, is_deleted boolean, created_at timestamptz);
+  CREATE COUNTER blog_posts AS
+    SELECT blog_id, user_id, count(*) FROM posts
+    WHERE is_published AND NOT is_deleted GROUP BY blog_id, user_id;
+  CREATE COUNTER blog_rating AS
+    SELECT blog_id, sum(rating) FROM posts WHERE is_published GROUP BY blog_id;
+)sql";
+
+// A post as JSON, for changes.
+std::string Post(int id, int user, int blog, int rating, bool published, bool deleted = false) {
+  return "{\"id\":" + std::to_string(id) + ",\"user_id\":" + std::to_string(user) +
+         ",\"blog_id\":" + std::to_string(blog) + ",\"rating\":" + std::to_string(rating) +
+         ",\"is_published\":" + (published ? "true" : "false") +
+         ",\"is_deleted\":" + (deleted ? "true" : "false") +
+         ",\"created_at\":\"2024-05-01T10:00:00Z\"}";
+}
+
+std::string Insert(const std::string& row, std::string_view id = "") {
+  std::string change = R"({"source":"posts","new":)" + row;
+  if (!id.empty()) change += ",\"id\":\"" + std::string(id) + "\"";
+  return change + "}";
+}
+
+std::string Update(const std::string& old_row, const std::string& new_row) {
+  return R"({"source":"posts","old":)" + old_row + ",\"new\":" + new_row + "}";
+}
+
+std::string Delete(const std::string& row) { return R"({"source":"posts","old":)" + row + "}"; }
+
+class DerivedCountersTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() /
+           (std::string("tally_derived_test_") +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::remove_all(dir_);
+    Open();
+  }
+  void TearDown() override {
+    Close();
+    std::filesystem::remove_all(dir_);
+  }
+
+  void Open() {
+    auto store = storage::RocksDbStore::Open({.path = dir_.string()});
+    ASSERT_TRUE(store) << store.error().message;
+    store_ = std::move(*store);
+    engine::EngineOptions options;
+    options.clock = &clock_;
+    engine_ = std::make_unique<engine::Engine>(store_.get(), options);
+    ASSERT_TRUE(engine_->Start());
+    derived_ = std::make_unique<DerivedCounters>(*engine_, *store_, DerivedOptions{});
+    auto loaded = derived_->Load();
+    ASSERT_TRUE(loaded) << loaded.error().message;
+  }
+  void Close() {
+    derived_.reset();
+    if (engine_) engine_->Stop();
+    engine_.reset();
+    store_.reset();
+  }
+  void Restart() {
+    Close();
+    Open();
+  }
+
+  void Define(std::string_view sql) {
+    auto outcome = derived_->Execute(sql);
+    ASSERT_TRUE(outcome) << outcome.error().message;
+  }
+
+  Result<PushOutcome> Push(const std::string& body, std::string_view id = "") {
+    auto outcome = derived_->Push(body, id, decoder_);
+    if (outcome) engine_->committer().WaitDurable(outcome->required_epoch);
+    return outcome;
+  }
+
+  int64_t Value(const std::string& key) {
+    uint64_t epoch = 0;
+    return derived_->Get({&key, 1}, &epoch)[0];
+  }
+
+  // Every live group of every counter, through the family listings.
+  std::map<std::string, int64_t> All() {
+    std::map<std::string, int64_t> all;
+    for (const CounterListing& counter : derived_->Counters()) {
+      auto prefix = derived_->PrefixOf(counter.name, {});
+      EXPECT_TRUE(prefix);
+      std::string cursor;
+      do {
+        auto page = derived_->List(counter.name, *prefix, cursor, 3);
+        EXPECT_TRUE(page) << page.error().message;
+        for (const KeyValue& item : page->items) all[item.key] = item.value;
+        cursor = page->next_cursor;
+      } while (!cursor.empty());
+    }
+    return all;
+  }
+
+  std::filesystem::path dir_;
+  ManualClock clock_{1'700'000'000'000};
+  std::unique_ptr<storage::RocksDbStore> store_;
+  std::unique_ptr<engine::Engine> engine_;
+  std::unique_ptr<DerivedCounters> derived_;
+  ChangeDecoder decoder_;
+};
+
+TEST_F(DerivedCountersTest, TheFormulaKeepsCountsAndSums) {
+  Define(kBlogModel);
+  ASSERT_TRUE(Push("[" + Insert(Post(1, 10, 7, 4, true)) + "," + Insert(Post(2, 10, 7, 5, true)) +
+                   "," + Insert(Post(3, 11, 7, 3, false)) + "]"));
+  EXPECT_EQ(Value("blog_posts:7:10"), 2);
+  EXPECT_EQ(Value("blog_rating:7"), 9);
+  EXPECT_EQ(Value("blog_posts:7:11"), 0);
+
+  // Publish post 3, move post 1 to blog 8, then delete post 2.
+  auto moved = Push("[" + Update(Post(3, 11, 7, 3, false), Post(3, 11, 7, 3, true)) + "," +
+                    Update(Post(1, 10, 7, 4, true), Post(1, 10, 8, 4, true)) + "]");
+  ASSERT_TRUE(moved) << moved.error().message;
+  EXPECT_EQ(moved->applied, 2u);
+  ASSERT_TRUE(Push(Delete(Post(2, 10, 7, 5, true))));
+  const std::map<std::string, int64_t> expected{{"blog_posts:7:11", 1},
+                                                {"blog_posts:8:10", 1},
+                                                {"blog_rating:7", 3},
+                                                {"blog_rating:8", 4}};
+  EXPECT_EQ(All(), expected);  // blog_posts:7:10 went back to 0 and is gone
+  EXPECT_FALSE(engine_->keyspace().Lock(engine::HashedKey("blog_posts:7:10"))
+                   .Exists(engine::HashedKey("blog_posts:7:10")));
+}
+
+TEST_F(DerivedCountersTest, ABadChangeRefusesTheWholeBatch) {
+  Define(kBlogModel);
+  ASSERT_TRUE(Push(Insert(Post(1, 10, 7, 4, true))));
+  const auto before = All();
+  auto refused = Push("[" + Insert(Post(2, 10, 7, 4, true)) +
+                      R"(,{"source":"posts","new":{"id":3,"user_id":1,"blog_id":"seven"}}])");
+  ASSERT_FALSE(refused);
+  EXPECT_NE(refused.error().message.find("change 2"), std::string::npos)
+      << refused.error().message;
+  EXPECT_EQ(All(), before);
+  EXPECT_EQ(derived_->changes_refused(), 1u);
+}
+
+TEST_F(DerivedCountersTest, AnOverflowRefusesTheBatchAndChangesNothing) {
+  Define(R"sql(CREATE SOURCE t (k bigint, v bigint);
+               CREATE COUNTER total AS SELECT k, sum(v) FROM t GROUP BY k;)sql");
+  ASSERT_TRUE(Push(R"({"source":"t","new":{"k":1,"v":9223372036854775000}})"));
+  auto refused = Push(R"([{"source":"t","new":{"k":2,"v":5}},
+                          {"source":"t","new":{"k":1,"v":1000}}])");
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error().code, ErrorCode::kOverflow);
+  EXPECT_NE(refused.error().message.find("total:1"), std::string::npos)
+      << refused.error().message;
+  EXPECT_EQ(Value("total:1"), 9223372036854775000);
+  EXPECT_EQ(Value("total:2"), 0);
+}
+
+TEST_F(DerivedCountersTest, IdsMakePushesIdempotentAcrossRestarts) {
+  Define(kBlogModel);
+  const std::string batch = "[" + Insert(Post(1, 10, 7, 4, true)) + "," +
+                            Insert(Post(2, 11, 7, 1, true), "change-2") + "]";
+  auto first = Push(batch, "batch-1");
+  ASSERT_TRUE(first);
+  EXPECT_EQ(first->applied, 2u);
+  auto resent = Push(batch, "batch-1");
+  ASSERT_TRUE(resent);
+  EXPECT_EQ(resent->applied, 0u);
+  EXPECT_EQ(resent->duplicates, 2u);
+
+  Restart();
+  auto after_restart = Push(batch, "batch-1");
+  ASSERT_TRUE(after_restart);
+  EXPECT_EQ(after_restart->duplicates, 2u);
+  // The change with its own id is skipped in another batch; the other change counts.
+  auto partly = Push(batch, "batch-2");
+  ASSERT_TRUE(partly);
+  EXPECT_EQ(partly->applied, 1u);
+  EXPECT_EQ(partly->duplicates, 1u);
+  EXPECT_EQ(Value("blog_posts:7:10"), 2);
+  EXPECT_EQ(Value("blog_posts:7:11"), 1);
+  EXPECT_EQ(Value("blog_rating:7"), 9);
+
+  // A repeated id inside one push counts once.
+  auto twice = Push("[" + Insert(Post(3, 12, 7, 1, true), "c3") + "," +
+                    Insert(Post(3, 12, 7, 1, true), "c3") + "]");
+  ASSERT_TRUE(twice);
+  EXPECT_EQ(twice->applied, 1u);
+  EXPECT_EQ(Value("blog_posts:7:12"), 1);
+
+  // Past the window, the id is forgotten.
+  clock_.Advance(DerivedOptions{}.idempotency_window_ms + 1);
+  auto late = Push(batch, "batch-1");
+  ASSERT_TRUE(late);
+  EXPECT_EQ(late->applied, 2u);
+}
+
+TEST_F(DerivedCountersTest, DefinitionsAndGroupsSurviveARestart) {
+  Define(kBlogModel);
+  ASSERT_TRUE(Push(Insert(Post(1, 10, 7, 4, true))));
+  const auto before = All();
+  Restart();
+  EXPECT_EQ(derived_->Counters().size(), 2u);
+  EXPECT_EQ(All(), before);
+  // Applying the same script again is a no-op; a different definition under an existing
+  // name is refused.
+  Define(kBlogModel);
+  auto changed = derived_->Execute(
+      "CREATE COUNTER blog_rating AS SELECT blog_id, count(*) FROM posts GROUP BY blog_id");
+  ASSERT_FALSE(changed);
+  EXPECT_NE(changed.error().message.find("already exists"), std::string::npos);
+}
+
+TEST_F(DerivedCountersTest, DropRemovesEveryGroupAndFreesTheName) {
+  Define(kBlogModel);
+  std::string batch = "[";
+  for (int i = 0; i < 3000; ++i) {
+    batch += (i ? "," : "") + Insert(Post(i, i % 50, i % 7, 1, true));
+  }
+  ASSERT_TRUE(Push(batch + "]"));
+  EXPECT_EQ(derived_->Counters()[0].groups, 350u);
+  auto dropped = derived_->Drop("blog_posts");
+  ASSERT_TRUE(dropped) << dropped.error().message;
+  EXPECT_FALSE(derived_->IsProtectedKey("blog_posts:1:1"));
+  Restart();
+  EXPECT_EQ(derived_->Counters().size(), 1u);
+  EXPECT_EQ(Value("blog_posts:1:1"), 0);
+  EXPECT_EQ(engine_->keyspace().size(), 7u);  // blog_rating's groups only
+  EXPECT_FALSE(derived_->Drop("blog_posts"));
+}
+
+TEST_F(DerivedCountersTest, AnInterruptedDropFinishesAtStart) {
+  Define(kBlogModel);
+  ASSERT_TRUE(Push(Insert(Post(1, 10, 7, 4, true))));
+  // What a crash right after DROP COUNTER began leaves behind.
+  const std::array<engine::Persistence::CatalogOp, 2> ops{{
+      {"counter/blog_posts", std::nullopt},
+      {"dropping/blog_posts", std::string()},
+  }};
+  ASSERT_TRUE(store_->WriteCatalog(ops));
+  Restart();
+  EXPECT_EQ(Value("blog_posts:7:10"), 0);
+  EXPECT_EQ(Value("blog_rating:7"), 4);
+  auto records = store_->ReadCatalog();
+  ASSERT_TRUE(records);
+  for (const auto& [name, value] : *records) EXPECT_FALSE(name.starts_with("dropping/")) << name;
+}
+
+TEST_F(DerivedCountersTest, PlainCountersMayNotBeTakenOver) {
+  {
+    const engine::HashedKey key("blog_posts:1:1");
+    engine::View view = engine_->keyspace().Lock(key);
+    ASSERT_TRUE(view.IncrBy(key, 1));
+  }
+  auto refused = derived_->Execute(kBlogModel);
+  ASSERT_FALSE(refused);
+  EXPECT_NE(refused.error().message.find("plain counters named blog_posts:"), std::string::npos)
+      << refused.error().message;
+  EXPECT_TRUE(derived_->IsProtectedKey(std::string("\0id:x", 5)));
+  EXPECT_FALSE(derived_->IsProtectedKey("blog_posts:1:1"));  // the counter was not created
+  EXPECT_FALSE(derived_->IsProtectedKey("blog_rating:1"));   // the script stopped before
+}
+
+TEST_F(DerivedCountersTest, ReadsByPartsPrefixesAndTopK) {
+  Define(kBlogModel);
+  std::string batch = "[";
+  for (int i = 0; i < 40; ++i) {
+    // Blog 7: user u has u+1 posts for u < 5; blog 8 gets the rest.
+    const int user = i < 15 ? (i < 1 ? 0 : i < 3 ? 1 : i < 6 ? 2 : i < 10 ? 3 : 4) : 100 + i;
+    batch += (i ? "," : "") + Insert(Post(i, user, i < 15 ? 7 : 8, 1, true));
+  }
+  ASSERT_TRUE(Push(batch + "]"));
+  const std::string_view parts[] = {"7", "3"};
+  auto key = derived_->KeyOf("blog_posts", parts);
+  ASSERT_TRUE(key);
+  EXPECT_EQ(*key, "blog_posts:7:3");
+  EXPECT_EQ(Value(*key), 4);
+  EXPECT_FALSE(derived_->KeyOf("blog_posts", std::span(parts, 1)));
+  const std::string_view bad[] = {"7", "three"};
+  EXPECT_FALSE(derived_->KeyOf("blog_posts", bad));
+  EXPECT_EQ(derived_->KeyOf("nope", parts).error().code, ErrorCode::kNotFound);
+
+  auto blog7 = derived_->PrefixOf("blog_posts", std::span(parts, 1));
+  ASSERT_TRUE(blog7);
+  auto top = derived_->Top("blog_posts", *blog7, 3);
+  ASSERT_TRUE(top);
+  ASSERT_EQ(top->items.size(), 3u);
+  EXPECT_EQ(top->items[0].key, "blog_posts:7:4");
+  EXPECT_EQ(top->items[0].value, 5);
+  EXPECT_EQ(top->items[2].key, "blog_posts:7:2");
+
+  // Within the staleness bound a changed family may answer from the cache; past it, not.
+  ASSERT_TRUE(Push(Insert(Post(99, 1, 7, 1, true)) ));
+  for (int i = 0; i < 5; ++i) ASSERT_TRUE(Push(Insert(Post(100 + i, 1, 7, 1, true))));
+  auto cached = derived_->Top("blog_posts", *blog7, 3);
+  ASSERT_TRUE(cached);
+  EXPECT_EQ(cached->items[0].key, "blog_posts:7:4");
+  clock_.Advance(DerivedOptions{}.top_k_max_staleness_ms);
+  auto fresh = derived_->Top("blog_posts", *blog7, 3);
+  ASSERT_TRUE(fresh);
+  EXPECT_EQ(fresh->items[0].key, "blog_posts:7:1");
+  EXPECT_EQ(fresh->items[0].value, 8);
+
+  auto listing = derived_->List("blog_posts", *blog7, "", 100);
+  ASSERT_TRUE(listing);
+  EXPECT_EQ(listing->items.size(), 5u);
+  EXPECT_TRUE(listing->next_cursor.empty());
+}
+
+}  // namespace
+}  // namespace tally::derived
