@@ -41,6 +41,10 @@ std::string MarkerKey(std::string_view id) {
 // Debian's Abseil has its own string_view: heterogeneous lookups need this spelling.
 absl::string_view Absl(std::string_view text) { return {text.data(), text.size()}; }
 
+Error UnknownCounter(std::string_view name) {
+  return Error{ErrorCode::kNotFound, fmt::format("counter {} does not exist", name)};
+}
+
 // The counter name a key would belong to: what precedes its first ':'.
 std::string_view FamilyName(std::string_view key) {
   const size_t colon = key.find(':');
@@ -469,7 +473,7 @@ struct DerivedCounters::PushScratch {
 };
 
 Result<PushOutcome> DerivedCounters::Push(std::string_view body, std::string_view batch_id,
-                                          ChangeDecoder& decoder) {
+                                          ChangeDecoder& decoder, std::string_view only_counter) {
   thread_local PushScratch scratch;
   std::shared_lock apply(apply_mutex_);
   const std::shared_ptr<const Catalog> catalog = Snapshot();
@@ -484,6 +488,9 @@ Result<PushOutcome> DerivedCounters::Push(std::string_view body, std::string_vie
   });
   if (!decoded) return refuse(decoded.error());
   const std::span<const DecodedChange> changes = *decoded;
+  if (!only_counter.empty() && catalog->FindCounter(only_counter) == nullptr) {
+    return refuse(UnknownCounter(only_counter));
+  }
   if (changes.size() > options_.max_batch_changes) {
     return refuse(Error{ErrorCode::kInvalidArgument,
                         fmt::format("a push holds at most {} changes; this one has {}",
@@ -502,6 +509,7 @@ Result<PushOutcome> DerivedCounters::Push(std::string_view body, std::string_vie
     if (change.old_row) old_row = defs::RowView(*change.old_row);
     if (change.new_row) new_row = defs::RowView(*change.new_row);
     for (const auto& family : source->counters) {
+      if (!only_counter.empty() && family->counter.name() != only_counter) continue;
       auto status = defs::AppendIncrements(family->counter, old_row, new_row, scratch.eval,
                                            &scratch.increments);
       if (!status) {
@@ -649,10 +657,6 @@ Result<std::vector<defs::Value>> ParseParts(const defs::CompiledCounter& counter
     values.push_back(*value);
   }
   return values;
-}
-
-Error UnknownCounter(std::string_view name) {
-  return Error{ErrorCode::kNotFound, fmt::format("counter {} does not exist", name)};
 }
 
 }  // namespace

@@ -122,8 +122,12 @@ class DerivedCounters {
   // Decodes and applies a body of changes (see change_json.h) atomically. `batch_id`
   // (may be empty) makes the whole request idempotent. The decoder is the caller's, one
   // per thread. Nothing is applied when an error is returned.
+  //
+  // With `only_counter`, the changes move that counter alone: a backfill. A counter
+  // created on a server that already counts starts at zero; pushing the existing rows as
+  // inserts this way gives it their counts without counting them again in the others.
   Result<PushOutcome> Push(std::string_view body, std::string_view batch_id,
-                           ChangeDecoder& decoder);
+                           ChangeDecoder& decoder, std::string_view only_counter = {});
 
   // The canonical key of `counter`'s group given as parts (ParseKeyPart), all of them.
   Result<std::string> KeyOf(std::string_view counter, std::span<const std::string_view> parts) const;

@@ -262,6 +262,21 @@ TEST_F(DerivedCountersTest, AnInterruptedDropFinishesAtStart) {
   for (const auto& [name, value] : *records) EXPECT_FALSE(name.starts_with("dropping/")) << name;
 }
 
+TEST_F(DerivedCountersTest, ABackfillMovesOneCounterOnly) {
+  Define(kBlogModel);
+  const std::string rows = "[" + Insert(Post(1, 10, 7, 4, true)) + "," +
+                           Insert(Post(2, 11, 7, 2, true)) + "]";
+  ASSERT_TRUE(Push(rows));
+  Define("CREATE COUNTER blog_count AS SELECT blog_id, count(*) FROM posts GROUP BY blog_id");
+  EXPECT_EQ(Value("blog_count:7"), 0);  // a new counter starts empty
+  auto backfilled = derived_->Push(rows, "backfill-1", decoder_, "blog_count");
+  ASSERT_TRUE(backfilled) << backfilled.error().message;
+  EXPECT_EQ(Value("blog_count:7"), 2);
+  EXPECT_EQ(Value("blog_posts:7:10"), 1);  // not counted twice
+  EXPECT_EQ(Value("blog_rating:7"), 6);
+  EXPECT_EQ(derived_->Push(rows, "", decoder_, "nope").error().code, ErrorCode::kNotFound);
+}
+
 TEST_F(DerivedCountersTest, PlainCountersMayNotBeTakenOver) {
   {
     const engine::HashedKey key("blog_posts:1:1");

@@ -40,6 +40,7 @@ constexpr CommandSpec kCommands[] = {
   {"counter.drop",   2, kWrite | kAdmin | kNoMulti,      0, 0, 0, CounterDrop,   "derived", "Drops a derived counter and every group of it (tally).", "tally 0.2"},
   {"counter.list",   1, kReadOnly | kNoMulti,            0, 0, 0, CounterList,   "derived", "Lists the derived counters (tally).", "tally 0.2"},
   {"counter.push",  -2, kWrite | kNoMulti,               0, 0, 0, CounterPush,   "derived", "Applies changes (JSON) to every derived counter of their source, atomically (tally).", "tally 0.2"},
+  {"counter.backfill", -3, kWrite | kNoMulti,           0, 0, 0, CounterBackfill, "derived", "Applies changes (JSON) to one derived counter only: gives a new counter the existing rows (tally).", "tally 0.2"},
   {"counter.get",   -2, kReadOnly | kNoMulti,            0, 0, 0, CounterGet,    "derived", "Returns one group of a derived counter by its key parts (tally).", "tally 0.2"},
   {"counter.scan",  -4, kReadOnly | kNoMulti,            0, 0, 0, CounterScan,   "derived", "Lists the groups of a derived counter under a key prefix, a page at a time (tally).", "tally 0.2"},
   {"counter.top",   -3, kReadOnly | kNoMulti,            0, 0, 0, CounterTop,    "derived", "Returns the k largest groups of a derived counter under a key prefix (tally).", "tally 0.2"},

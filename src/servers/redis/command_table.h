@@ -106,6 +106,7 @@ void CounterDefine(CommandContext& ctx);
 void CounterDrop(CommandContext& ctx);
 void CounterList(CommandContext& ctx);
 void CounterPush(CommandContext& ctx);
+void CounterBackfill(CommandContext& ctx);
 void CounterGet(CommandContext& ctx);
 void CounterScan(CommandContext& ctx);
 void CounterTop(CommandContext& ctx);

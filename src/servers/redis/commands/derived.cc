@@ -79,21 +79,25 @@ void CounterList(CommandContext& ctx) {
   }
 }
 
-void CounterPush(CommandContext& ctx) {
+namespace {
+
+// COUNTER.PUSH [ID id] body, and COUNTER.BACKFILL counter [ID id] body: the arguments
+// from `first` on are [ID id] body.
+void PushChanges(CommandContext& ctx, size_t first, std::string_view only_counter) {
   derived::DerivedCounters* derived = Derived(ctx);
   if (derived == nullptr) return;
   std::string_view batch_id;
-  size_t body = 1;
-  if (ctx.args.size() == 4 && EqualsIgnoreCase(ctx.args[1], "ID")) {
-    batch_id = ctx.args[2];
-    body = 3;
+  size_t body = first;
+  if (ctx.args.size() == first + 3 && EqualsIgnoreCase(ctx.args[first], "ID")) {
+    batch_id = ctx.args[first + 1];
+    body = first + 2;
     if (batch_id.empty()) return ctx.reply.Error("ERR the ID of a push must not be empty");
-  } else if (ctx.args.size() != 2) {
+  } else if (ctx.args.size() != first + 1) {
     return ctx.reply.Error(kSyntaxError);
   }
   // One decoder per I/O thread: it keeps its buffers from push to push.
   thread_local derived::ChangeDecoder decoder;
-  auto outcome = derived->Push(ctx.args[body], batch_id, decoder);
+  auto outcome = derived->Push(ctx.args[body], batch_id, decoder, only_counter);
   if (!outcome) return ReplyError(ctx, outcome.error());
   ctx.session.RaiseRequiredEpoch(outcome->required_epoch);
   ctx.reply.ArrayHeader(4);
@@ -102,6 +106,12 @@ void CounterPush(CommandContext& ctx) {
   ctx.reply.Integer(static_cast<int64_t>(outcome->duplicates));
   ctx.reply.Integer(static_cast<int64_t>(outcome->increments));
 }
+
+}  // namespace
+
+void CounterPush(CommandContext& ctx) { PushChanges(ctx, 1, {}); }
+
+void CounterBackfill(CommandContext& ctx) { PushChanges(ctx, 2, ctx.args[1]); }
 
 void CounterGet(CommandContext& ctx) {
   derived::DerivedCounters* derived = Derived(ctx);
