@@ -1,0 +1,178 @@
+#include "servers/http/json_writer.h"
+
+#include <fmt/format.h>
+
+namespace tally::http {
+namespace {
+
+bool IsContinuation(unsigned char c) { return (c & 0xC0) == 0x80; }
+
+// The length of the well-formed UTF-8 sequence of two or more bytes that starts at
+// `text[i]`, or 0 when there is none there.
+size_t MultiByteSequence(std::string_view text, size_t i) {
+  const auto at = [&](size_t k) -> unsigned char {
+    return i + k < text.size() ? static_cast<unsigned char>(text[i + k]) : 0;
+  };
+  const unsigned char lead = at(0);
+  // The allowed range of the second byte depends on the lead (RFC 3629, table 3-7 of
+  // Unicode): it excludes overlong forms, the surrogates U+D800..DFFF and > U+10FFFF.
+  unsigned char low = 0x80;
+  unsigned char high = 0xBF;
+  size_t length = 0;
+  if (lead >= 0xC2 && lead <= 0xDF) {
+    length = 2;
+  } else if (lead >= 0xE0 && lead <= 0xEF) {
+    length = 3;
+    if (lead == 0xE0) low = 0xA0;
+    if (lead == 0xED) high = 0x9F;
+  } else if (lead >= 0xF0 && lead <= 0xF4) {
+    length = 4;
+    if (lead == 0xF0) low = 0x90;
+    if (lead == 0xF4) high = 0x8F;
+  } else {
+    return 0;
+  }
+  if (at(1) < low || at(1) > high) return 0;
+  for (size_t k = 2; k < length; ++k) {
+    if (!IsContinuation(at(k))) return 0;
+  }
+  return length;
+}
+
+void AppendEscapedByte(unsigned char c, std::string* out) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  out->append("\\u00");
+  out->push_back(kHex[c >> 4]);
+  out->push_back(kHex[c & 0xF]);
+}
+
+}  // namespace
+
+void AppendJsonString(std::string_view text, std::string* out) {
+  out->reserve(out->size() + text.size() + 2);
+  out->push_back('"');
+  size_t i = 0;
+  while (i < text.size()) {
+    // Copy the longest run of printable ASCII at once.
+    size_t run = i;
+    while (run < text.size()) {
+      const auto c = static_cast<unsigned char>(text[run]);
+      if (c < 0x20 || c >= 0x80 || c == '"' || c == '\\') break;
+      ++run;
+    }
+    out->append(text.data() + i, run - i);
+    i = run;
+    if (i == text.size()) break;
+    const auto c = static_cast<unsigned char>(text[i]);
+    if (c >= 0x80) {
+      const size_t length = MultiByteSequence(text, i);
+      if (length == 0) {
+        AppendEscapedByte(c, out);
+        ++i;
+      } else {
+        out->append(text.data() + i, length);
+        i += length;
+      }
+      continue;
+    }
+    switch (c) {
+      case '"':
+        out->append("\\\"");
+        break;
+      case '\\':
+        out->append("\\\\");
+        break;
+      case '\n':
+        out->append("\\n");
+        break;
+      case '\r':
+        out->append("\\r");
+        break;
+      case '\t':
+        out->append("\\t");
+        break;
+      case '\b':
+        out->append("\\b");
+        break;
+      case '\f':
+        out->append("\\f");
+        break;
+      default:
+        AppendEscapedByte(c, out);
+        break;
+    }
+    ++i;
+  }
+  out->push_back('"');
+}
+
+void JsonWriter::BeforeValue() {
+  if (need_comma_) out_.push_back(',');
+  need_comma_ = true;
+}
+
+JsonWriter& JsonWriter::BeginObject() {
+  BeforeValue();
+  out_.push_back('{');
+  need_comma_ = false;
+  return *this;
+}
+
+JsonWriter& JsonWriter::EndObject() {
+  out_.push_back('}');
+  need_comma_ = true;
+  return *this;
+}
+
+JsonWriter& JsonWriter::BeginArray() {
+  BeforeValue();
+  out_.push_back('[');
+  need_comma_ = false;
+  return *this;
+}
+
+JsonWriter& JsonWriter::EndArray() {
+  out_.push_back(']');
+  need_comma_ = true;
+  return *this;
+}
+
+JsonWriter& JsonWriter::Key(std::string_view name) {
+  BeforeValue();
+  AppendJsonString(name, &out_);
+  out_.push_back(':');
+  need_comma_ = false;
+  return *this;
+}
+
+JsonWriter& JsonWriter::String(std::string_view value) {
+  BeforeValue();
+  AppendJsonString(value, &out_);
+  return *this;
+}
+
+JsonWriter& JsonWriter::Int(int64_t value) {
+  BeforeValue();
+  fmt::format_to(std::back_inserter(out_), "{}", value);
+  return *this;
+}
+
+JsonWriter& JsonWriter::UInt(uint64_t value) {
+  BeforeValue();
+  fmt::format_to(std::back_inserter(out_), "{}", value);
+  return *this;
+}
+
+JsonWriter& JsonWriter::Bool(bool value) {
+  BeforeValue();
+  out_.append(value ? "true" : "false");
+  return *this;
+}
+
+std::string ErrorJson(std::string_view message) {
+  JsonWriter json;
+  json.BeginObject().Key("error").String(message).EndObject();
+  return json.Take();
+}
+
+}  // namespace tally::http

@@ -1,0 +1,47 @@
+// JSON output for the HTTP API: a string escaper and a small streaming writer.
+//
+// Keys and SQL text may hold any bytes. Valid UTF-8 passes through unchanged; `"`, `\`
+// and the control characters U+0000..U+001F are escaped; a byte that is not part of a
+// well-formed UTF-8 sequence (RFC 3629: no overlongs, no surrogates, nothing past
+// U+10FFFF) is written as \u00XX, its Latin-1 reading. The output is therefore always
+// valid JSON, and identical to the input whenever the input is valid UTF-8 without
+// characters that need escaping.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace tally::http {
+
+// Appends `text` as a JSON string literal, quotes included.
+void AppendJsonString(std::string_view text, std::string* out);
+
+// Writes one JSON value into a string. Commas and colons are placed by the writer; the
+// caller keeps Begin/End balanced and calls Key() before each member of an object.
+class JsonWriter {
+ public:
+  JsonWriter& BeginObject();
+  JsonWriter& EndObject();
+  JsonWriter& BeginArray();
+  JsonWriter& EndArray();
+  JsonWriter& Key(std::string_view name);
+  JsonWriter& String(std::string_view value);
+  JsonWriter& Int(int64_t value);
+  JsonWriter& UInt(uint64_t value);
+  JsonWriter& Bool(bool value);
+
+  const std::string& text() const { return out_; }
+  std::string Take() { return std::move(out_); }
+
+ private:
+  void BeforeValue();
+
+  std::string out_;
+  bool need_comma_ = false;  // a value was written at this level: the next one needs ','
+};
+
+// {"error":"<message>"}
+std::string ErrorJson(std::string_view message);
+
+}  // namespace tally::http
