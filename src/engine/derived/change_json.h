@@ -3,14 +3,21 @@
 //
 // A change is one JSON object:
 //   {"source": "posts", "id": "c-17", "old": {...row...}, "new": {...row...}}
-// "old" is absent (or null) for an insert, "new" for a delete; "id" is optional. A row
-// is an object of column → value; columns the source does not have are ignored, and a
-// column no counter reads may be absent (it reads as NULL). A body holds one change, a
-// JSON array of changes, or JSON lines (one change object per line).
+// "old" is absent (or null) for an insert, "new" for a delete; "id" is optional, and when
+// present a non-empty string. Any other key of a change is refused (a typo such as "Id"
+// must not silently drop the idempotency id), as is a key given twice. A row is an object
+// of column → value; columns the source does not have are ignored (their values must still
+// be valid JSON), and a column no counter reads may be absent (it reads as NULL); a column
+// given twice is refused. Every column present is checked against its type, read by a
+// counter or not. A body holds one change, a JSON array of changes, or JSON lines (change
+// objects separated by white space, usually one per line; blank lines are fine).
 //
-// Cell types: int64 ← a JSON integer; bool ← true/false; text ← a string; timestamp ← a
-// string "YYYY-MM-DD", "YYYY-MM-DD[T ]HH:MM[:SS[.ffffff]]" with an optional "Z" or
-// ±HH[:MM] offset (none = UTC); any type ← null. Anything else is refused.
+// Cell types: int64 ← a JSON integer in the int64 range (1.0 and 1e3 are refused);
+// bool ← true/false; text ← a string; timestamp ← a string "YYYY-MM-DD" or
+// "YYYY-MM-DD[T ]HH:MM[:SS[.fraction]]" with an optional "Z" or ±HH[[:]MM] offset (none =
+// UTC), years 0001 to 9999, a fraction of more than 6 digits rounded to the microsecond
+// as PostgreSQL rounds it, and PostgreSQL's 24:00:00 and leap second :60; any type ← null.
+// Anything else is refused.
 #pragma once
 
 #include <functional>
@@ -55,12 +62,18 @@ class ChangeDecoder {
   ChangeDecoder& operator=(const ChangeDecoder&) = delete;
 
   // Decodes a body: one change object, a JSON array of them, or JSON lines. All or
-  // nothing: on error no change is returned and the message reads
+  // nothing: on error no change is returned, the code is kInvalidArgument and the message
+  // reads
   //   change N: <what>        (N counts from 1 in the body's order)
   // e.g. `change 3: "new"."rating" must be an int64 (counter author_rating reads it), got a string`
   //      `change 2: "new" has no column "rating", which counter author_rating reads`
   //      `change 1: unknown source "postz"`
-  //      `invalid JSON: <simdjson's reason> near byte 17`
+  //      `invalid JSON: <simdjson's reason> near byte 17`   (bytes counted from 0)
+  // Received strings in messages are cut after 40 bytes. The result, its rows and their
+  // text cells are valid until the next Decode. An empty array decodes to no change.
+  // The decoder keeps its buffers sized for the largest body it has seen: simdjson reserves
+  // about 14 bytes of address space per body byte (a fraction of it touched), the decoder
+  // two more; bound the body size before calling.
   Result<std::span<const DecodedChange>> Decode(std::string_view body, const SourceLookup& lookup);
 
  private:
@@ -70,7 +83,11 @@ class ChangeDecoder {
 
 // Parses one part of a counter key as a client spells it in a read (a path segment, a
 // Redis argument) into a value of `type`: an int64 in decimal, true/false, a timestamp as
-// above or as the key spelling "20240501T000000Z", text verbatim; "\N" is NULL.
+// above or as the key spelling "20240501T000000Z" (with ".ffffff" when not whole seconds),
+// text verbatim (the Value views `text`); "\N" is NULL for every type, so a text "\N"
+// cannot be read this way. Errors (kInvalidArgument): `"abc" is not an int64`,
+// `"99999999999999999999" is out of the int64 range`, `"yes" is not a bool (true or
+// false)`, `"2024-13-01" is not a timestamp (2024-05-01T13:45:00Z or 20240501T134500Z)`.
 Result<definitions::Value> ParseKeyPart(definitions::Type type, std::string_view text);
 
 }  // namespace tally::derived

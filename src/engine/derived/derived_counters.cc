@@ -478,7 +478,7 @@ Result<PushOutcome> DerivedCounters::Push(std::string_view body, std::string_vie
   std::shared_lock apply(apply_mutex_);
   const std::shared_ptr<const Catalog> catalog = Snapshot();
   auto refuse = [&](Error error) -> Result<PushOutcome> {
-    changes_refused_.fetch_add(1, std::memory_order_relaxed);
+    pushes_refused_.fetch_add(1, std::memory_order_relaxed);
     return tl::unexpected(std::move(error));
   };
 

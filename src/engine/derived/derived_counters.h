@@ -155,9 +155,9 @@ class DerivedCounters {
   // FLUSHALL empties the keyspace; the indexes follow. REQUIRES: every stripe held.
   void OnFlushAll();
 
-  // Totals for INFO.
+  // Totals for INFO: changes applied, and pushes refused whole.
   uint64_t changes_applied() const { return changes_applied_.load(std::memory_order_relaxed); }
-  uint64_t changes_refused() const { return changes_refused_.load(std::memory_order_relaxed); }
+  uint64_t pushes_refused() const { return pushes_refused_.load(std::memory_order_relaxed); }
 
  private:
   struct Catalog;
@@ -189,7 +189,7 @@ class DerivedCounters {
   std::atomic<const NameSet*> protected_names_{nullptr};
   std::vector<std::unique_ptr<const NameSet>> retired_names_;  // guarded by catalog_mutex_
   std::atomic<uint64_t> changes_applied_{0};
-  std::atomic<uint64_t> changes_refused_{0};
+  std::atomic<uint64_t> pushes_refused_{0};
 };
 
 }  // namespace tally::derived

@@ -155,7 +155,7 @@ TEST_F(DerivedCountersTest, ABadChangeRefusesTheWholeBatch) {
   EXPECT_NE(refused.error().message.find("change 2"), std::string::npos)
       << refused.error().message;
   EXPECT_EQ(All(), before);
-  EXPECT_EQ(derived_->changes_refused(), 1u);
+  EXPECT_EQ(derived_->pushes_refused(), 1u);
 }
 
 TEST_F(DerivedCountersTest, AnOverflowRefusesTheBatchAndChangesNothing) {

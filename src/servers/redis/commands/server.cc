@@ -140,6 +140,24 @@ void KeyspaceSection(CommandContext& ctx, std::string& out) {
   }
 }
 
+void DerivedSection(CommandContext& ctx, std::string& out) {
+  out += "# Derived\r\n";
+  derived::DerivedCounters* derived = ctx.server.derived();
+  if (derived == nullptr) return;
+  const std::vector<derived::CounterListing> counters = derived->Counters();
+  size_t groups = 0;
+  for (const derived::CounterListing& counter : counters) groups += counter.groups;
+  fmt::format_to(std::back_inserter(out),
+                 "derived_sources:{}\r\nderived_counters:{}\r\nderived_groups:{}\r\n"
+                 "derived_changes_applied:{}\r\nderived_pushes_refused:{}\r\n",
+                 derived->Sources().size(), counters.size(), groups, derived->changes_applied(),
+                 derived->pushes_refused());
+  for (const derived::CounterListing& counter : counters) {
+    fmt::format_to(std::back_inserter(out), "counter_{}:source={},groups={}\r\n", counter.name,
+                   counter.source, counter.groups);
+  }
+}
+
 void CommandStatsSection(CommandContext& ctx, std::string& out) {
   out += "# Commandstats\r\n";
   const auto commands = AllCommands();
@@ -161,7 +179,7 @@ constexpr InfoSection kSections[] = {
     {"server", true, ServerSection},     {"clients", true, ClientsSection},
     {"memory", true, MemorySection},     {"persistence", true, PersistenceSection},
     {"stats", true, StatsSection},       {"commandstats", false, CommandStatsSection},
-    {"keyspace", true, KeyspaceSection},
+    {"keyspace", true, KeyspaceSection}, {"derived", true, DerivedSection},
 };
 
 struct ConfigEntry {

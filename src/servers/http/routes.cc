@@ -1,0 +1,401 @@
+#include "servers/http/routes.h"
+
+#include <fmt/format.h>
+#include <simdjson.h>
+#include <spdlog/spdlog.h>
+
+#include <charconv>
+#include <optional>
+#include <vector>
+
+#include "servers/http/json_writer.h"
+#include "servers/http/request_target.h"
+#include "servers/http/router.h"
+
+namespace tally::http {
+
+// What a handler gets: the request, and what the router took from its target.
+struct Api::Call {
+  const ApiRequest& request;
+  const RequestTarget& target;
+  std::vector<std::string> params;  // "{name}" then "*" segments, decoded
+
+  std::optional<std::string_view> Query(std::string_view name) const {
+    for (const auto& [key, value] : target.query) {
+      if (key == name) return value;
+    }
+    return std::nullopt;
+  }
+  // The parameters after the first `skip` (the "*" segments), as views.
+  std::vector<std::string_view> Rest(size_t skip) const {
+    return {params.begin() + static_cast<std::ptrdiff_t>(skip), params.end()};
+  }
+};
+
+// Per-thread buffers reused from request to request.
+struct Api::Scratch {
+  derived::ChangeDecoder decoder;
+  simdjson::dom::parser json;
+};
+
+struct Api::Route {
+  RoutePattern pattern;
+  Handler handler = nullptr;
+};
+
+// The route table; the router matches in this order.
+const Api::Route Api::kRoutes[] = {
+    {{"POST", "/v1/changes", "id"}, &Api::PostChanges},
+    {{"GET", "/v1/value/{counter}/*", ""}, &Api::GetValue},
+    {{"POST", "/v1/values", ""}, &Api::PostValues},
+    {{"GET", "/v1/list/{counter}/*", "cursor limit"}, &Api::GetList},
+    {{"GET", "/v1/top/{counter}/*", "k"}, &Api::GetTop},
+    {{"POST", "/v1/definitions", ""}, &Api::PostDefinitions},
+    {{"GET", "/v1/definitions", ""}, &Api::GetDefinitions},
+    {{"DELETE", "/v1/definitions/{counter}", ""}, &Api::DeleteDefinition},
+    {{"GET", "/healthz", ""}, &Api::GetHealth},
+};
+
+const Router& Api::TheRouter() {
+  static const Router kRouter = [] {
+    std::vector<RoutePattern> patterns;
+    for (const Route& route : kRoutes) patterns.push_back(route.pattern);
+    return Router(patterns);
+  }();
+  return kRouter;
+}
+
+namespace {
+
+int StatusOf(ErrorCode code) {
+  switch (code) {
+    case ErrorCode::kInvalidArgument:
+    case ErrorCode::kWrongType:
+      return 400;
+    case ErrorCode::kNotFound:
+      return 404;
+    case ErrorCode::kOverflow:
+      return 409;  // the change conflicts with the counters' current values
+    case ErrorCode::kUnavailable:
+      return 503;
+    case ErrorCode::kIOError:
+    case ErrorCode::kCorruption:
+    case ErrorCode::kInternal:
+      break;
+  }
+  return 500;
+}
+
+ApiResponse Fail(int status, std::string_view message) {
+  ApiResponse response;
+  response.status = status;
+  response.body = ErrorJson(message);
+  return response;
+}
+
+ApiResponse Fail(const Error& error) { return Fail(StatusOf(error.code), error.message); }
+
+ApiResponse Ok(std::string body, uint64_t required_epoch = 0) {
+  ApiResponse response;
+  response.body = std::move(body);
+  response.required_epoch = required_epoch;
+  return response;
+}
+
+// A count parameter (?limit=, ?k=): absent = `fallback`, else an integer in 1..kMaxLimit.
+Result<size_t> CountParameter(std::optional<std::string_view> text, std::string_view name,
+                              int64_t fallback) {
+  if (!text) return static_cast<size_t>(fallback);
+  int64_t value = 0;
+  const char* end = text->data() + text->size();
+  const auto [ptr, error] = std::from_chars(text->data(), end, value);
+  if (text->empty() || error != std::errc() || ptr != end || value < 1 || value > Api::kMaxLimit) {
+    return InvalidArgument(
+        fmt::format("{} must be an integer from 1 to {}, got \"{}\"", name, Api::kMaxLimit, *text));
+  }
+  return static_cast<size_t>(value);
+}
+
+void WriteItems(const std::vector<derived::KeyValue>& items, JsonWriter* json) {
+  json->Key("items").BeginArray();
+  for (const auto& item : items) {
+    json->BeginObject().Key("key").String(item.key).Key("value").Int(item.value).EndObject();
+  }
+  json->EndArray();
+}
+
+// A JSON scalar of a /v1/values key as the text of a key part (ParseKeyPart's input).
+Result<std::string> KeyPartText(const simdjson::dom::element& element) {
+  switch (element.type()) {
+    case simdjson::dom::element_type::INT64:
+      return std::to_string(element.get_int64().value_unsafe());
+    case simdjson::dom::element_type::UINT64:
+      return std::to_string(element.get_uint64().value_unsafe());
+    case simdjson::dom::element_type::BOOL:
+      return std::string(element.get_bool().value_unsafe() ? "true" : "false");
+    case simdjson::dom::element_type::NULL_VALUE:
+      return std::string("\\N");
+    case simdjson::dom::element_type::STRING:
+      return std::string(element.get_string().value_unsafe());
+    case simdjson::dom::element_type::DOUBLE:
+      return InvalidArgument(
+          "a key part must be an integer, a string, true, false or null, "
+          "got a number that is not an integer");
+    case simdjson::dom::element_type::ARRAY:
+      return InvalidArgument(
+          "a key part must be an integer, a string, true, false or null, "
+          "got an array");
+    case simdjson::dom::element_type::OBJECT:
+      break;
+  }
+  return InvalidArgument(
+      "a key part must be an integer, a string, true, false or null, "
+      "got an object");
+}
+
+constexpr std::string_view kValuesShape =
+    R"(the body must be a JSON object {"counter": "name", "keys": [[part, ...], ...]})";
+
+}  // namespace
+
+Api::Api(engine::Engine& engine, derived::DerivedCounters& derived)
+    : engine_(engine), derived_(derived), scratch_(std::make_unique<Scratch>()) {}
+
+Api::~Api() = default;
+
+ApiResponse Api::Handle(const ApiRequest& request) {
+  auto target = ParseRequestTarget(request.target);
+  if (!target) return Fail(400, target.error().message);
+  RouteMatch match = TheRouter().Match(request.method, *target);
+  switch (match.kind) {
+    case RouteMatch::Kind::kNotFound: {
+      const size_t question = request.target.find('?');
+      return Fail(404, fmt::format("no such route: {}", request.target.substr(0, question)));
+    }
+    case RouteMatch::Kind::kWrongMethod: {
+      ApiResponse response = Fail(405, fmt::format("method {} not allowed here (allowed: {})",
+                                                   request.method, match.allow));
+      response.allow = std::move(match.allow);
+      return response;
+    }
+    case RouteMatch::Kind::kBadRequest:
+      return Fail(400, match.error);
+    case RouteMatch::Kind::kFound:
+      break;
+  }
+  const Call call{request, *target, std::move(match.params)};
+  // Errors are values here; an exception (out of memory, a bug) must not take the
+  // connection's thread down with it.
+  try {
+    return (this->*kRoutes[match.route].handler)(call);
+  } catch (const std::exception& e) {
+    spdlog::error("HTTP {} {}: {}", request.method, request.target, e.what());
+    return Fail(500, fmt::format("internal error: {}", e.what()));
+  }
+}
+
+ApiResponse Api::PostChanges(const Call& call) {
+  std::string_view id;
+  const auto query_id = call.Query("id");
+  if (query_id) id = *query_id;
+  if (call.request.has_idempotency_key) {
+    if (query_id && *query_id != call.request.idempotency_key) {
+      return Fail(400, "the Idempotency-Key header and the id parameter differ");
+    }
+    id = call.request.idempotency_key;
+  }
+  if ((query_id || call.request.has_idempotency_key) && id.empty()) {
+    return Fail(400, "the idempotency key is empty");
+  }
+  auto outcome = derived_.Push(call.request.body, id, scratch_->decoder);
+  if (!outcome) return Fail(outcome.error());
+  JsonWriter json;
+  json.BeginObject()
+      .Key("changes")
+      .UInt(outcome->changes)
+      .Key("applied")
+      .UInt(outcome->applied)
+      .Key("duplicates")
+      .UInt(outcome->duplicates)
+      .Key("increments")
+      .UInt(outcome->increments)
+      .EndObject();
+  ApiResponse response = Ok(json.Take(), outcome->required_epoch);
+  response.wrote = outcome->applied > 0;
+  return response;
+}
+
+ApiResponse Api::GetValue(const Call& call) {
+  const std::vector<std::string_view> parts = call.Rest(1);
+  auto key = derived_.KeyOf(call.params[0], parts);
+  if (!key) return Fail(key.error());
+  uint64_t required_epoch = 0;
+  const std::vector<int64_t> values = derived_.Get({&*key, 1}, &required_epoch);
+  JsonWriter json;
+  json.BeginObject().Key("key").String(*key).Key("value").Int(values.at(0)).EndObject();
+  return Ok(json.Take(), required_epoch);
+}
+
+ApiResponse Api::PostValues(const Call& call) {
+  simdjson::dom::element document;
+  if (auto error =
+          scratch_->json.parse(call.request.body.data(), call.request.body.size()).get(document)) {
+    return Fail(400, fmt::format("invalid JSON: {}", simdjson::error_message(error)));
+  }
+  simdjson::dom::object object;
+  if (document.get(object)) return Fail(400, kValuesShape);
+  std::optional<std::string_view> counter;
+  simdjson::dom::array keys;
+  bool has_keys = false;
+  for (const auto field : object) {
+    if (field.key == "counter") {
+      std::string_view name;
+      if (field.value.get(name)) return Fail(400, "\"counter\" must be a string");
+      counter = name;
+    } else if (field.key == "keys") {
+      if (field.value.get(keys)) return Fail(400, "\"keys\" must be an array of arrays");
+      has_keys = true;
+    } else {
+      return Fail(400, fmt::format("unknown field \"{}\": {}", field.key, kValuesShape));
+    }
+  }
+  if (!counter) return Fail(400, "\"counter\" is missing");
+  if (!has_keys) return Fail(400, "\"keys\" is missing");
+  // The counter must exist even when no key is asked for.
+  if (auto prefix = derived_.PrefixOf(*counter, {}); !prefix) return Fail(prefix.error());
+
+  std::vector<std::string> canonical;
+  canonical.reserve(keys.size());
+  std::vector<std::string> texts;
+  std::vector<std::string_view> parts;
+  size_t index = 0;
+  for (const auto key : keys) {
+    simdjson::dom::array elements;
+    if (key.get(elements)) {
+      return Fail(400, fmt::format("keys[{}] must be an array of key parts", index));
+    }
+    texts.clear();
+    size_t part_index = 0;
+    for (const auto element : elements) {
+      auto text = KeyPartText(element);
+      if (!text) {
+        return Fail(400, fmt::format("keys[{}][{}]: {}", index, part_index, text.error().message));
+      }
+      texts.push_back(std::move(*text));
+      ++part_index;
+    }
+    parts.assign(texts.begin(), texts.end());
+    auto canonical_key = derived_.KeyOf(*counter, parts);
+    if (!canonical_key) {
+      return Fail(StatusOf(canonical_key.error().code),
+                  fmt::format("keys[{}]: {}", index, canonical_key.error().message));
+    }
+    canonical.push_back(std::move(*canonical_key));
+    ++index;
+  }
+  uint64_t required_epoch = 0;
+  const std::vector<int64_t> values = derived_.Get(canonical, &required_epoch);
+  JsonWriter json;
+  json.BeginObject().Key("values").BeginArray();
+  for (size_t i = 0; i < canonical.size(); ++i) {
+    json.BeginObject().Key("key").String(canonical[i]).Key("value").Int(values[i]).EndObject();
+  }
+  json.EndArray().EndObject();
+  return Ok(json.Take(), required_epoch);
+}
+
+ApiResponse Api::GetList(const Call& call) {
+  auto limit = CountParameter(call.Query("limit"), "limit", kDefaultLimit);
+  if (!limit) return Fail(limit.error());
+  const std::string_view counter = call.params[0];
+  const std::vector<std::string_view> parts = call.Rest(1);
+  auto prefix = derived_.PrefixOf(counter, parts);
+  if (!prefix) return Fail(prefix.error());
+  auto page = derived_.List(counter, *prefix, call.Query("cursor").value_or(""), *limit);
+  if (!page) return Fail(page.error());
+  JsonWriter json;
+  json.BeginObject();
+  WriteItems(page->items, &json);
+  json.Key("next_cursor").String(page->next_cursor).EndObject();
+  return Ok(json.Take(), page->required_epoch);
+}
+
+ApiResponse Api::GetTop(const Call& call) {
+  auto k = CountParameter(call.Query("k"), "k", kDefaultTopK);
+  if (!k) return Fail(k.error());
+  const std::string_view counter = call.params[0];
+  const std::vector<std::string_view> parts = call.Rest(1);
+  auto prefix = derived_.PrefixOf(counter, parts);
+  if (!prefix) return Fail(prefix.error());
+  auto page = derived_.Top(counter, *prefix, *k);
+  if (!page) return Fail(page.error());
+  JsonWriter json;
+  json.BeginObject();
+  WriteItems(page->items, &json);
+  json.EndObject();
+  return Ok(json.Take(), page->required_epoch);
+}
+
+namespace {
+
+ApiResponse Outcomes(const Result<std::vector<derived::StatementOutcome>>& outcomes) {
+  if (!outcomes) return Fail(outcomes.error());
+  JsonWriter json;
+  json.BeginObject().Key("results").BeginArray();
+  for (const auto& outcome : *outcomes) json.String(outcome.message);
+  json.EndArray().EndObject();
+  ApiResponse response = Ok(json.Take());
+  // DROP COUNTER deletes the counter's groups from the keyspace.
+  response.wrote = true;
+  return response;
+}
+
+}  // namespace
+
+ApiResponse Api::PostDefinitions(const Call& call) {
+  return Outcomes(derived_.Execute(call.request.body));
+}
+
+ApiResponse Api::GetDefinitions(const Call& call) {
+  JsonWriter json;
+  json.BeginObject().Key("sources").BeginArray();
+  for (const auto& source : derived_.Sources()) {
+    json.BeginObject().Key("name").String(source.name).Key("sql").String(source.sql).EndObject();
+  }
+  json.EndArray().Key("counters").BeginArray();
+  for (const auto& counter : derived_.Counters()) {
+    json.BeginObject()
+        .Key("name")
+        .String(counter.name)
+        .Key("source")
+        .String(counter.source)
+        .Key("sql")
+        .String(counter.sql)
+        .Key("key_columns")
+        .BeginArray();
+    for (const auto& column : counter.key_columns) json.String(column);
+    json.EndArray().Key("groups").UInt(counter.groups).EndObject();
+  }
+  json.EndArray().EndObject();
+  return Ok(json.Take());
+}
+
+ApiResponse Api::DeleteDefinition(const Call& call) {
+  auto outcome = derived_.Drop(call.params[0]);
+  if (!outcome) return Fail(outcome.error());
+  JsonWriter json;
+  json.BeginObject().Key("results").BeginArray().String(outcome->message).EndArray().EndObject();
+  ApiResponse response = Ok(json.Take());
+  response.wrote = true;
+  return response;
+}
+
+ApiResponse Api::GetHealth(const Call& call) {
+  if (!engine_.committer().stats().healthy) {
+    ApiResponse response = Fail(503, "commits to the store are failing");
+    return response;
+  }
+  return Ok(R"({"status":"ok"})");
+}
+
+}  // namespace tally::http

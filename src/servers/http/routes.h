@@ -1,0 +1,90 @@
+// Api: the routes of tally's HTTP API and their handlers, over DerivedCounters. It knows
+// nothing of sockets or of HTTP framing: a connection hands it a request's method,
+// target, idempotency key and body, and sends back the response it returns, once the
+// commit epoch the response depends on is durable.
+//
+//   POST   /v1/changes                     push changes (one, a JSON array, or JSON lines)
+//   GET    /v1/value/{counter}/{part}...   one counter value
+//   POST   /v1/values                      many values of one counter
+//   GET    /v1/list/{counter}/{part}...    the groups under a key prefix, paged
+//   GET    /v1/top/{counter}/{part}...     the k largest groups under a key prefix
+//   POST   /v1/definitions                 run a script of CREATE/DROP statements
+//   GET    /v1/definitions                 the sources and counters defined
+//   DELETE /v1/definitions/{counter}       DROP COUNTER
+//   GET    /healthz                        liveness (503 while commits fail)
+//
+// Every response body is JSON; an error is {"error": "..."} with a status from its kind.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "engine/derived/derived_counters.h"
+#include "engine/engine.h"
+
+namespace tally::http {
+
+class Router;
+
+struct ApiRequest {
+  std::string_view method;  // "GET", "POST", ... as sent
+  std::string_view target;  // "/v1/list/blog_posts/7?limit=10"
+  bool has_idempotency_key = false;
+  std::string_view idempotency_key;  // the Idempotency-Key header
+  std::string_view body;
+};
+
+struct ApiResponse {
+  int status = 200;
+  std::string body;   // JSON
+  std::string allow;  // 405: the methods the path takes, for the Allow header
+  // The response may be sent only once this commit epoch is durable (0 = at once).
+  uint64_t required_epoch = 0;
+  // The request changed counters: in async mode they are written to the commit log
+  // before the response leaves, so a process crash cannot lose an acknowledged change.
+  bool wrote = false;
+};
+
+// One per I/O thread: it keeps that thread's change decoder and JSON parser. Not
+// thread-safe; several Apis may share one engine and DerivedCounters.
+class Api {
+ public:
+  // `engine` and `derived` must outlive the Api.
+  Api(engine::Engine& engine, derived::DerivedCounters& derived);
+  ~Api();
+  Api(const Api&) = delete;
+  Api& operator=(const Api&) = delete;
+
+  ApiResponse Handle(const ApiRequest& request);
+
+  // Limits of the listing routes.
+  static constexpr int64_t kMaxLimit = 10000;    // ?limit= of /v1/list, ?k= of /v1/top
+  static constexpr int64_t kDefaultLimit = 100;  // /v1/list
+  static constexpr int64_t kDefaultTopK = 10;    // /v1/top
+
+ private:
+  struct Call;
+  struct Scratch;
+  using Handler = ApiResponse (Api::*)(const Call& call);
+  struct Route;
+  static const Route kRoutes[];
+  static const Router& TheRouter();  // built from kRoutes once
+
+  ApiResponse PostChanges(const Call& call);
+  ApiResponse GetValue(const Call& call);
+  ApiResponse PostValues(const Call& call);
+  ApiResponse GetList(const Call& call);
+  ApiResponse GetTop(const Call& call);
+  ApiResponse PostDefinitions(const Call& call);
+  ApiResponse GetDefinitions(const Call& call);
+  ApiResponse DeleteDefinition(const Call& call);
+  ApiResponse GetHealth(const Call& call);
+
+  engine::Engine& engine_;
+  derived::DerivedCounters& derived_;
+  std::unique_ptr<Scratch> scratch_;
+};
+
+}  // namespace tally::http
