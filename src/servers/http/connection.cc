@@ -26,7 +26,8 @@ constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
 constexpr std::chrono::milliseconds kLinger{2000};
 constexpr std::chrono::milliseconds kRefusedLinger{1000};
 constexpr size_t kDrainChunk = size_t{64} * 1024;
-// After a request this large, the read buffer is given back so idle connections stay cheap.
+// A read buffer grown past this (a large request) is given back once empty, so that idle
+// connections stay cheap.
 constexpr size_t kKeptBufferBytes = size_t{64} * 1024;
 
 }  // namespace
