@@ -258,11 +258,11 @@ Result<std::vector<StatementOutcome>> DerivedCounters::Execute(std::string_view 
   if (!statements) return tl::unexpected(statements.error());
   std::vector<StatementOutcome> outcomes;
   for (const defs::Statement& statement : *statements) {
-    if (const auto* show = std::get_if<defs::ShowCounters>(&statement)) {
+    if (std::holds_alternative<defs::ShowCounters>(statement)) {
       for (const CounterListing& counter : Counters()) outcomes.push_back({counter.sql});
       continue;
     }
-    if (const auto* show = std::get_if<defs::ShowSources>(&statement)) {
+    if (std::holds_alternative<defs::ShowSources>(statement)) {
       for (const SourceListing& source : Sources()) outcomes.push_back({source.sql});
       continue;
     }
