@@ -24,12 +24,13 @@ Environment: E2E_SEED (default 20250601), E2E_DERIVED_CHANGES (default 100000).
 import json
 import os
 import random
+import threading
 import time
 import unittest
 
 import blog_model as bm
 import postgres
-from harness import RespError, TallyServer, free_port, tally_only
+from harness import RespError, TallyServer, encode_command, free_port, tally_only
 
 SEED = int(os.environ.get("E2E_SEED", "20250601"))
 CHANGES = int(os.environ.get("E2E_DERIVED_CHANGES", "100000"))
@@ -714,6 +715,53 @@ class ApiTest(DerivedCase):
         self.push([dele(r) for r in rows])
         time.sleep(TOP_STALENESS)
         self.assertEqual(self.http.top("author_rating", 5, prefix=[51])["items"], [])
+
+
+@tally_only
+class AtomicVisibilityTest(DerivedCase):
+    """A batch is visible whole: while one connection moves K posts between two blogs, one
+    batch per move of all K, a reader (MULTI GET GET EXEC, atomic in tally) sees K and 0,
+    never a part of a batch."""
+
+    def test_reader_never_sees_part_of_a_batch(self):
+        k = 50
+        rows = [post(7000 + i, blog=71, user=1, rating=4) for i in range(k)]
+        self.push([ins(r) for r in rows])
+        stop = threading.Event()
+        seen, problems = {}, []
+
+        def read():
+            try:
+                with self.ds.server.raw(timeout=30) as c:
+                    while not stop.is_set():
+                        c.send_raw(b"".join(encode_command(*cmd) for cmd in (
+                            ("MULTI",), ("GET", "blog_posts:71:1"), ("GET", "blog_posts:72:1"),
+                            ("EXEC",))))
+                        replies = [c.read_reply() for _ in range(4)]
+                        pair = tuple(0 if v is None else int(v) for v in replies[3])
+                        seen[pair] = seen.get(pair, 0) + 1
+            except Exception as e:  # noqa: BLE001 - reported below
+                problems.append(repr(e))
+
+        reader = threading.Thread(target=read, daemon=True)
+        reader.start()
+        here, there = rows, [dict(r, blog_id=72) for r in rows]
+        deadline = time.monotonic() + 3.0
+        moves = 0
+        try:
+            while time.monotonic() < deadline:
+                self.push([upd(a, b) for a, b in zip(here, there)])
+                here, there = there, here
+                moves += 1
+        finally:
+            stop.set()
+            reader.join(timeout=30)
+        self.assertEqual(problems, [])
+        self.assertEqual(set(seen) - {(k, 0), (0, k)}, set(),
+                         "a reader saw part of a batch: %s" % seen)
+        self.assertGreater(moves, 10)
+        self.assertGreater(sum(seen.values()), 10)
+        self.push([dele(r) for r in here])
 
 
 @tally_only

@@ -16,7 +16,7 @@ are paused between batches), then restarted on the same data directory, and:
 - the last acknowledged batch of each thread is resent too: all duplicates;
 - after the resends, every counter equals the recount of everything acknowledged.
 
-Environment: E2E_SEED (default 20250601), E2E_DERIVED_CRASH_CYCLES (default 12).
+Environment: E2E_SEED (default 20250601), E2E_DERIVED_CRASH_CYCLES (default 20).
 """
 
 import http.client
@@ -33,7 +33,7 @@ from harness import ConnectionClosed, RespConn, RespError, tally_only
 from test_derived import DerivedServer, diff, snapshot_scan
 
 SEED = int(os.environ.get("E2E_SEED", "20250601"))
-CYCLES = int(os.environ.get("E2E_DERIVED_CRASH_CYCLES", "12"))
+CYCLES = int(os.environ.get("E2E_DERIVED_CRASH_CYCLES", "20"))
 THREADS = 3
 TEST_DEADLINE = 240.0
 PARK_TIMEOUT = 30.0
