@@ -183,11 +183,12 @@ ApiResponse Api::Handle(const ApiRequest& request) {
     case RouteMatch::Kind::kFound:
       break;
   }
+  const Handler handler = kRoutes[match.route].handler;
   const Call call{request, *target, std::move(match.params)};
   // Errors are values here; an exception (out of memory, a bug) must not take the
   // connection's thread down with it.
   try {
-    return (this->*kRoutes[match.route].handler)(call);
+    return (this->*handler)(call);
   } catch (const std::exception& e) {
     spdlog::error("HTTP {} {}: {}", request.method, request.target, e.what());
     return Fail(500, fmt::format("internal error: {}", e.what()));
