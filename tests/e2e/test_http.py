@@ -584,6 +584,35 @@ class ConnectionTest(HttpCase):
         self.assertEqual(c.read_json()[0], 200)
         self.check_healthy()
 
+    def test_pipelined_batches(self):
+        # More requests than one batch takes (128), in one send: all answered, in order.
+        c = self.raw()
+        c.send(b"".join(request_bytes("GET", "/v1/value/blog_posts/1/%d" % (i % 2))
+                        for i in range(300)))
+        for i in range(300):
+            self.assertEqual(c.read_json()[2]["value"], 2 if i % 2 else 0)
+        # A request cut in two: the part that arrived waits for the rest.
+        whole = request_bytes("POST", "/v1/changes", json.dumps(insert(post(7, user=1, blog=1))))
+        c.send(request_bytes("GET", "/healthz") * 2 + whole[:40])
+        self.assertEqual([c.read_json()[0] for _ in range(2)], [200, 200])
+        c.send(whole[40:])
+        self.assertEqual(c.read_json()[2]["applied"], 1)
+        # A malformed request behind good ones: they are answered, it gets 400, then close.
+        c = self.raw()
+        c.send(request_bytes("GET", "/healthz") * 2 + b"BAD\x01 / HTTP/1.1\r\n\r\n" +
+               request_bytes("GET", "/healthz"))
+        self.assertEqual([c.read_json()[0] for _ in range(2)], [200, 200])
+        status, headers, reply = c.read_json()
+        self.assertEqual((status, reply), (400, {"error": "malformed HTTP request: bad method"}))
+        self.assertTrue(c.closed_by_server())
+        # Nothing is answered after a request with "Connection: close".
+        c = self.raw()
+        c.send(request_bytes("GET", "/healthz") + request_bytes("GET", "/healthz", close=True) +
+               request_bytes("POST", "/v1/changes", json.dumps(insert(post(8, user=1, blog=1)))))
+        self.assertEqual([c.read_json()[0] for _ in range(2)], [200, 200])
+        self.assertTrue(c.closed_by_server())
+        self.assertEqual(self.value("blog_posts", 1, 1)["value"], 3)
+
     def test_connection_close_and_http10(self):
         c = self.raw()
         c.send(request_bytes("GET", "/healthz", close=True))

@@ -6,7 +6,7 @@
 #include <boost/beast/core/string.hpp>
 #include <boost/beast/http/error.hpp>
 #include <boost/beast/http/read.hpp>
-#include <boost/beast/http/write.hpp>
+#include <boost/beast/http/status.hpp>
 
 #include "servers/http/json_writer.h"
 #include "servers/http/worker.h"
@@ -18,17 +18,76 @@ namespace asio = boost::asio;
 namespace beast = boost::beast;
 namespace bhttp = boost::beast::http;
 
-// Boost 1.74's Beast has its own string_view.
-std::string_view View(beast::string_view text) { return {text.data(), text.size()}; }
-
 constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
 // How long a closing connection keeps reading what the client still sends (see Linger).
 constexpr std::chrono::milliseconds kLinger{2000};
 constexpr std::chrono::milliseconds kRefusedLinger{1000};
 constexpr size_t kDrainChunk = size_t{64} * 1024;
-// A read buffer grown past this (a large request) is given back once empty, so that idle
-// connections stay cheap.
+// A batch takes at most this many pipelined requests, or stops once its responses pass
+// this many bytes; the rest are read after it is sent.
+constexpr size_t kMaxBatchRequests = 128;
+constexpr size_t kMaxBatchBytes = size_t{1} << 20;
+// What a batch reads from the socket beyond the request that started it, at most, so that
+// one client's stream cannot hold up the others of its thread.
+constexpr size_t kMaxReadAhead = size_t{1} << 20;
+constexpr size_t kReadChunk = size_t{64} * 1024;
+// A buffer grown past this (a large request or batch) is given back once empty, so that
+// idle connections stay cheap.
 constexpr size_t kKeptBufferBytes = size_t{64} * 1024;
+
+// Boost 1.74's Beast has its own string_view.
+std::string_view View(beast::string_view text) { return {text.data(), text.size()}; }
+
+struct ResponseHead {
+  unsigned version = 11;  // of the request: 10 or 11
+  int status = 200;
+  std::string_view allow;
+  bool keep_alive = true;
+  bool head = false;  // the request was HEAD: no body
+  bool retry_after = false;
+};
+
+// Appends one response: status line, headers, JSON body.
+void AppendResponse(const ResponseHead& head, std::string_view body, std::string* out) {
+  const auto reason = bhttp::obsolete_reason(bhttp::int_to_status(head.status));
+  fmt::format_to(std::back_inserter(*out),
+                 "HTTP/{}.{} {} {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n",
+                 head.version / 10, head.version % 10, head.status, View(reason), body.size());
+  if (!head.allow.empty()) fmt::format_to(std::back_inserter(*out), "Allow: {}\r\n", head.allow);
+  if (head.retry_after) out->append("Retry-After: 1\r\n");
+  if (!head.keep_alive) {
+    out->append("Connection: close\r\n");
+  } else if (head.version == 10) {
+    out->append("Connection: keep-alive\r\n");
+  }
+  out->append("\r\n");
+  if (!head.head) out->append(body);
+}
+
+struct Failure {
+  int status;
+  std::string message;
+};
+
+// What a failed read of a request tells the client; nothing when the client went away
+// (end of stream, a reset) and nobody is left to tell.
+std::optional<Failure> FailureOf(const boost::system::error_code& error,
+                                 const HttpOptions& options) {
+  if (error.category() != bhttp::make_error_code(bhttp::error::body_limit).category() ||
+      error == bhttp::error::end_of_stream || error == bhttp::error::partial_message) {
+    return std::nullopt;
+  }
+  if (error == bhttp::error::body_limit) {
+    return Failure{
+        413, fmt::format("the request body is over the limit of {} bytes", options.max_body_bytes)};
+  }
+  if (error == bhttp::error::header_limit) {
+    return Failure{431, fmt::format("the request line and header fields are over the limit "
+                                    "of {} bytes",
+                                    options.max_header_bytes)};
+  }
+  return Failure{400, fmt::format("malformed HTTP request: {}", error.message())};
+}
 
 }  // namespace
 
@@ -45,15 +104,18 @@ HttpConnection::~HttpConnection() {
   if (!closed_ && counted_) worker_.shared().connections.fetch_sub(1, std::memory_order_relaxed);
 }
 
-void HttpConnection::Start() { ReadHeader(); }
+void HttpConnection::Start() { ReadRequest(); }
 
 void HttpConnection::Refuse() {
   keep_alive_ = false;
-  Prepare(503,
-          ErrorJson(fmt::format("too many connections (the limit is {})",
-                                worker_.shared().options.max_connections)),
-          "", 11);
-  response_.set(bhttp::field::retry_after, "1");
+  ResponseHead head;
+  head.status = 503;
+  head.keep_alive = false;
+  head.retry_after = true;
+  AppendResponse(head,
+                 ErrorJson(fmt::format("too many connections (the limit is {})",
+                                       worker_.shared().options.max_connections)),
+                 &output_);
   Write();
 }
 
@@ -75,6 +137,11 @@ void HttpConnection::Arm(std::chrono::steady_clock::duration timeout) {
   });
 }
 
+void HttpConnection::ArmIdle() {
+  const int64_t timeout = worker_.shared().options.idle_timeout_seconds;
+  if (timeout > 0) Arm(std::chrono::seconds(timeout));
+}
+
 void HttpConnection::OnDeadline() {
   if (closed_) return;
   timed_out_ = true;
@@ -83,14 +150,45 @@ void HttpConnection::OnDeadline() {
   socket_.cancel(ignored);
 }
 
-void HttpConnection::ReadHeader() {
-  const HttpOptions& options = worker_.shared().options;
-  parser_.emplace();
-  parser_->header_limit(options.max_header_bytes);
-  parser_->body_limit(options.max_body_bytes);
+bool HttpConnection::ParseBuffered(boost::system::error_code* error) {
+  if (!parser_) {
+    const HttpOptions& options = worker_.shared().options;
+    parser_.emplace();
+    parser_->header_limit(options.max_header_bytes);
+    parser_->body_limit(options.max_body_bytes);
+  }
+  while (buffer_.size() > 0 && !parser_->is_done()) {
+    const size_t used = parser_->put(buffer_.data(), *error);
+    buffer_.consume(used);
+    if (*error == bhttp::error::need_more) {
+      error->clear();
+      return false;
+    }
+    if (*error || used == 0) return false;
+  }
+  return parser_->is_done();
+}
+
+bool HttpConnection::ReadAvailable(size_t* read_total) {
+  boost::system::error_code error;
+  const size_t available = socket_.available(error);
+  if (error || available == 0) return false;
+  // Does not block: the bytes are there.
+  const size_t n = socket_.read_some(buffer_.prepare(std::min(available, kReadChunk)), error);
+  if (error) return false;  // the next asynchronous read reports it
+  buffer_.commit(n);
+  *read_total += n;
+  return n > 0;
+}
+
+void HttpConnection::ReadRequest() {
+  boost::system::error_code ignored;
+  ParseBuffered(&ignored);  // creates the parser; errors surface again in the read below
   reading_ = true;
-  if (options.idle_timeout_seconds > 0) {
-    Arm(std::chrono::seconds(options.idle_timeout_seconds));
+  ArmIdle();
+  if (parser_->is_header_done()) {
+    OnHeader({});
+    return;
   }
   bhttp::async_read_header(socket_, buffer_, *parser_,
                            [self = shared_from_this()](const boost::system::error_code& error,
@@ -102,7 +200,7 @@ void HttpConnection::OnHeader(const boost::system::error_code& error) {
     OnReadError(error);
     return;
   }
-  const Request& request = parser_->get();
+  const auto& request = parser_->get();
   if (request.version() == 11 && !parser_->is_done() &&
       beast::iequals(request[bhttp::field::expect], "100-continue")) {
     // The client waits for this before it sends the body (curl does for large bodies).
@@ -133,7 +231,31 @@ void HttpConnection::OnRequest(const boost::system::error_code& error) {
   }
   reading_ = false;
   deadline_.cancel();
-  const Request& request = parser_->get();
+  Run();
+  // Requests a pipelining client sent behind this one join the batch, as far as they have
+  // arrived: from the buffer, then from the socket without waiting.
+  size_t read_ahead = 0;
+  while (keep_alive_ && batch_requests_ < kMaxBatchRequests && output_.size() < kMaxBatchBytes) {
+    boost::system::error_code parse_error;
+    if (ParseBuffered(&parse_error)) {
+      Run();
+      continue;
+    }
+    if (parse_error) {
+      auto failure = FailureOf(parse_error, worker_.shared().options);
+      if (!failure) failure = Failure{400, "malformed HTTP request: " + parse_error.message()};
+      AppendError(failure->status, failure->message);
+      break;
+    }
+    // The next request is incomplete: it is read once the batch is sent, unless more of it
+    // is already waiting in the socket.
+    if (read_ahead >= kMaxReadAhead || !ReadAvailable(&read_ahead)) break;
+  }
+  FinishBatch();
+}
+
+void HttpConnection::Run() {
+  const auto& request = parser_->get();
   ApiRequest api_request;
   api_request.method = View(request.method_string());
   api_request.target = View(request.target());
@@ -142,82 +264,69 @@ void HttpConnection::OnRequest(const boost::system::error_code& error) {
     api_request.idempotency_key = View(key->value());
   }
   api_request.body = request.body();
-  ApiResponse response = worker_.api().Handle(api_request);
+  const ApiResponse response = worker_.api().Handle(api_request);
   keep_alive_ = request.keep_alive();
-  Prepare(response.status, std::move(response.body), response.allow, request.version());
-  if (request.method() == bhttp::verb::head) {
-    // No route takes HEAD (it gets 405), but its response must still have no body.
-    response_.body().clear();
-  }
+  ResponseHead head;
+  head.version = request.version();
+  head.status = response.status;
+  head.allow = response.allow;
+  head.keep_alive = keep_alive_;
+  head.head = request.method() == bhttp::verb::head;
+  AppendResponse(head, response.body, &output_);
+  batch_epoch_ = std::max(batch_epoch_, response.required_epoch);
+  batch_wrote_ = batch_wrote_ || response.wrote;
+  ++batch_requests_;
   parser_.reset();  // the request's body may be large: free it before waiting
-
-  engine::Engine& engine = worker_.shared().engine;
-  if (response.wrote && engine.durability() == engine::Durability::kAsync) {
-    // An acknowledged change must be in the commit log before its response leaves.
-    engine.committer().CommitWrittenInline();
-  }
-  worker_.WhenDurable(response.required_epoch, [self = shared_from_this()] { self->Write(); });
 }
 
 void HttpConnection::OnReadError(const boost::system::error_code& error) {
   if (closed_) return;
-  const HttpOptions& options = worker_.shared().options;
   if (error == asio::error::operation_aborted && timed_out_) {
     const bool started = buffer_.size() > 0 || (parser_ && parser_->got_some());
     if (reading_ && started) {
-      SendError(408, fmt::format("the request did not arrive whole within {} s",
-                                 options.idle_timeout_seconds));
+      AppendError(408, fmt::format("the request did not arrive whole within {} s",
+                                   worker_.shared().options.idle_timeout_seconds));
+      FinishBatch();
     } else {
       Close();  // an idle keep-alive connection: nothing to say
     }
     return;
   }
-  if (error.category() != bhttp::make_error_code(bhttp::error::body_limit).category() ||
-      error == bhttp::error::end_of_stream || error == bhttp::error::partial_message) {
+  const auto failure = FailureOf(error, worker_.shared().options);
+  if (!failure) {
     Close();  // the client went away (or the socket failed): nobody to answer
     return;
   }
-  if (error == bhttp::error::body_limit) {
-    SendError(
-        413, fmt::format("the request body is over the limit of {} bytes", options.max_body_bytes));
-  } else if (error == bhttp::error::header_limit) {
-    SendError(431, fmt::format("the request line and header fields are over the limit of {} "
-                               "bytes",
-                               options.max_header_bytes));
-  } else {
-    SendError(400, fmt::format("malformed HTTP request: {}", error.message()));
-  }
+  AppendError(failure->status, failure->message);
+  FinishBatch();
 }
 
-void HttpConnection::Prepare(int status, std::string body, std::string_view allow,
-                             unsigned request_version) {
-  response_ = Response();
-  response_.version(request_version);
-  response_.result(static_cast<unsigned>(status));
-  response_.set(bhttp::field::content_type, "application/json");
-  if (!allow.empty())
-    response_.set(bhttp::field::allow, beast::string_view(allow.data(), allow.size()));
-  response_.body() = std::move(body);
-  response_.keep_alive(keep_alive_);
-  response_.prepare_payload();
-}
-
-void HttpConnection::SendError(int status, std::string_view message) {
+void HttpConnection::AppendError(int status, std::string_view message) {
   reading_ = false;
   keep_alive_ = false;
-  Prepare(status, ErrorJson(message), "", 11);
   parser_.reset();
-  Write();
+  ResponseHead head;
+  head.status = status;
+  head.keep_alive = false;
+  AppendResponse(head, ErrorJson(message), &output_);
+}
+
+void HttpConnection::FinishBatch() {
+  engine::Engine& engine = worker_.shared().engine;
+  if (batch_wrote_ && engine.durability() == engine::Durability::kAsync) {
+    // An acknowledged change must be in the commit log before its response leaves.
+    engine.committer().CommitWrittenInline();
+  }
+  worker_.WhenDurable(batch_epoch_, [self = shared_from_this()] { self->Write(); });
 }
 
 void HttpConnection::Write() {
   if (closed_) return;
-  const int64_t timeout = worker_.shared().options.idle_timeout_seconds;
-  if (timeout > 0) Arm(std::chrono::seconds(timeout));
-  bhttp::async_write(socket_, response_,
-                     [self = shared_from_this()](const boost::system::error_code& error, size_t) {
-                       self->OnWrite(error);
-                     });
+  ArmIdle();
+  asio::async_write(socket_, asio::buffer(output_),
+                    [self = shared_from_this()](const boost::system::error_code& error, size_t) {
+                      self->OnWrite(error);
+                    });
 }
 
 void HttpConnection::OnWrite(const boost::system::error_code& error) {
@@ -227,13 +336,20 @@ void HttpConnection::OnWrite(const boost::system::error_code& error) {
     return;
   }
   deadline_.cancel();
-  response_ = Response();
+  if (output_.capacity() > kKeptBufferBytes) {
+    std::string().swap(output_);
+  } else {
+    output_.clear();
+  }
+  batch_requests_ = 0;
+  batch_epoch_ = 0;
+  batch_wrote_ = false;
   if (!keep_alive_) {
     Linger(counted_ ? kLinger : kRefusedLinger);
     return;
   }
   if (buffer_.size() == 0 && buffer_.capacity() > kKeptBufferBytes) buffer_.shrink_to_fit();
-  ReadHeader();
+  ReadRequest();
 }
 
 void HttpConnection::Linger(std::chrono::milliseconds linger) {

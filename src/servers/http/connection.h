@@ -1,11 +1,15 @@
-// HttpConnection: one client's socket, on its worker's thread only. Reads one request at
-// a time (pipelined requests wait in the read buffer), hands it to the worker's Api,
-// holds the response until its epoch is durable, writes it, and reads the next one while
-// the connection is kept alive.
+// HttpConnection: one client's socket, on its worker's thread only.
+//
+// A connection alternates between reading and writing, one operation at a time. It reads
+// one request, then also takes every further request that has already arrived (a
+// pipelining client's), up to a bound: the batch. Each request goes to the worker's
+// Api; the responses, serialized in order, wait until the newest commit epoch they depend
+// on is durable, so one commit and one write serve the whole batch. Then it reads again,
+// while the connection is kept alive.
 //
 // Bad input ends the connection, never the server: a header over the limit gets 431, a
 // body over it 413 (as soon as its Content-Length is read), malformed HTTP 400, a request
-// not received within the idle timeout 408 (an idle keep-alive connection is closed
+// not received whole within the idle timeout 408 (an idle keep-alive connection is closed
 // silently). After such an error the response carries "Connection: close", the sending
 // side is shut down and whatever the client still sends is read and discarded for a
 // moment, so that the client sees the response rather than a reset.
@@ -14,7 +18,6 @@
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
-#include <boost/beast/http/message.hpp>
 #include <boost/beast/http/parser.hpp>
 #include <boost/beast/http/string_body.hpp>
 #include <chrono>
@@ -41,17 +44,26 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
   void Close();
 
  private:
-  using Request = boost::beast::http::request<boost::beast::http::string_body>;
-  using Response = boost::beast::http::response<boost::beast::http::string_body>;
+  using Parser = boost::beast::http::request_parser<boost::beast::http::string_body>;
 
-  void ReadHeader();
+  // Reads the rest of the current request (parser_ may hold part of it already).
+  void ReadRequest();
   void OnHeader(const boost::system::error_code& error);
   void ReadBody();
   void OnRequest(const boost::system::error_code& error);
   void OnReadError(const boost::system::error_code& error);
-  // Fills response_ for `request_version`; keep_alive_ decides "Connection".
-  void Prepare(int status, std::string body, std::string_view allow, unsigned request_version);
-  void SendError(int status, std::string_view message);
+  // Runs parser_'s complete request and appends its response to the batch.
+  void Run();
+  // Feeds buffered bytes to parser_ (a fresh one if none). True once it holds a complete
+  // request; false when it needs more bytes or failed (`error`).
+  bool ParseBuffered(boost::system::error_code* error);
+  // Moves bytes already waiting in the socket into buffer_, without waiting; adds their
+  // count to `read_total`. False when there were none.
+  bool ReadAvailable(size_t* read_total);
+  // Appends a response that ends the connection.
+  void AppendError(int status, std::string_view message);
+  // Sends the batch once its epoch is durable.
+  void FinishBatch();
   void Write();
   void OnWrite(const boost::system::error_code& error);
   // Shuts down the sending side, reads and discards until the client closes or `linger`
@@ -61,16 +73,23 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
 
   // The deadline of the current read, write or linger; on expiry OnDeadline().
   void Arm(std::chrono::steady_clock::duration timeout);
+  void ArmIdle();
   void OnDeadline();
 
   HttpWorker& worker_;
   boost::asio::ip::tcp::socket socket_;
   boost::asio::steady_timer deadline_;
   boost::beast::flat_buffer buffer_;  // bytes read and not yet parsed (pipelined requests)
-  std::optional<boost::beast::http::request_parser<boost::beast::http::string_body>> parser_;
-  Response response_;
+  std::optional<Parser> parser_;      // the request being read, when one is
+
+  // The batch: responses in request order, ready to send once batch_epoch_ is durable.
+  std::string output_;
+  size_t batch_requests_ = 0;
+  uint64_t batch_epoch_ = 0;
+  bool batch_wrote_ = false;  // a request of the batch changed counters
+
   const bool counted_;
-  bool keep_alive_ = true;
+  bool keep_alive_ = true;  // false once a response ends the connection
   bool reading_ = false;    // a request is being read (the deadline means 408 or silence)
   bool timed_out_ = false;  // the deadline cancelled the pending operation
   bool closed_ = false;
