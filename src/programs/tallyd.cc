@@ -11,6 +11,7 @@
 
 #include "engine/derived/derived_counters.h"
 #include "engine/engine.h"
+#include "servers/http/server.h"
 #include "servers/redis/server.h"
 #include "storage/rocksdb_store.h"
 
@@ -49,6 +50,9 @@ int main(int argc, char** argv) {
   std::string query_buffer_limit = "1gb";
   std::string output_buffer_limit = "256mb";
   std::string definitions_file;
+  tally::http::HttpOptions http;
+  http.bind.clear();  // empty: the same address as --bind
+  std::string http_max_body = "64mb";
   int64_t idempotency_window_seconds = 24 * 3600;
 
   app.add_option("--bind", server.bind, "Address to listen on")->capture_default_str();
@@ -111,6 +115,25 @@ int main(int argc, char** argv) {
                  "not counted again)")
       ->check(CLI::Range(int64_t{1}, int64_t{366} * 24 * 3600))
       ->capture_default_str();
+  app.add_option("--http-port", http.port, "Port for the HTTP API (0 = any free port)")
+      ->capture_default_str();
+  app.add_option("--http-bind", http.bind,
+                 "Address the HTTP API listens on (default: the --bind address)");
+  app.add_option("--http-threads", http.threads, "HTTP I/O threads")
+      ->check(CLI::Range(1, 256))
+      ->capture_default_str();
+  app.add_option("--http-max-body", http_max_body,
+                 "Largest HTTP request body (e.g. 64mb); a larger one gets 413")
+      ->capture_default_str();
+  app.add_option("--http-max-connections", http.max_connections,
+                 "Most simultaneous HTTP connections; more get 503")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 30))
+      ->capture_default_str();
+  app.add_option("--http-timeout", http.idle_timeout_seconds,
+                 "Close an HTTP connection whose next request has not arrived whole, or whose "
+                 "response could not be sent, within this many seconds (0 = never)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 31))
+      ->capture_default_str();
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error or off")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "off"}))
       ->capture_default_str();
@@ -120,6 +143,7 @@ int main(int argc, char** argv) {
     server.proto_max_bulk_len = ParseBytes(proto_max_bulk_len);
     server.client_query_buffer_limit = ParseBytes(query_buffer_limit);
     server.client_output_buffer_limit = ParseBytes(output_buffer_limit);
+    http.max_body_bytes = static_cast<uint64_t>(ParseBytes(http_max_body));
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   } catch (const std::exception& e) {
@@ -187,12 +211,23 @@ int main(int argc, char** argv) {
     engine.Stop();
     return 1;
   }
-  spdlog::info("tallyd ready: redis-cli -h {} -p {} (durability={}, data in {})", server.bind,
-               redis.port(), durability, server.data_dir);
+  if (http.bind.empty()) http.bind = server.bind;
+  tally::http::HttpServer http_server(engine, derived, http);
+  if (auto status = http_server.Start(); !status) {
+    spdlog::critical("{}", status.error().message);
+    redis.Stop();
+    engine.Stop();
+    return 1;
+  }
+  spdlog::info("tallyd ready: redis-cli -h {} -p {}, HTTP API on http://{}:{}/ (durability={}, "
+               "data in {})",
+               server.bind, redis.port(), http.bind, http_server.port(), durability,
+               server.data_dir);
 
   int signal = 0;
   sigwait(&stop_signals, &signal);
   spdlog::info("signal {} received: stopping", signal);
+  http_server.Stop();
   redis.Stop();
   engine.Stop();
   spdlog::info("all counters committed; bye");

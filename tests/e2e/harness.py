@@ -310,6 +310,8 @@ class TallyServer:
                 raise ValueError("unknown server option %r" % key)
             cmd += [names[key], str(value)]
         cmd += self.extra_args
+        if "--http-port" not in cmd:
+            cmd += ["--http-port", "0"]  # any free port: parallel servers never compete for 6381
         # E2E_TALLY_ARGS (e.g. "--workers 1"): for every server of the run, unless the test
         # sets that option itself.
         given = {a.split("=", 1)[0] for a in cmd if a.startswith("--")}
