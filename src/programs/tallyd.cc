@@ -212,6 +212,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   if (http.bind.empty()) http.bind = server.bind;
+  http.password = server.requirepass;
   tally::http::HttpServer http_server(engine, derived, http);
   if (auto status = http_server.Start(); !status) {
     spdlog::critical("{}", status.error().message);

@@ -838,6 +838,50 @@ class ThreadsTest(HttpCase):
 # Durability: an acknowledged change survives kill -9.
 
 
+@tally_only
+class BackfillTest(HttpCase):
+
+    def test_backfill_moves_one_counter_only(self):
+        rows = [insert(post(1)), insert(post(2, tag="y"))]
+        self.push(rows)
+        self.ok("POST", "/v1/definitions",
+                "CREATE COUNTER blog_count AS SELECT blog_id, count(*) FROM posts GROUP BY blog_id")
+        self.assertEqual(self.value("blog_count", 3)["value"], 0)  # a new counter starts empty
+        reply = self.ok("POST", "/v1/backfill/blog_count?id=fill-1", json.dumps(rows))
+        self.assertEqual(reply, {"changes": 2, "applied": 2, "duplicates": 0, "increments": 1})
+        self.assertEqual(self.value("blog_count", 3)["value"], 2)
+        self.assertEqual(self.value("blog_posts", 7, 3)["value"], 2)  # not counted again
+        again = self.ok("POST", "/v1/backfill/blog_count?id=fill-1", json.dumps(rows))
+        self.assertEqual(again["duplicates"], 2)
+        self.assertFails(404, "counter nope does not exist", "POST", "/v1/backfill/nope",
+                         json.dumps(rows))
+
+
+@tally_only
+class PasswordTest(unittest.TestCase):
+    """With --requirepass the HTTP API wants the same password as a bearer token."""
+
+    def test_bearer_token(self):
+        http_port = free_port()
+        server = TallyServer(extra_args=["--requirepass", "s3cret", "--http-port", str(http_port)])
+        self.addCleanup(server.cleanup)
+        server.start()
+        self.assertTrue(wait_until(lambda: http_ready(http_port), timeout=10))  # /healthz is open
+        h = Http(http_port)
+        self.addCleanup(h.close)
+        status, headers, reply = h.request("GET", "/v1/definitions")
+        self.assertEqual((status, reply), (401, {"error": "authentication required: send "
+                                                 "Authorization: Bearer <password>"}))
+        self.assertEqual(headers["www-authenticate"], 'Bearer realm="tally"')
+        status, _, reply = h.request("POST", "/v1/definitions", SCHEMA,
+                                     {"Authorization": "Bearer wrong"})
+        self.assertEqual((status, reply), (401, {"error": "invalid password"}))
+        status, _, reply = h.request("POST", "/v1/definitions", SCHEMA,
+                                     {"Authorization": "Bearer s3cret"})
+        self.assertEqual(status, 200, reply)
+        self.assertEqual(reply["results"][0], "CREATE SOURCE posts")
+
+
 class DurabilityMixin:
     """Four writers push changes, one at a time each, until kill -9; after the restart
     every acknowledged change is counted."""

@@ -45,6 +45,7 @@ struct ResponseHead {
   bool keep_alive = true;
   bool head = false;  // the request was HEAD: no body
   bool retry_after = false;
+  bool authenticate = false;  // 401: name the scheme
 };
 
 // Appends one response: status line, headers, JSON body.
@@ -55,6 +56,7 @@ void AppendResponse(const ResponseHead& head, std::string_view body, std::string
                  head.version / 10, head.version % 10, head.status, View(reason), body.size());
   if (!head.allow.empty()) fmt::format_to(std::back_inserter(*out), "Allow: {}\r\n", head.allow);
   if (head.retry_after) out->append("Retry-After: 1\r\n");
+  if (head.authenticate) out->append("WWW-Authenticate: Bearer realm=\"tally\"\r\n");
   if (!head.keep_alive) {
     out->append("Connection: close\r\n");
   } else if (head.version == 10) {
@@ -264,12 +266,17 @@ void HttpConnection::Run() {
     api_request.idempotency_key = View(key->value());
   }
   api_request.body = request.body();
+  if (const auto authorization = request.find(bhttp::field::authorization);
+      authorization != request.end()) {
+    api_request.authorization = View(authorization->value());
+  }
   const ApiResponse response = worker_.api().Handle(api_request);
   keep_alive_ = request.keep_alive();
   ResponseHead head;
   head.version = request.version();
   head.status = response.status;
   head.allow = response.allow;
+  head.authenticate = response.authenticate;
   head.keep_alive = keep_alive_;
   head.head = request.method() == bhttp::verb::head;
   AppendResponse(head, response.body, &output_);

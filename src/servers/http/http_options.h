@@ -23,6 +23,8 @@ struct HttpOptions {
   // written within it. An idle keep-alive connection is closed silently; a request cut
   // short gets 408 first. Default 60.
   int64_t idle_timeout_seconds = 60;
+  // tallyd's --requirepass: when set, every request needs "Authorization: Bearer <it>".
+  std::string password;
 };
 
 }  // namespace tally::http

@@ -46,6 +46,7 @@ struct Api::Route {
 // The route table; the router matches in this order.
 const Api::Route Api::kRoutes[] = {
     {{"POST", "/v1/changes", "id"}, &Api::PostChanges},
+    {{"POST", "/v1/backfill/{counter}", "id"}, &Api::PostBackfill},
     {{"GET", "/v1/value/{counter}/*", ""}, &Api::GetValue},
     {{"POST", "/v1/values", ""}, &Api::PostValues},
     {{"GET", "/v1/list/{counter}/*", "cursor limit"}, &Api::GetList},
@@ -158,8 +159,11 @@ constexpr std::string_view kValuesShape =
 
 }  // namespace
 
-Api::Api(engine::Engine& engine, derived::DerivedCounters& derived)
-    : engine_(engine), derived_(derived), scratch_(std::make_unique<Scratch>()) {}
+Api::Api(engine::Engine& engine, derived::DerivedCounters& derived, std::string password)
+    : engine_(engine),
+      derived_(derived),
+      password_(std::move(password)),
+      scratch_(std::make_unique<Scratch>()) {}
 
 Api::~Api() = default;
 
@@ -184,6 +188,16 @@ ApiResponse Api::Handle(const ApiRequest& request) {
       break;
   }
   const Handler handler = kRoutes[match.route].handler;
+  // With a password every route but the liveness probe needs it.
+  if (!password_.empty() && handler != &Api::GetHealth &&
+      request.authorization != "Bearer " + password_) {
+    ApiResponse response =
+        Fail(401, request.authorization.empty()
+                      ? "authentication required: send Authorization: Bearer <password>"
+                      : "invalid password");
+    response.authenticate = true;
+    return response;
+  }
   const Call call{request, *target, std::move(match.params)};
   // Errors are values here; an exception (out of memory, a bug) must not take the
   // connection's thread down with it.
@@ -195,7 +209,11 @@ ApiResponse Api::Handle(const ApiRequest& request) {
   }
 }
 
-ApiResponse Api::PostChanges(const Call& call) {
+ApiResponse Api::PostChanges(const Call& call) { return Push(call, {}); }
+
+ApiResponse Api::PostBackfill(const Call& call) { return Push(call, call.params[0]); }
+
+ApiResponse Api::Push(const Call& call, std::string_view only_counter) {
   std::string_view id;
   const auto query_id = call.Query("id");
   if (query_id) id = *query_id;
@@ -208,7 +226,7 @@ ApiResponse Api::PostChanges(const Call& call) {
   if ((query_id || call.request.has_idempotency_key) && id.empty()) {
     return Fail(400, "the idempotency key is empty");
   }
-  auto outcome = derived_.Push(call.request.body, id, scratch_->decoder);
+  auto outcome = derived_.Push(call.request.body, id, scratch_->decoder, only_counter);
   if (!outcome) return Fail(outcome.error());
   JsonWriter json;
   json.BeginObject()

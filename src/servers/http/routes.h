@@ -4,6 +4,7 @@
 // commit epoch the response depends on is durable.
 //
 //   POST   /v1/changes                     push changes (one, a JSON array, or JSON lines)
+//   POST   /v1/backfill/{counter}          push changes to one counter only
 //   GET    /v1/value/{counter}/{part}...   one counter value
 //   POST   /v1/values                      many values of one counter
 //   GET    /v1/list/{counter}/{part}...    the groups under a key prefix, paged
@@ -12,6 +13,9 @@
 //   GET    /v1/definitions                 the sources and counters defined
 //   DELETE /v1/definitions/{counter}       DROP COUNTER
 //   GET    /healthz                        liveness (503 while commits fail)
+//
+// With a password (tallyd --requirepass) every route but /healthz answers 401 unless the
+// request carries "Authorization: Bearer <password>".
 //
 // Every response body is JSON; an error is {"error": "..."} with a status from its kind.
 #pragma once
@@ -34,12 +38,14 @@ struct ApiRequest {
   bool has_idempotency_key = false;
   std::string_view idempotency_key;  // the Idempotency-Key header
   std::string_view body;
+  std::string_view authorization;  // the Authorization header; empty when absent
 };
 
 struct ApiResponse {
   int status = 200;
   std::string body;   // JSON
   std::string allow;  // 405: the methods the path takes, for the Allow header
+  bool authenticate = false;  // 401: send WWW-Authenticate
   // The response may be sent only once this commit epoch is durable (0 = at once).
   uint64_t required_epoch = 0;
   // The request changed counters: in async mode they are written to the commit log
@@ -51,8 +57,9 @@ struct ApiResponse {
 // thread-safe; several Apis may share one engine and DerivedCounters.
 class Api {
  public:
-  // `engine` and `derived` must outlive the Api.
-  Api(engine::Engine& engine, derived::DerivedCounters& derived);
+  // `engine` and `derived` must outlive the Api. With a `password` (tallyd's
+  // --requirepass), every request must carry "Authorization: Bearer <password>".
+  Api(engine::Engine& engine, derived::DerivedCounters& derived, std::string password = {});
   ~Api();
   Api(const Api&) = delete;
   Api& operator=(const Api&) = delete;
@@ -73,6 +80,9 @@ class Api {
   static const Router& TheRouter();  // built from kRoutes once
 
   ApiResponse PostChanges(const Call& call);
+  ApiResponse PostBackfill(const Call& call);
+  // POST /v1/changes, or with `only_counter` POST /v1/backfill/{counter}.
+  ApiResponse Push(const Call& call, std::string_view only_counter);
   ApiResponse GetValue(const Call& call);
   ApiResponse PostValues(const Call& call);
   ApiResponse GetList(const Call& call);
@@ -84,6 +94,7 @@ class Api {
 
   engine::Engine& engine_;
   derived::DerivedCounters& derived_;
+  const std::string password_;
   std::unique_ptr<Scratch> scratch_;
 };
 

@@ -9,7 +9,7 @@
 namespace tally::http {
 
 HttpWorker::HttpWorker(HttpShared& shared, int index)
-    : shared_(shared), index_(index), api_(shared.engine, shared.derived) {}
+    : shared_(shared), index_(index), api_(shared.engine, shared.derived, shared.options.password) {}
 
 HttpWorker::~HttpWorker() { Stop(); }
 
