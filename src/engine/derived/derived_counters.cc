@@ -45,6 +45,24 @@ Error UnknownCounter(std::string_view name) {
   return Error{ErrorCode::kNotFound, fmt::format("counter {} does not exist", name)};
 }
 
+// Calls visit(view, key) for every key, a chunk of keys at a time under one View of their
+// stripes. Returns the newest commit epoch the visits depend on.
+template <typename Visit>
+uint64_t VisitInChunks(engine::Keyspace& keyspace, std::span<const std::string> keys,
+                       Visit&& visit) {
+  uint64_t epoch = 0;
+  std::vector<engine::HashedKey> hashed;
+  for (size_t begin = 0; begin < keys.size(); begin += kChunk) {
+    const size_t end = std::min(keys.size(), begin + kChunk);
+    hashed.clear();
+    for (size_t i = begin; i < end; ++i) hashed.emplace_back(keys[i]);
+    engine::View view = keyspace.Lock(hashed);
+    for (const engine::HashedKey& key : hashed) visit(view, key);
+    epoch = std::max(epoch, view.required_epoch());
+  }
+  return epoch;
+}
+
 // The counter name a key would belong to: what precedes its first ':'.
 std::string_view FamilyName(std::string_view key) {
   const size_t colon = key.find(':');
@@ -414,16 +432,9 @@ void DerivedCounters::DeleteGroups(Family& family) {
     family.keys.clear();
     family.top_cache.clear();
   }
-  uint64_t epoch = 0;
-  std::vector<engine::HashedKey> hashed;
-  for (size_t begin = 0; begin < keys.size(); begin += kChunk) {
-    const size_t end = std::min(keys.size(), begin + kChunk);
-    hashed.clear();
-    for (size_t i = begin; i < end; ++i) hashed.emplace_back(keys[i]);
-    engine::View view = engine_.keyspace().Lock(hashed);
-    for (const engine::HashedKey& key : hashed) view.Delete(key);
-    epoch = std::max(epoch, view.required_epoch());
-  }
+  const uint64_t epoch = VisitInChunks(
+      engine_.keyspace(), keys,
+      [](engine::View& view, const engine::HashedKey& key) { view.Delete(key); });
   if (epoch != 0) WaitDurable(epoch);
 }
 
@@ -697,15 +708,11 @@ std::vector<int64_t> DerivedCounters::Get(std::span<const std::string> keys,
                                           uint64_t* required_epoch) {
   std::vector<int64_t> values;
   values.reserve(keys.size());
-  std::vector<engine::HashedKey> hashed;
-  for (size_t begin = 0; begin < keys.size(); begin += kChunk) {
-    const size_t end = std::min(keys.size(), begin + kChunk);
-    hashed.clear();
-    for (size_t i = begin; i < end; ++i) hashed.emplace_back(keys[i]);
-    engine::View view = engine_.keyspace().Lock(hashed);
-    for (const engine::HashedKey& key : hashed) values.push_back(view.Get(key).value_or(0));
-    *required_epoch = std::max(*required_epoch, view.required_epoch());
-  }
+  const uint64_t epoch = VisitInChunks(
+      engine_.keyspace(), keys, [&](engine::View& view, const engine::HashedKey& key) {
+        values.push_back(view.Get(key).value_or(0));
+      });
+  *required_epoch = std::max(*required_epoch, epoch);
   return values;
 }
 
