@@ -44,6 +44,8 @@ TSAN_CTEST_FILTER  ?= -E e2e_
 # make bench: BENCH_ARGS go to bench/redis_compare.py (e.g. --quick, --repeats 5);
 # BENCH_SCALE and MEM_KEYS are read from the environment by the script.
 BENCH_ARGS        ?=
+# make bench: DERIVED_BENCH_ARGS go to bench/derived_compare.py (e.g. --quick, --skip-postgres).
+DERIVED_BENCH_ARGS ?=
 ENGINE_BENCH_ARGS ?= --benchmark_min_time=1
 
 # make fuzz
@@ -138,6 +140,7 @@ bench: build
 	  cmake --build $(BUILD_DIR) -j$(JOBS) --target engine_bench; \
 	fi
 	$(PYTHON) bench/redis_compare.py --tally-binary $(BUILD_DIR)/bin/tallyd $(BENCH_ARGS)
+	$(PYTHON) bench/derived_compare.py --tally-binary $(BUILD_DIR)/bin/tallyd $(DERIVED_BENCH_ARGS)
 	@if [ -x $(BUILD_DIR)/bin/engine_bench ]; then \
 	  echo "+ $(BUILD_DIR)/bin/engine_bench $(ENGINE_BENCH_ARGS)"; \
 	  $(BUILD_DIR)/bin/engine_bench $(ENGINE_BENCH_ARGS); \
