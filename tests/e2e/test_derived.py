@@ -765,6 +765,80 @@ class AtomicVisibilityTest(DerivedCase):
 
 
 @tally_only
+class DdlDuringPushesTest(DerivedCase):
+    """CREATE COUNTER and DROP COUNTER while batches are pushed take effect between two
+    batches: the new counter holds exactly the changes of the batches after some boundary
+    (recount(now) - recount(posts at that boundary)), and a dropped one leaves nothing."""
+
+    def test_create_and_drop_between_batches(self):
+        copy = bm.Counter("blog_posts_copy", bm.BY_NAME["blog_posts"].sql.replace(
+            "blog_posts", "blog_posts_copy", 1), *[getattr(bm.BY_NAME["blog_posts"], a) for a in
+                                                    ("where", "key", "value", "key_types")])
+        rng = random.Random(SEED + 7)
+        w = bm.BlogWorkload(rng.randrange(1 << 30), blogs=3, users=3, id_start=10 ** 6)
+        states = [[]]  # the posts after each acknowledged batch, in order
+        stop = threading.Event()
+        problems = []
+
+        def pushing():
+            h = bm.Http(self.ds.http_port)
+            try:
+                while not stop.is_set():
+                    objs = [bm.change_json(w.next_change()) for _ in range(rng.randint(1, 50))]
+                    status, reply = h.push(bm.body_of(objs))
+                    if status != 200 or reply.get("applied") != len(objs):
+                        problems.append((status, reply))
+                        return
+                    states.append(list(w.posts.values()))
+            finally:
+                h.close()
+
+        pusher = threading.Thread(target=pushing, daemon=True)
+        pusher.start()
+        try:
+            time.sleep(0.3)
+            reply = self.conn.call("COUNTER.DEFINE", copy.sql)
+            self.assertIsInstance(reply, list, reply)
+            time.sleep(0.3)
+        finally:
+            stop.set()
+            pusher.join(timeout=30)
+        self.assertEqual(problems, [])
+        got = dict(bm.redis_scan_all(self.conn, copy.name)[0])
+        final = bm.recount(states[-1], [copy])
+        boundaries = []
+        for i, posts in enumerate(states):
+            before = bm.recount(posts, [copy])
+            want = {k: final.get(k, 0) - before.get(k, 0) for k in set(final) | set(before)}
+            if {k: v for k, v in want.items() if v} == got:
+                boundaries.append(i)
+        self.assertTrue(boundaries, "blog_posts_copy matches no batch boundary (%d batches)"
+                        % (len(states) - 1))
+        self.assertTrue(0 < boundaries[0] < len(states) - 1, (boundaries, len(states)))
+        # DROP while pushing: gone whole, and plain writes to its keys work again.
+        stop.clear()
+        pusher = threading.Thread(target=pushing, daemon=True)
+        pusher.start()
+        try:
+            time.sleep(0.2)
+            reply = self.conn.call("COUNTER.DROP", copy.name)
+            self.assertNotIsInstance(reply, RespError, reply)
+            time.sleep(0.2)
+        finally:
+            stop.set()
+            pusher.join(timeout=30)
+        self.assertEqual(problems, [])
+        self.assertEqual(self.r.keys("blog_posts_copy:*"), [])
+        self.assertEqual(self.r.incr("blog_posts_copy:1:1"), 1)
+        self.r.delete("blog_posts_copy:1:1")
+        # The other counters saw every batch, DDL or not.
+        want = bm.recount(states[-1])
+        got = self.snapshot()
+        self.assertEqual(got, want, diff(got, want))
+        self.push([dele(r) for r in w.posts.values()])
+
+
+@tally_only
 class BadInputTest(DerivedCase):
     """A bad change refuses its whole batch, with a message naming it; nothing moves."""
 
