@@ -839,6 +839,34 @@ class DdlDuringPushesTest(DerivedCase):
 
 
 @tally_only
+class IdempotencyWindowTest(unittest.TestCase):
+    """An id is remembered for --idempotency-window seconds, across a restart, and then
+    forgotten: the same batch id applies again."""
+
+    def test_window(self):
+        ds = DerivedServer(bm.COUNTERS, extra_args=["--idempotency-window", "2"])
+        self.addCleanup(ds.cleanup)
+        ds.start()
+        r = ds.server.client()
+        self.addCleanup(r.close)
+        a = post(8001, blog=81)
+        body = bm.body_of([ins(a)])
+        t0 = time.monotonic()
+        status, reply = ds.http.push(body, "w-1")
+        self.assertEqual((status, reply["applied"]), (200, 1), reply)
+        status, reply = ds.http.push(body, "w-1")
+        self.assertEqual((status, reply["duplicates"]), (200, 1), reply)
+        ds.restart(hard=True)
+        if time.monotonic() - t0 < 1.5:
+            status, reply = ds.http.push(body, "w-1")
+            self.assertEqual((status, reply["duplicates"]), (200, 1), reply)
+        time.sleep(max(0.0, t0 + 3.5 - time.monotonic()))
+        status, reply = ds.http.push(body, "w-1")
+        self.assertEqual((status, reply["applied"], reply["duplicates"]), (200, 1, 0), reply)
+        self.assertEqual(r.get("blog_posts:81:3"), "2")
+
+
+@tally_only
 class BadInputTest(DerivedCase):
     """A bad change refuses its whole batch, with a message naming it; nothing moves."""
 
