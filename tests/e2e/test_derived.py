@@ -867,6 +867,53 @@ class IdempotencyWindowTest(unittest.TestCase):
 
 
 @tally_only
+class ConcurrentSameIdTest(DerivedCase):
+    """The same batch id sent at the same moment on several connections (HTTP and Redis) is
+    applied by exactly one of them; the others report duplicates."""
+
+    def test_racing_resends(self):
+        senders = 6
+        rounds = 40
+        rows = []
+        for rnd in range(rounds):
+            batch = [ins(post(20000 + rnd * 10 + i, blog=60 + i % 2, user=rnd % 3, rating=i))
+                     for i in range(5)]
+            body = bm.body_of(batch)
+            barrier = threading.Barrier(senders)
+            replies = [None] * senders
+
+            def send(i):
+                try:
+                    barrier.wait(timeout=10)
+                    if i % 2:
+                        h = bm.Http(self.ds.http_port)
+                        try:
+                            status, reply = h.push(body, "race-%d" % rnd)
+                        finally:
+                            h.close()
+                        replies[i] = reply if status == 200 else (status, reply)
+                    else:
+                        with self.ds.server.raw(timeout=30) as c:
+                            replies[i] = redis_reply_dict(redis_push(c, body, "race-%d" % rnd))
+                except Exception as e:  # noqa: BLE001 - reported by the assertion below
+                    replies[i] = repr(e)
+
+            threads = [threading.Thread(target=send, args=(i,)) for i in range(senders)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join(timeout=30)
+            applied = [r for r in replies if isinstance(r, dict) and r.get("applied") == 5]
+            dups = [r for r in replies if isinstance(r, dict) and r.get("duplicates") == 5]
+            self.assertEqual((len(applied), len(dups)), (1, senders - 1),
+                             "round %d: %r" % (rnd, replies))
+            rows.extend(b["new"] for b in batch)
+        want = bm.recount([dict(r, created_at=T0) for r in rows])
+        got = self.snapshot()
+        self.assertEqual(got, want, diff(got, want))
+
+
+@tally_only
 class BadInputTest(DerivedCase):
     """A bad change refuses its whole batch, with a message naming it; nothing moves."""
 

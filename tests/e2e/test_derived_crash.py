@@ -39,7 +39,7 @@ CYCLES = int(os.environ.get("E2E_DERIVED_CRASH_CYCLES", "20"))
 # process crash loses none there either (a machine crash may lose the last interval).
 DURABILITY = os.environ.get("E2E_DERIVED_DURABILITY", "sync")
 THREADS = 3
-TEST_DEADLINE = 240.0
+TEST_DEADLINE = max(240.0, 2.0 * CYCLES)
 PARK_TIMEOUT = 30.0
 NAMES = bm.COUNTER_NAMES
 
