@@ -524,7 +524,8 @@ Result<PushOutcome> DerivedCounters::Push(std::string_view body, std::string_vie
       auto status = defs::AppendIncrements(family->counter, old_row, new_row, scratch.eval,
                                            &scratch.increments);
       if (!status) {
-        return refuse(Error{status.error().code,
+        // The row itself is bad (an overflow in an expression is the row's, not a counter's).
+        return refuse(Error{ErrorCode::kInvalidArgument,
                             fmt::format("change {}: {}", i + 1, status.error().message)});
       }
       scratch.families.resize(scratch.increments.size(), family.get());
