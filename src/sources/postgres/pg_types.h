@@ -1,0 +1,92 @@
+// From pgoutput's tuples to tally's rows: which PostgreSQL types feed which tally column
+// types, the parsing of PostgreSQL's text output into definitions::Value, the mapping of a
+// relation's columns onto a source's columns and the conversion of one tuple into a row.
+//
+// The text formats parsed are PostgreSQL's output with DateStyle ISO (the replication
+// connection must set it, and TimeZone UTC to keep offsets short; any offset is handled).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/status.h"
+#include "engine/definitions/program.h"
+#include "engine/definitions/value.h"
+#include "sources/postgres/pgoutput.h"
+
+namespace tally::sources::postgres {
+
+// The built-in type OIDs tally reads (pg_type.oid, fixed since PostgreSQL 7).
+inline constexpr uint32_t kBoolOid = 16;
+inline constexpr uint32_t kNameOid = 19;
+inline constexpr uint32_t kInt8Oid = 20;
+inline constexpr uint32_t kInt2Oid = 21;
+inline constexpr uint32_t kInt4Oid = 23;
+inline constexpr uint32_t kTextOid = 25;
+inline constexpr uint32_t kBpcharOid = 1042;
+inline constexpr uint32_t kVarcharOid = 1043;
+inline constexpr uint32_t kDateOid = 1082;
+inline constexpr uint32_t kTimestampOid = 1114;
+inline constexpr uint32_t kTimestamptzOid = 1184;
+inline constexpr uint32_t kNumericOid = 1700;
+
+// The tally type a PostgreSQL type feeds, or nullopt when tally cannot read it:
+// int2/int4/int8/numeric → int64, bool → bool, text/varchar/bpchar/name → text,
+// date/timestamp/timestamptz → timestamp. (numeric is checked per value: it must be an
+// integer within int64.)
+std::optional<definitions::Type> TallyTypeForPg(uint32_t type_oid);
+
+// The PostgreSQL name of a type ("int4", "timestamptz", "jsonb"), or "type oid N" for one
+// this table does not know (a user-defined type).
+std::string PgTypeName(uint32_t type_oid);
+
+// Parses one non-NULL cell sent in text format by a column of type `type_oid` into the
+// value of TallyTypeForPg(type_oid). Text values are views into `text`. InvalidArgument
+// naming the value when it does not parse or does not fit:
+//   int2/int4/int8  optional '-' and digits, within int64
+//   numeric         an integer within int64; a zero fraction is accepted ("12.000" is 12,
+//                   as numeric equality says), "12.5", NaN and ±Infinity are refused
+//   bool            "t" or "f"
+//   text types      as sent (bpchar keeps its padding)
+//   date            "YYYY-MM-DD" → midnight UTC
+//   timestamp       "YYYY-MM-DD HH:MM:SS[.ffffff]" taken as UTC
+//   timestamptz     the same followed by an offset "+HH", "+HH:MM" or "+HH:MM:SS"
+// Years have 4 or more digits; " BC" dates and ±infinity are refused. Timestamps are
+// microseconds since the Unix epoch.
+Result<definitions::Value> ParsePgText(uint32_t type_oid, std::string_view text);
+
+// How a source's columns are read from one relation's tuples. Built from the Relation
+// message; rebuilt whenever a new Relation message for the oid arrives.
+struct ColumnMapping {
+  uint32_t relation_oid = 0;
+  std::string table;            // the relation's qualified name, for messages
+  size_t relation_columns = 0;  // the tuple width the relation announced
+  struct Source {
+    std::string name;                                   // the column's name (same in both)
+    size_t relation_index = 0;                          // its position in the relation's tuples
+    uint32_t type_oid = 0;                              // its PostgreSQL type
+    definitions::Type type = definitions::Type::kNull;  // its tally type
+  };
+  std::vector<Source> columns;  // one per source column, in source order
+};
+
+// Maps each column of `schema` to the relation column of the same name (names compare
+// exactly, as PostgreSQL stores them). InvalidArgument naming the table and column when a
+// source column is missing from the relation, or naming the table, column, PostgreSQL
+// type and tally type when the types do not fit. Relation columns the source does not
+// declare are ignored.
+Result<ColumnMapping> MapColumns(const RelationMessage& relation,
+                                 const definitions::SourceSchema& schema);
+
+// Converts `tuple` into a row in source order, replacing `*row`. Unchanged-TOAST cells
+// are taken from the same column of `old_tuple` (nullptr: none); it is an error when the
+// old tuple is missing or has no value there. Text values are views into the tuples'
+// buffers. kCorruption when the tuple's width is not the relation's; InvalidArgument
+// naming table and column when a value does not parse.
+Status TupleToRow(const ColumnMapping& mapping, const Tuple& tuple, const Tuple* old_tuple,
+                  std::vector<definitions::Value>* row);
+
+}  // namespace tally::sources::postgres
