@@ -11,6 +11,9 @@ and, if this process dies without running either, by SIGKILL (setpriv --pdeathsi
 initdb and postgres run as the `postgres` user (PostgreSQL refuses root). Clients are psql
 subprocesses (no Python driver needed).
 
+Postgres(logical=True) adds wal_level=logical and room for replication slots and senders;
+Postgres(hba=[...]) puts pg_hba.conf lines before initdb's (e.g. password authentication).
+
 Environment: PG_BIN (default /usr/lib/postgresql/15/bin), PG_TMPDIR (where the temporary
 directory goes; default the system's), PG_KEEP=1 keeps the directory (the path is printed).
 """
@@ -51,9 +54,18 @@ def _free_port():
 
 
 class Postgres:
-    def __init__(self, fsync=True, settings=None, port=None, start_timeout=60.0):
+    def __init__(self, fsync=True, settings=None, port=None, start_timeout=60.0, hba=None,
+                 logical=False):
         self.fsync = fsync
         self.settings = dict(settings or {})
+        # logical=True: what logical replication needs (wal_level=logical, slots, senders).
+        if logical:
+            for name, value in (("wal_level", "logical"), ("max_replication_slots", "10"),
+                                ("max_wal_senders", "10")):
+                self.settings.setdefault(name, value)
+        # pg_hba.conf lines put before initdb's (which trust every local and replication
+        # connection), e.g. "host all alice 127.0.0.1/32 scram-sha-256".
+        self.hba = list(hba or [])
         self.port = port or _free_port()
         self.start_timeout = start_timeout
         self.base_dir = None
@@ -114,6 +126,12 @@ class Postgres:
         if init.returncode != 0:
             raise PostgresError("initdb failed (%d):\n%s" % (
                 init.returncode, init.stdout.decode(errors="replace")[-3000:]))
+        if self.hba:
+            hba_path = os.path.join(self.data_dir, "pg_hba.conf")
+            with open(hba_path) as f:
+                original = f.read()
+            with open(hba_path, "w") as f:
+                f.write("\n".join(self.hba) + "\n" + original)
         settings = {
             "listen_addresses": HOST,
             "unix_socket_directories": self.socket_dir,
