@@ -168,7 +168,7 @@ void DerivedCounters::Install(std::shared_ptr<const Catalog> catalog) {
 }
 
 bool DerivedCounters::IsProtectedKey(std::string_view key) const {
-  if (key.starts_with(kIdMarkerPrefix)) return true;
+  if (IsInternalKey(key)) return true;
   const NameSet* names = protected_names_.load(std::memory_order_acquire);
   if (names == nullptr || names->names.empty()) return false;
   const std::string_view family = FamilyName(key);
@@ -176,8 +176,9 @@ bool DerivedCounters::IsProtectedKey(std::string_view key) const {
 }
 
 std::string DerivedCounters::ProtectedKeyError(std::string_view key) const {
-  if (key.starts_with(kIdMarkerPrefix)) {
-    return "ERR keys that start with \\x00id: are tally's idempotency markers";
+  if (IsInternalKey(key)) {
+    return "ERR keys that start with a NUL byte are tally's own records (idempotency markers, "
+           "source positions)";
   }
   return fmt::format(
       "ERR key '{}' belongs to the derived counter '{}': it changes only through pushed "
@@ -480,8 +481,104 @@ struct DerivedCounters::PushScratch {
   };
   absl::flat_hash_map<absl::string_view, Sum> sums;
   absl::flat_hash_set<absl::string_view> seen_ids;
-  std::vector<bool> skip;
+  std::vector<bool> skip;                   // changes not to apply (duplicates)
+  std::vector<DecodedChange> stream_changes;  // ApplyTransaction's changes as pushes
 };
+
+Status DerivedCounters::RunFormula(const Catalog& catalog, std::span<const DecodedChange> changes,
+                                   std::string_view only_counter, PushScratch& scratch) {
+  scratch.increments.clear();
+  scratch.families.clear();
+  scratch.change_end.clear();
+  for (size_t i = 0; i < changes.size(); ++i) {
+    const DecodedChange& change = changes[i];
+    const SourceEntry* source = catalog.sources.at(change.source->schema->name).get();
+    std::optional<defs::RowView> old_row;
+    std::optional<defs::RowView> new_row;
+    if (change.old_row) old_row = defs::RowView(*change.old_row);
+    if (change.new_row) new_row = defs::RowView(*change.new_row);
+    for (const auto& family : source->counters) {
+      if (!only_counter.empty() && family->counter.name() != only_counter) continue;
+      auto status = defs::AppendIncrements(family->counter, old_row, new_row, scratch.eval,
+                                           &scratch.increments);
+      if (!status) {
+        // The row itself is bad (an overflow in an expression is the row's, not a counter's).
+        return MakeError(ErrorCode::kInvalidArgument,
+                         fmt::format("change {}: {}", i + 1, status.error().message));
+      }
+      scratch.families.resize(scratch.increments.size(), family.get());
+    }
+    scratch.change_end.push_back(scratch.increments.size());
+  }
+  return OkStatus();
+}
+
+Status DerivedCounters::WriteSums(engine::View& view, PushScratch& scratch,
+                                  PushOutcome* outcome) {
+  // One sum per key.
+  scratch.sums.clear();
+  size_t begin = 0;
+  for (size_t i = 0; i < scratch.change_end.size(); ++i) {
+    const size_t end = scratch.change_end[i];
+    if (scratch.skip[i]) {
+      ++outcome->duplicates;
+      begin = end;
+      continue;
+    }
+    for (size_t j = begin; j < end; ++j) {
+      const defs::Increment& increment = scratch.increments[j];
+      auto [it, inserted] = scratch.sums.try_emplace(Absl(increment.key),
+                                                     PushScratch::Sum{0, scratch.families[j]});
+      const std::optional<int64_t> sum = CheckedAdd(it->second.delta, increment.delta);
+      if (!sum) {
+        return MakeError(ErrorCode::kOverflow,
+                         fmt::format("change {}: counter {}: the push would take {} out of the "
+                                     "int64 range",
+                                     i + 1, scratch.families[j]->counter.name(), increment.key));
+      }
+      it->second.delta = *sum;
+    }
+    begin = end;
+    ++outcome->applied;
+  }
+
+  // Check every result before writing any.
+  for (const auto& [stored_key, sum] : scratch.sums) {
+    if (sum.delta == 0) continue;
+    const std::string_view key(stored_key.data(), stored_key.size());
+    const int64_t current = view.Get(engine::HashedKey(key)).value_or(0);
+    if (!CheckedAdd(current, sum.delta)) {
+      return MakeError(ErrorCode::kOverflow,
+                       fmt::format("counter {}: the push would take {} out of the int64 range "
+                                   "(now {}, increment {})",
+                                   sum.family->counter.name(), key, current, sum.delta));
+    }
+  }
+
+  // Apply: one write per key, groups back at 0 deleted, the index kept in step.
+  for (const auto& [stored_key, sum] : scratch.sums) {
+    if (sum.delta == 0) continue;
+    const std::string_view key(stored_key.data(), stored_key.size());
+    const engine::HashedKey hashed(key);
+    const std::optional<int64_t> current = view.Get(hashed);
+    const int64_t value = current.value_or(0) + sum.delta;
+    Family& family = *sum.family;
+    if (value == 0) {
+      view.Delete(hashed);
+      std::lock_guard lock(family.mutex);
+      family.keys.erase(stored_key);
+    } else {
+      view.IncrBy(hashed, sum.delta);
+      if (!current) {
+        std::lock_guard lock(family.mutex);
+        family.keys.emplace(key);
+      }
+    }
+    family.version.fetch_add(1, std::memory_order_relaxed);
+    ++outcome->increments;
+  }
+  return OkStatus();
+}
 
 Result<PushOutcome> DerivedCounters::Push(std::string_view body, std::string_view batch_id,
                                           ChangeDecoder& decoder, std::string_view only_counter) {
@@ -507,30 +604,8 @@ Result<PushOutcome> DerivedCounters::Push(std::string_view body, std::string_vie
                         fmt::format("a push holds at most {} changes; this one has {}",
                                     options_.max_batch_changes, changes.size())});
   }
-
-  // The formula, change by change; nothing is written yet.
-  scratch.increments.clear();
-  scratch.families.clear();
-  scratch.change_end.clear();
-  for (size_t i = 0; i < changes.size(); ++i) {
-    const DecodedChange& change = changes[i];
-    const SourceEntry* source = catalog->sources.at(change.source->schema->name).get();
-    std::optional<defs::RowView> old_row;
-    std::optional<defs::RowView> new_row;
-    if (change.old_row) old_row = defs::RowView(*change.old_row);
-    if (change.new_row) new_row = defs::RowView(*change.new_row);
-    for (const auto& family : source->counters) {
-      if (!only_counter.empty() && family->counter.name() != only_counter) continue;
-      auto status = defs::AppendIncrements(family->counter, old_row, new_row, scratch.eval,
-                                           &scratch.increments);
-      if (!status) {
-        // The row itself is bad (an overflow in an expression is the row's, not a counter's).
-        return refuse(Error{ErrorCode::kInvalidArgument,
-                            fmt::format("change {}: {}", i + 1, status.error().message)});
-      }
-      scratch.families.resize(scratch.increments.size(), family.get());
-    }
-    scratch.change_end.push_back(scratch.increments.size());
+  if (auto status = RunFormula(*catalog, changes, only_counter, scratch); !status) {
+    return refuse(status.error());
   }
 
   // Lock every key the push may write, and its id markers.
@@ -567,70 +642,7 @@ Result<PushOutcome> DerivedCounters::Push(std::string_view body, std::string_vie
     const engine::HashedKey& marker = marker_keys[next_marker++];
     scratch.skip[i] = !scratch.seen_ids.insert(Absl(changes[i].id)).second || view.Exists(marker);
   }
-
-  // One sum per key.
-  scratch.sums.clear();
-  size_t begin = 0;
-  for (size_t i = 0; i < changes.size(); ++i) {
-    const size_t end = scratch.change_end[i];
-    if (scratch.skip[i]) {
-      ++outcome.duplicates;
-      begin = end;
-      continue;
-    }
-    for (size_t j = begin; j < end; ++j) {
-      const defs::Increment& increment = scratch.increments[j];
-      auto [it, inserted] =
-          scratch.sums.try_emplace(Absl(increment.key), PushScratch::Sum{0, scratch.families[j]});
-      const std::optional<int64_t> sum = CheckedAdd(it->second.delta, increment.delta);
-      if (!sum) {
-        return refuse(Error{ErrorCode::kOverflow,
-                            fmt::format("change {}: counter {}: the push would take {} out of "
-                                        "the int64 range",
-                                        i + 1, scratch.families[j]->counter.name(),
-                                        increment.key)});
-      }
-      it->second.delta = *sum;
-    }
-    begin = end;
-    ++outcome.applied;
-  }
-
-  // Check every result before writing any.
-  for (const auto& [stored_key, sum] : scratch.sums) {
-    if (sum.delta == 0) continue;
-    const std::string_view key(stored_key.data(), stored_key.size());
-    const int64_t current = view.Get(engine::HashedKey(key)).value_or(0);
-    if (!CheckedAdd(current, sum.delta)) {
-      return refuse(Error{ErrorCode::kOverflow,
-                          fmt::format("counter {}: the push would take {} out of the int64 range "
-                                      "(now {}, increment {})",
-                                      sum.family->counter.name(), key, current, sum.delta)});
-    }
-  }
-
-  // Apply: one write per key, groups back at 0 deleted, the index kept in step.
-  for (const auto& [stored_key, sum] : scratch.sums) {
-    if (sum.delta == 0) continue;
-    const std::string_view key(stored_key.data(), stored_key.size());
-    const engine::HashedKey hashed(key);
-    const std::optional<int64_t> current = view.Get(hashed);
-    const int64_t value = current.value_or(0) + sum.delta;
-    Family& family = *sum.family;
-    if (value == 0) {
-      view.Delete(hashed);
-      std::lock_guard lock(family.mutex);
-      family.keys.erase(stored_key);
-    } else {
-      view.IncrBy(hashed, sum.delta);
-      if (!current) {
-        std::lock_guard lock(family.mutex);
-        family.keys.emplace(key);
-      }
-    }
-    family.version.fetch_add(1, std::memory_order_relaxed);
-    ++outcome.increments;
-  }
+  if (auto status = WriteSums(view, scratch, &outcome); !status) return refuse(status.error());
 
   // The markers, durable with the increments.
   if (outcome.applied > 0 || !batch_id.empty()) {
@@ -648,6 +660,138 @@ Result<PushOutcome> DerivedCounters::Push(std::string_view body, std::string_vie
   outcome.required_epoch = view.required_epoch();
   changes_applied_.fetch_add(outcome.applied, std::memory_order_relaxed);
   return outcome;
+}
+
+// ---- Source streams -------------------------------------------------------------------
+
+namespace {
+
+std::string PositionKey(std::string_view source) {
+  std::string key(kPositionPrefix);
+  key.append(source);
+  return key;
+}
+
+}  // namespace
+
+int64_t DerivedCounters::SourcePosition(std::string_view source) {
+  const std::string key = PositionKey(source);
+  const engine::HashedKey hashed(key);
+  engine::View view = engine_.keyspace().Lock(hashed);
+  return view.Get(hashed).value_or(0);
+}
+
+std::optional<defs::SourceSchema> DerivedCounters::SourceSchemaOf(std::string_view source) const {
+  auto catalog = Snapshot();
+  const auto it = catalog->sources.find(Absl(source));
+  if (it == catalog->sources.end()) return std::nullopt;
+  return it->second->schema;
+}
+
+Result<PushOutcome> DerivedCounters::ApplyTransaction(std::string_view source,
+                                                      std::span<const SourceRowChange> changes,
+                                                      int64_t position) {
+  thread_local PushScratch scratch;
+  std::shared_lock apply(apply_mutex_);
+  const std::shared_ptr<const Catalog> catalog = Snapshot();
+  const auto entry = catalog->sources.find(Absl(source));
+  if (entry == catalog->sources.end()) {
+    return MakeError(ErrorCode::kNotFound, fmt::format("source {} does not exist", source));
+  }
+  const SourceEntry& source_entry = *entry->second;
+  const bool truncates = std::ranges::any_of(changes, &SourceRowChange::truncate);
+  // A TRUNCATE deletes groups it cannot name in advance: such a transaction holds every
+  // stripe. Otherwise only the stripes of its keys (and of the position).
+  scratch.stream_changes.clear();
+  for (const SourceRowChange& change : changes) {
+    if (change.truncate) continue;
+    DecodedChange& decoded = scratch.stream_changes.emplace_back();
+    decoded.source = &source_entry.view;
+    decoded.old_row = change.old_row;
+    decoded.new_row = change.new_row;
+  }
+  if (auto status = RunFormula(*catalog, scratch.stream_changes, {}, scratch); !status) {
+    return tl::unexpected(status.error());
+  }
+  const std::string position_key = PositionKey(source);
+  scratch.hashed.clear();
+  for (const defs::Increment& increment : scratch.increments) {
+    scratch.hashed.emplace_back(increment.key);
+  }
+  scratch.hashed.emplace_back(position_key);
+  engine::View view =
+      truncates ? engine_.keyspace().LockAll() : engine_.keyspace().Lock(scratch.hashed);
+
+  PushOutcome outcome;
+  outcome.changes = changes.size();
+  const engine::HashedKey position_hashed(position_key);
+  if (position != 0 && view.Get(position_hashed).value_or(0) >= position) {
+    outcome.duplicates = changes.size();
+    outcome.required_epoch = view.required_epoch();
+    return outcome;
+  }
+  if (truncates) {
+    // Apply in order: the changes before a TRUNCATE count, then every group goes, then
+    // the changes after it count. Rare enough to run the formula again per segment.
+    size_t begin = 0;
+    for (size_t i = 0; i <= changes.size(); ++i) {
+      if (i < changes.size() && !changes[i].truncate) continue;
+      std::vector<DecodedChange> segment;
+      for (size_t j = begin; j < i; ++j) {
+        DecodedChange& decoded = segment.emplace_back();
+        decoded.source = &source_entry.view;
+        decoded.old_row = changes[j].old_row;
+        decoded.new_row = changes[j].new_row;
+      }
+      if (auto status = RunFormula(*catalog, segment, {}, scratch); !status) {
+        return tl::unexpected(status.error());
+      }
+      scratch.skip.assign(segment.size(), false);
+      if (auto status = WriteSums(view, scratch, &outcome); !status) {
+        return tl::unexpected(status.error());
+      }
+      if (i < changes.size()) {
+        for (const auto& family : source_entry.counters) {
+          std::lock_guard lock(family->mutex);
+          for (const std::string& key : family->keys) view.Delete(engine::HashedKey(key));
+          family->keys.clear();
+          family->top_cache.clear();
+          family->version.fetch_add(1, std::memory_order_relaxed);
+        }
+        ++outcome.applied;
+      }
+      begin = i + 1;
+    }
+  } else {
+    scratch.skip.assign(scratch.stream_changes.size(), false);
+    if (auto status = WriteSums(view, scratch, &outcome); !status) {
+      return tl::unexpected(status.error());
+    }
+  }
+  if (position != 0) view.Set(position_hashed, position, engine::SetOptions{});
+  outcome.required_epoch = view.required_epoch();
+  changes_applied_.fetch_add(outcome.applied, std::memory_order_relaxed);
+  return outcome;
+}
+
+Status DerivedCounters::ResetSource(std::string_view source) {
+  std::unique_lock ddl(apply_mutex_);
+  auto catalog = Snapshot();
+  const auto entry = catalog->sources.find(Absl(source));
+  if (entry == catalog->sources.end()) {
+    return MakeError(ErrorCode::kNotFound, fmt::format("source {} does not exist", source));
+  }
+  for (const auto& family : entry->second->counters) DeleteGroups(*family);
+  const std::string position_key = PositionKey(source);
+  const engine::HashedKey hashed(position_key);
+  uint64_t epoch = 0;
+  {
+    engine::View view = engine_.keyspace().Lock(hashed);
+    view.Delete(hashed);
+    epoch = view.required_epoch();
+  }
+  if (epoch != 0) WaitDurable(epoch);
+  return OkStatus();
 }
 
 // ---- Reads ----------------------------------------------------------------------------

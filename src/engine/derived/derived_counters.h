@@ -43,10 +43,13 @@
 
 namespace tally::derived {
 
-// The keys of idempotency markers start with this. No counter name holds a NUL byte, so
-// no derived key starts like it; listings of the keyspace hide these keys.
+// tally's own records in the keyspace start with a NUL byte: idempotency markers
+// ("\0id:<id>") and source positions ("\0pos:<source>"). No counter name holds a NUL byte,
+// so no derived key starts like this; plain writes to such keys are refused and listings
+// of the keyspace hide them.
 inline constexpr std::string_view kIdMarkerPrefix{"\0id:", 4};
-inline bool IsIdMarker(std::string_view key) { return key.starts_with(kIdMarkerPrefix); }
+inline constexpr std::string_view kPositionPrefix{"\0pos:", 5};
+inline bool IsInternalKey(std::string_view key) { return !key.empty() && key.front() == '\0'; }
 
 struct DerivedOptions {
   int64_t idempotency_window_ms = 24LL * 3600 * 1000;  // how long an id is remembered
@@ -81,6 +84,14 @@ struct PushOutcome {
   size_t duplicates = 0;  // changes skipped: their id (or the batch's) was seen before
   size_t increments = 0;  // counter keys written
   uint64_t required_epoch = 0;  // the reply may leave once this epoch is durable
+};
+
+// One change of a source's own change stream (PostgreSQL logical replication): rows in
+// the source's schema order, or a TRUNCATE of the source (every counter on it back to 0).
+struct SourceRowChange {
+  std::optional<std::vector<definitions::Value>> old_row;
+  std::optional<std::vector<definitions::Value>> new_row;
+  bool truncate = false;
 };
 
 // One counter value of a read.
@@ -129,6 +140,24 @@ class DerivedCounters {
   Result<PushOutcome> Push(std::string_view body, std::string_view batch_id,
                            ChangeDecoder& decoder, std::string_view only_counter = {});
 
+  // Applies one transaction of `source`'s change stream atomically *together with* the
+  // source's new `position` (its commit LSN): one commit epoch holds the increments and
+  // the position, so after any crash the stored position says exactly which transactions
+  // are counted. A transaction at or below the stored position is skipped (outcome.applied
+  // = 0): it was counted before. An error (a row that does not fit, a counter that would
+  // overflow) applies nothing; the stream must stop there. With `position` 0 no position
+  // is written (a backfill chunk).
+  Result<PushOutcome> ApplyTransaction(std::string_view source,
+                                       std::span<const SourceRowChange> changes,
+                                       int64_t position);
+  // The stored position of `source`; 0 when none (never streamed, or reset).
+  int64_t SourcePosition(std::string_view source);
+  // Deletes every group of every counter on `source`, and its position (a backfill that
+  // must start again). Durable when it returns.
+  Status ResetSource(std::string_view source);
+  // The schema of a source, when it exists.
+  std::optional<definitions::SourceSchema> SourceSchemaOf(std::string_view source) const;
+
   // The canonical key of `counter`'s group given as parts (ParseKeyPart), all of them.
   Result<std::string> KeyOf(std::string_view counter, std::span<const std::string_view> parts) const;
   // The key prefix "counter:part:...:" of the first parts.size() key columns.
@@ -175,6 +204,14 @@ class DerivedCounters {
   Result<std::string> DropCounter(std::string_view name);
   // Deletes every key of `family` and waits until the deletions are durable.
   void DeleteGroups(Family& family);
+  // Runs the formula of every counter on each change's source (or `only_counter`) into
+  // `scratch`; nothing is written. The error names the change.
+  Status RunFormula(const Catalog& catalog, std::span<const DecodedChange> changes,
+                    std::string_view only_counter, PushScratch& scratch);
+  // Sums the increments of the changes not marked to skip per key, checks that every
+  // result fits, then writes them all (a group back at 0 is deleted). Nothing is written
+  // on error. REQUIRES: `view` holds every key of the increments.
+  Status WriteSums(engine::View& view, PushScratch& scratch, PushOutcome* outcome);
   // Blocks until `epoch` is durable, committing on this thread when nobody else is.
   void WaitDurable(uint64_t epoch);
 

@@ -277,6 +277,77 @@ TEST_F(DerivedCountersTest, ABackfillMovesOneCounterOnly) {
   EXPECT_EQ(derived_->Push(rows, "", decoder_, "nope").error().code, ErrorCode::kNotFound);
 }
 
+// A row of the blog model's source in schema order.
+std::vector<definitions::Value> PostRow(int id, int user, int blog, int rating, bool published) {
+  using definitions::Value;
+  return {Value::Int(id),     Value::Int(user),          Value::Int(blog),
+          Value::Int(rating), Value::Bool(published),    Value::Bool(false),
+          Value::Timestamp(1'714'557'600'000'000)};
+}
+
+TEST_F(DerivedCountersTest, SourceTransactionsCarryTheirPositionAndApplyOnce) {
+  Define(kBlogModel);
+  EXPECT_EQ(derived_->SourcePosition("posts"), 0);
+  std::vector<SourceRowChange> txn(2);
+  txn[0].new_row = PostRow(1, 10, 7, 4, true);
+  txn[1].new_row = PostRow(2, 10, 7, 1, true);
+  auto first = derived_->ApplyTransaction("posts", txn, 1000);
+  ASSERT_TRUE(first) << first.error().message;
+  EXPECT_EQ(first->applied, 2u);
+  engine_->committer().WaitDurable(first->required_epoch);
+  // The same transaction again (a stream resumed from an older position) is skipped.
+  auto again = derived_->ApplyTransaction("posts", txn, 1000);
+  ASSERT_TRUE(again);
+  EXPECT_EQ(again->applied, 0u);
+  EXPECT_EQ(Value("blog_posts:7:10"), 2);
+
+  Restart();
+  EXPECT_EQ(derived_->SourcePosition("posts"), 1000);
+  std::vector<SourceRowChange> update(1);
+  update[0].old_row = PostRow(1, 10, 7, 4, true);
+  update[0].new_row = PostRow(1, 10, 8, 4, true);
+  ASSERT_TRUE(derived_->ApplyTransaction("posts", update, 2000));
+  EXPECT_EQ(Value("blog_posts:7:10"), 1);
+  EXPECT_EQ(Value("blog_posts:8:10"), 1);
+  EXPECT_EQ(derived_->SourcePosition("posts"), 2000);
+  EXPECT_FALSE(derived_->ApplyTransaction("nope", update, 3000));
+}
+
+TEST_F(DerivedCountersTest, ATruncateZeroesTheSourcesCountersInOrder) {
+  Define(kBlogModel);
+  std::vector<SourceRowChange> txn(4);
+  txn[0].new_row = PostRow(1, 10, 7, 4, true);
+  txn[1].truncate = true;
+  txn[2].new_row = PostRow(2, 11, 7, 2, true);
+  txn[3].new_row = PostRow(3, 11, 9, 5, true);
+  auto applied = derived_->ApplyTransaction("posts", txn, 500);
+  ASSERT_TRUE(applied) << applied.error().message;
+  const std::map<std::string, int64_t> expected{{"blog_posts:7:11", 1},
+                                                {"blog_posts:9:11", 1},
+                                                {"blog_rating:7", 2},
+                                                {"blog_rating:9", 5}};
+  EXPECT_EQ(All(), expected);
+  std::vector<SourceRowChange> truncate(1);
+  truncate[0].truncate = true;
+  ASSERT_TRUE(derived_->ApplyTransaction("posts", truncate, 600));
+  EXPECT_TRUE(All().empty());
+  EXPECT_EQ(derived_->SourcePosition("posts"), 600);
+  Restart();
+  EXPECT_TRUE(All().empty());
+}
+
+TEST_F(DerivedCountersTest, ASourceResetForgetsGroupsAndPosition) {
+  Define(kBlogModel);
+  std::vector<SourceRowChange> txn(1);
+  txn[0].new_row = PostRow(1, 10, 7, 4, true);
+  ASSERT_TRUE(derived_->ApplyTransaction("posts", txn, 0));  // a backfill chunk
+  EXPECT_EQ(derived_->SourcePosition("posts"), 0);
+  EXPECT_EQ(Value("blog_posts:7:10"), 1);
+  ASSERT_TRUE(derived_->ResetSource("posts"));
+  EXPECT_TRUE(All().empty());
+  EXPECT_TRUE(derived_->IsProtectedKey(std::string("\0pos:posts", 10)));
+}
+
 TEST_F(DerivedCountersTest, PlainCountersMayNotBeTakenOver) {
   {
     const engine::HashedKey key("blog_posts:1:1");

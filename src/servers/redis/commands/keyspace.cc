@@ -116,7 +116,7 @@ void Scan(CommandContext& ctx) {
   std::vector<std::string> keys;
   uint64_t next = 0;
   const auto match = [&](std::string_view key) {
-    return only_counters && !derived::IsIdMarker(key) &&
+    return only_counters && !derived::IsInternalKey(key) &&
            (pattern.empty() || pattern == "*" || GlobMatch(pattern, key));
   };
   // Inside EXEC every stripe is already held by this thread: scan without locking.
@@ -133,7 +133,7 @@ void Keys(CommandContext& ctx) {
   std::vector<std::string> keys;
   uint64_t cursor = 0;
   const auto match = [&](std::string_view key) {
-    return !derived::IsIdMarker(key) && (pattern == "*" || GlobMatch(pattern, key));
+    return !derived::IsInternalKey(key) && (pattern == "*" || GlobMatch(pattern, key));
   };
   do {
     cursor = ctx.server.engine().keyspace().Scan(cursor, 4096, match, &keys,
