@@ -1,9 +1,11 @@
 #include "servers/http/worker.h"
 
+#include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 #include <boost/asio/post.hpp>
 
+#include "servers/event_loop.h"
 #include "servers/http/connection.h"
 
 namespace tally::http {
@@ -17,14 +19,7 @@ void HttpWorker::Start() {
   guard_ =
       std::make_unique<boost::asio::executor_work_guard<boost::asio::io_context::executor_type>>(
           io_.get_executor());
-  thread_ = std::thread([this] {
-    try {
-      io_.run();
-    } catch (const std::exception& e) {
-      spdlog::critical("HTTP worker {} stopped by an exception: {}", index_, e.what());
-      std::abort();
-    }
-  });
+  thread_ = servers::RunEventLoop(io_, fmt::format("HTTP worker {}", index_));
 }
 
 void HttpWorker::Stop() {

@@ -1,9 +1,11 @@
 #include "servers/redis/worker.h"
 
+#include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 #include <boost/asio/post.hpp>
 
+#include "servers/event_loop.h"
 #include "servers/redis/connection.h"
 
 namespace tally::redis {
@@ -22,14 +24,7 @@ void Worker::Start() {
       std::make_unique<boost::asio::executor_work_guard<boost::asio::io_context::executor_type>>(
           io_.get_executor());
   StartHousekeeping();
-  thread_ = std::thread([this] {
-    try {
-      io_.run();
-    } catch (const std::exception& e) {
-      spdlog::critical("worker {} stopped by an exception: {}", index_, e.what());
-      std::abort();
-    }
-  });
+  thread_ = servers::RunEventLoop(io_, fmt::format("worker {}", index_));
 }
 
 void Worker::Stop() {
