@@ -177,8 +177,8 @@ bool DerivedCounters::IsProtectedKey(std::string_view key) const {
 
 std::string DerivedCounters::ProtectedKeyError(std::string_view key) const {
   if (IsInternalKey(key)) {
-    return "ERR keys that start with a NUL byte are tally's own records (idempotency markers, "
-           "source positions)";
+    return "ERR keys that start with \\x00id: or \\x00pos: are tally's own records "
+           "(idempotency markers, source positions)";
   }
   return fmt::format(
       "ERR key '{}' belongs to the derived counter '{}': it changes only through pushed "

@@ -43,13 +43,15 @@
 
 namespace tally::derived {
 
-// tally's own records in the keyspace start with a NUL byte: idempotency markers
-// ("\0id:<id>") and source positions ("\0pos:<source>"). No counter name holds a NUL byte,
-// so no derived key starts like this; plain writes to such keys are refused and listings
-// of the keyspace hide them.
+// tally's own records in the keyspace: idempotency markers ("\0id:<id>") and source
+// positions ("\0pos:<source>"). No counter name holds a NUL byte, so no derived key starts
+// like this; plain writes to such keys are refused and listings of the keyspace hide them.
+// Other keys that start with a NUL byte are ordinary binary keys.
 inline constexpr std::string_view kIdMarkerPrefix{"\0id:", 4};
 inline constexpr std::string_view kPositionPrefix{"\0pos:", 5};
-inline bool IsInternalKey(std::string_view key) { return !key.empty() && key.front() == '\0'; }
+inline bool IsInternalKey(std::string_view key) {
+  return key.starts_with(kIdMarkerPrefix) || key.starts_with(kPositionPrefix);
+}
 
 struct DerivedOptions {
   int64_t idempotency_window_ms = 24LL * 3600 * 1000;  // how long an id is remembered

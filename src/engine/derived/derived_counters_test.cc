@@ -359,6 +359,7 @@ TEST_F(DerivedCountersTest, PlainCountersMayNotBeTakenOver) {
   EXPECT_NE(refused.error().message.find("plain counters named blog_posts:"), std::string::npos)
       << refused.error().message;
   EXPECT_TRUE(derived_->IsProtectedKey(std::string("\0id:x", 5)));
+  EXPECT_FALSE(derived_->IsProtectedKey(std::string("\0", 1)));  // a binary key
   EXPECT_FALSE(derived_->IsProtectedKey("blog_posts:1:1"));  // the counter was not created
   EXPECT_FALSE(derived_->IsProtectedKey("blog_rating:1"));   // the script stopped before
 }
