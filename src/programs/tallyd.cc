@@ -7,12 +7,14 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <sstream>
 
 #include "engine/derived/derived_counters.h"
 #include "engine/engine.h"
 #include "servers/http/server.h"
 #include "servers/redis/server.h"
+#include "sources/postgres/postgres_source.h"
 #include "storage/rocksdb_store.h"
 
 namespace {
@@ -54,6 +56,8 @@ int main(int argc, char** argv) {
   http.bind.clear();  // empty: the same address as --bind
   std::string http_max_body = "64mb";
   int64_t idempotency_window_seconds = 24 * 3600;
+  tally::sources::postgres::PostgresSourceOptions pg_source;
+  std::string source_lag_warn_bytes = "1gb";
 
   app.add_option("--bind", server.bind, "Address to listen on")->capture_default_str();
   app.add_option("--port", server.port, "Port for the Redis protocol (0 = any free port)")
@@ -134,6 +138,19 @@ int main(int argc, char** argv) {
                  "response could not be sent, within this many seconds (0 = never)")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 31))
       ->capture_default_str();
+  app.add_option("--source", pg_source.conninfo,
+                 "PostgreSQL to follow (libpq connection string, postgresql://user:pw@host/db "
+                 "or key=value): the tables named like the sources that counters read are "
+                 "backfilled, then kept by logical replication");
+  app.add_option("--source-slot", pg_source.slot,
+                 "Logical replication slot tally creates and consumes on the --source database")
+      ->capture_default_str();
+  app.add_option("--source-publication", pg_source.publication,
+                 "Publication tally creates (or extends) for the source tables")
+      ->capture_default_str();
+  app.add_option("--source-lag-warn-bytes", source_lag_warn_bytes,
+                 "Warn when the stream is this far behind the database's WAL (e.g. 1gb)")
+      ->capture_default_str();
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error or off")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "off"}))
       ->capture_default_str();
@@ -144,6 +161,7 @@ int main(int argc, char** argv) {
     server.client_query_buffer_limit = ParseBytes(query_buffer_limit);
     server.client_output_buffer_limit = ParseBytes(output_buffer_limit);
     http.max_body_bytes = static_cast<uint64_t>(ParseBytes(http_max_body));
+    pg_source.lag_warn_bytes = static_cast<uint64_t>(ParseBytes(source_lag_warn_bytes));
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   } catch (const std::exception& e) {
@@ -220,6 +238,18 @@ int main(int argc, char** argv) {
     engine.Stop();
     return 1;
   }
+  std::unique_ptr<tally::sources::postgres::PostgresSource> source;
+  if (!pg_source.conninfo.empty()) {
+    source = std::make_unique<tally::sources::postgres::PostgresSource>(engine, derived, pg_source);
+    if (auto status = source->Start(); !status) {
+      spdlog::critical("--source: {}", status.error().message);
+      source.reset();
+      http_server.Stop();
+      redis.Stop();
+      engine.Stop();
+      return 1;
+    }
+  }
   spdlog::info("tallyd ready: redis-cli -h {} -p {}, HTTP API on http://{}:{}/ (durability={}, "
                "data in {})",
                server.bind, redis.port(), http.bind, http_server.port(), durability,
@@ -228,6 +258,7 @@ int main(int argc, char** argv) {
   int signal = 0;
   sigwait(&stop_signals, &signal);
   spdlog::info("signal {} received: stopping", signal);
+  if (source != nullptr) source->Stop();  // a last acknowledgement of what is durable
   http_server.Stop();
   redis.Stop();
   engine.Stop();

@@ -1,0 +1,676 @@
+#include "sources/postgres/postgres_source.h"
+
+#include <fmt/core.h>
+#include <libpq-fe.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <deque>
+#include <optional>
+#include <span>
+#include <unordered_map>
+#include <utility>
+#include <variant>
+
+#include "sources/postgres/pg_types.h"
+#include "sources/postgres/pgoutput.h"
+#include "sources/postgres/replication_stream.h"
+
+namespace tally::sources::postgres {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+namespace defs = tally::definitions;
+
+struct ResultDeleter {
+  void operator()(PGresult* r) const { PQclear(r); }
+};
+using PgResult = std::unique_ptr<PGresult, ResultDeleter>;
+
+std::string OneLine(std::string_view text) {
+  std::string out;
+  for (char c : text) {
+    if (c == '\n' || c == '\r' || c == '\t') {
+      if (!out.empty() && out.back() != ' ') out.push_back(' ');
+      continue;
+    }
+    out.push_back(c);
+  }
+  while (!out.empty() && out.back() == ' ') out.pop_back();
+  return out;
+}
+
+// The connection string with the session settings pgoutput's text values and ours are
+// parsed under (pg_types.h): options='-c DateStyle=ISO -c TimeZone=UTC' appended to any
+// given, and connect_timeout=10 unless set. A string libpq cannot parse is returned as
+// is: ReplicationStream::Open reports it.
+std::string WithSessionSettings(const std::string& conninfo) {
+  char* error = nullptr;
+  PQconninfoOption* options = PQconninfoParse(conninfo.c_str(), &error);
+  if (options == nullptr) {
+    PQfreemem(error);
+    return conninfo;
+  }
+  auto quote = [](std::string_view v) {
+    std::string out = "'";
+    for (char c : v) {
+      if (c == '\'' || c == '\\') out.push_back('\\');
+      out.push_back(c);
+    }
+    return out + "'";
+  };
+  std::string out;
+  bool has_options = false;
+  bool has_timeout = false;
+  const std::string settings = "-c DateStyle=ISO -c TimeZone=UTC";
+  for (PQconninfoOption* o = options; o->keyword != nullptr; ++o) {
+    if (o->val == nullptr) continue;
+    std::string value = o->val;
+    const std::string key = o->keyword;
+    if (key == "options") {
+      has_options = true;
+      value += " " + settings;
+    }
+    if (key == "connect_timeout") has_timeout = true;
+    out += key + "=" + quote(value) + " ";
+  }
+  PQconninfoFree(options);
+  if (!has_options) out += "options=" + quote(settings) + " ";
+  if (!has_timeout) out += "connect_timeout=10";
+  return out;
+}
+
+Result<PgResult> Exec(pg_conn* conn, const std::string& sql,
+                      const std::vector<std::string>& params = {}) {
+  std::vector<const char*> values;
+  for (const std::string& p : params) values.push_back(p.c_str());
+  PgResult r(PQexecParams(conn, sql.c_str(), static_cast<int>(values.size()), nullptr,
+                          values.data(), nullptr, nullptr, 0));
+  if (r == nullptr) return IOError("query failed: " + OneLine(PQerrorMessage(conn)));
+  const ExecStatusType status = PQresultStatus(r.get());
+  if (status != PGRES_COMMAND_OK && status != PGRES_TUPLES_OK) {
+    const char* message = PQresultErrorMessage(r.get());
+    return IOError(OneLine(message != nullptr && *message != '\0' ? message
+                                                                   : PQerrorMessage(conn)));
+  }
+  return r;
+}
+
+std::string Text(const PGresult* r, int row, int column) {
+  return {PQgetvalue(r, row, column), static_cast<size_t>(PQgetlength(r, row, column))};
+}
+
+int64_t NowMicros() {
+  return std::chrono::duration_cast<std::chrono::microseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+}  // namespace
+
+struct PostgresSource::Table {
+  std::string source;    // tally's source name = the table's SQL name
+  std::string sql_name;  // as the server prints it (quoted, qualified where needed)
+  uint32_t oid = 0;
+  defs::SourceSchema schema;
+  std::optional<ColumnMapping> mapping;   // from the session's last Relation message
+  int64_t position = 0;                   // stored position (as far as this thread wrote it)
+  std::vector<derived::SourceRowChange> changes;  // of the open transaction
+};
+
+struct PostgresSource::Session {
+  std::unique_ptr<ReplicationStream> stream;
+  pg_conn* sql = nullptr;
+  std::vector<Table> tables;
+  uint64_t pending_epoch = 0;  // the newest epoch applied and not yet known durable
+  Lsn received = 0;
+  ~Session() {
+    if (sql != nullptr) PQfinish(sql);
+  }
+  Table* ByOid(uint32_t oid) {
+    for (Table& t : tables)
+      if (t.oid == oid) return &t;
+    return nullptr;
+  }
+  int64_t MinPosition() const {
+    int64_t p = INT64_MAX;
+    for (const Table& t : tables) p = std::min(p, t.position);
+    return tables.empty() ? 0 : p;
+  }
+};
+
+PostgresSource::PostgresSource(engine::Engine& engine, derived::DerivedCounters& derived,
+                               PostgresSourceOptions options)
+    : engine_(engine), derived_(derived), options_(std::move(options)) {
+  session_conninfo_ = WithSessionSettings(options_.conninfo);
+}
+
+PostgresSource::~PostgresSource() { Stop(); }
+
+bool PostgresSource::stopping() const {
+  std::lock_guard lock(mutex_);
+  return stop_;
+}
+
+void PostgresSource::SetState(const std::string& state, bool connected) {
+  std::lock_guard lock(mutex_);
+  stats_.state = state;
+  stats_.connected = connected;
+}
+
+void PostgresSource::SetError(const std::string& error) {
+  std::lock_guard lock(mutex_);
+  stats_.error = error;
+}
+
+PostgresSource::Stats PostgresSource::stats() const {
+  std::lock_guard lock(mutex_);
+  return stats_;
+}
+
+Status PostgresSource::Start() {
+  for (const derived::CounterListing& counter : derived_.Counters()) {
+    if (std::ranges::find(sources_, counter.source) == sources_.end())
+      sources_.push_back(counter.source);
+  }
+  std::ranges::sort(sources_);
+  if (sources_.empty()) {
+    return InvalidArgument(
+        "--source: no counter is defined, so there is no table to follow (give --definitions "
+        "with CREATE SOURCE and CREATE COUNTER statements)");
+  }
+  SetState("starting", false);
+  std::unique_ptr<Session> session;
+  if (auto s = Connect(&session); !s) return s;
+  thread_ = std::thread([this, s = std::move(session)]() mutable { Run(std::move(s)); });
+  return OkStatus();
+}
+
+void PostgresSource::Stop() {
+  {
+    std::lock_guard lock(mutex_);
+    stop_ = true;
+  }
+  wake_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+Status PostgresSource::Connect(std::unique_ptr<Session>* out) {
+  auto session = std::make_unique<Session>();
+  session->stream = std::make_unique<ReplicationStream>();
+  ReplicationStream& stream = *session->stream;
+  if (auto s = stream.Open(session_conninfo_); !s) return s;
+  auto id = stream.IdentifySystem();
+  if (!id) return tl::unexpected(id.error());
+  if (auto s = stream.CheckReplicaIdentityFull(sources_); !s) return s;
+  auto change = stream.EnsurePublication(options_.publication, sources_);
+  if (!change) return tl::unexpected(change.error());
+  if (!change->added.empty()) {
+    std::string added;
+    for (const std::string& t : change->added) added += (added.empty() ? "" : ", ") + t;
+    spdlog::info("postgres source: publication {} {}: {}", options_.publication,
+                 change->created ? "created" : "extended", added);
+  }
+
+  session->sql = PQconnectdb(session_conninfo_.c_str());
+  if (PQstatus(session->sql) != CONNECTION_OK) {
+    return MakeError(ErrorCode::kUnavailable,
+                     "cannot connect: " + OneLine(PQerrorMessage(session->sql)));
+  }
+  for (const std::string& name : sources_) {
+    Table table;
+    table.source = name;
+    auto schema = derived_.SourceSchemaOf(name);
+    if (!schema) return MakeError(ErrorCode::kNotFound, "source " + name + " does not exist");
+    table.schema = *schema;
+    auto found = Exec(session->sql,
+                      "SELECT c.oid::text, c.oid::regclass::text FROM pg_catalog.pg_class c "
+                      "WHERE c.oid = pg_catalog.to_regclass($1)",
+                      {name});
+    if (!found) return tl::unexpected(found.error());
+    if (PQntuples(found->get()) != 1)
+      return MakeError(ErrorCode::kNotFound, "table \"" + name + "\" does not exist");
+    table.oid = static_cast<uint32_t>(std::stoul(Text(found->get(), 0, 0)));
+    table.sql_name = Text(found->get(), 0, 1);
+    // The table's columns must feed the source's (the same check as each Relation message).
+    auto columns = Exec(session->sql,
+                        "SELECT attname::text, atttypid::oid::text FROM pg_catalog.pg_attribute "
+                        "WHERE attrelid = $1::oid AND attnum > 0 AND NOT attisdropped "
+                        "ORDER BY attnum",
+                        {std::to_string(table.oid)});
+    if (!columns) return tl::unexpected(columns.error());
+    RelationMessage relation;
+    relation.oid = table.oid;
+    relation.name = table.sql_name;
+    for (int i = 0; i < PQntuples(columns->get()); ++i) {
+      relation.columns.push_back(
+          {false, Text(columns->get(), i, 0),
+           static_cast<uint32_t>(std::stoul(Text(columns->get(), i, 1))), -1});
+    }
+    if (auto mapping = MapColumns(relation, table.schema); !mapping)
+      return tl::unexpected(mapping.error());
+    table.position = derived_.SourcePosition(name);
+    session->tables.push_back(std::move(table));
+  }
+  {
+    std::lock_guard lock(mutex_);
+    stats_.error.clear();
+  }
+  spdlog::info("postgres source: connected ({}), system {}, WAL at {}; tables {}",
+               stream.target(), id->system_id, FormatLsn(id->xlogpos),
+               fmt::format("{}", fmt::join(sources_, ", ")));
+  *out = std::move(session);
+  return OkStatus();
+}
+
+void PostgresSource::Run(std::unique_ptr<Session> session) {
+  auto backoff = options_.backoff_initial;
+  while (!stopping()) {
+    if (session == nullptr) {
+      SetState("reconnecting", false);
+      if (auto s = Connect(&session); !s) {
+        session.reset();
+        SetError(s.error().message);
+        spdlog::warn("postgres source: {}; retrying in {} ms", s.error().message,
+                     backoff.count());
+        std::unique_lock lock(mutex_);
+        ++stats_.reconnects;
+        wake_.wait_for(lock, backoff, [this] { return stop_; });
+        backoff = std::min(backoff * 2, options_.backoff_max);
+        continue;
+      }
+    }
+    bool fatal = false;
+    const uint64_t transactions_before = stats().transactions;
+    auto status = RunSession(*session, &fatal);
+    const bool progressed = stats().transactions != transactions_before;
+    session.reset();
+    if (stopping()) break;
+    const std::string message = status ? std::string("the stream ended") : status.error().message;
+    SetError(message);
+    if (fatal) {
+      SetState("failed", false);
+      spdlog::error("postgres source stopped: {}. Nothing more is applied; the counters keep "
+                    "what was counted before. Fix the cause and restart tallyd.",
+                    message);
+      return;
+    }
+    if (progressed) backoff = options_.backoff_initial;
+    spdlog::warn("postgres source: {}; reconnecting in {} ms", message, backoff.count());
+    std::unique_lock lock(mutex_);
+    stats_.connected = false;
+    stats_.state = "reconnecting";
+    ++stats_.reconnects;
+    wake_.wait_for(lock, backoff, [this] { return stop_; });
+    backoff = std::min(backoff * 2, options_.backoff_max);
+  }
+  SetState("stopped", false);
+}
+
+Status PostgresSource::RunSession(Session& session, bool* fatal) {
+  ReplicationStream& stream = *session.stream;
+  bool backfill = std::ranges::any_of(session.tables, [](const Table& t) { return t.position == 0; });
+  auto slot = stream.FindSlot(options_.slot);
+  if (!slot) return tl::unexpected(slot.error());
+  if (slot->has_value()) {
+    const SlotState& state = **slot;
+    if (state.slot_type != "logical" || state.plugin != "pgoutput") {
+      *fatal = true;
+      return InvalidArgument(fmt::format(
+          "replication slot {} is not a logical pgoutput slot ({} {}): choose another with "
+          "--source-slot",
+          options_.slot, state.slot_type, state.plugin));
+    }
+    if (!backfill && state.confirmed_flush &&
+        static_cast<int64_t>(*state.confirmed_flush) > session.MinPosition()) {
+      spdlog::warn("postgres source: slot {} is at {}, past tally's position {}: changes in "
+                   "between are gone; counting again from a snapshot",
+                   options_.slot, FormatLsn(*state.confirmed_flush),
+                   FormatLsn(static_cast<Lsn>(session.MinPosition())));
+      backfill = true;
+    }
+  } else if (!backfill) {
+    spdlog::warn("postgres source: slot {} does not exist (dropped?): counting again from a "
+                 "snapshot",
+                 options_.slot);
+    backfill = true;
+  }
+  if (backfill) {
+    if (auto s = Backfill(session, slot->has_value()); !s) return s;
+    if (stopping()) return OkStatus();
+  }
+  const Lsn start = static_cast<Lsn>(session.MinPosition());
+  if (auto s = stream.Start(options_.slot, start, options_.publication); !s) return s;
+  spdlog::info("postgres source: streaming from {} (slot {}, publication {})", FormatLsn(start),
+               options_.slot, options_.publication);
+  {
+    std::lock_guard lock(mutex_);
+    stats_.state = "streaming";
+    stats_.connected = true;
+    stats_.applied_lsn = std::max<uint64_t>(stats_.applied_lsn, start);
+  }
+  return Stream(session, fatal);
+}
+
+Status PostgresSource::Backfill(Session& session, bool slot_exists) {
+  ReplicationStream& stream = *session.stream;
+  SetState("backfilling", true);
+  const Clock::time_point began = Clock::now();
+  if (slot_exists) {
+    auto dropped = Exec(session.sql, "SELECT pg_catalog.pg_drop_replication_slot($1)",
+                        {options_.slot});
+    if (!dropped) {
+      return MakeError(ErrorCode::kUnavailable, "dropping replication slot " + options_.slot +
+                                                    " to count again: " + dropped.error().message);
+    }
+  }
+  for (Table& table : session.tables) {
+    if (auto s = derived_.ResetSource(table.source); !s) return s;
+    table.position = 0;
+  }
+  auto created = stream.CreateSlot(options_.slot);
+  if (!created) return tl::unexpected(created.error());
+  spdlog::info("postgres source: backfill of {} from the snapshot of slot {} at {}",
+               fmt::format("{}", fmt::join(sources_, ", ")), options_.slot,
+               FormatLsn(created->consistent_point));
+  for (const char* sql : {"BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"}) {
+    if (auto r = Exec(session.sql, sql); !r) return tl::unexpected(r.error());
+  }
+  if (auto r = Exec(session.sql, "SET TRANSACTION SNAPSHOT '" + created->snapshot + "'"); !r) {
+    return tl::unexpected(r.error());
+  }
+  uint64_t total_rows = 0;
+  for (Table& table : session.tables) {
+    auto count = Exec(session.sql, "SELECT count(*) FROM " + table.sql_name);
+    if (!count) return tl::unexpected(count.error());
+    const uint64_t total = std::stoull(Text(count->get(), 0, 0));
+    {
+      std::lock_guard lock(mutex_);
+      stats_.backfilling = true;
+      stats_.backfill_rows = 0;
+      stats_.backfill_total = total;
+    }
+    std::string columns;
+    for (const auto& c : table.schema.columns) {
+      char* quoted = PQescapeIdentifier(session.sql, c.name.data(), c.name.size());
+      if (quoted == nullptr) return InvalidArgument("column name " + c.name);
+      columns += (columns.empty() ? "" : ", ") + std::string(quoted);
+      PQfreemem(quoted);
+    }
+    if (auto r = Exec(session.sql, "DECLARE tally_backfill NO SCROLL CURSOR FOR SELECT " +
+                                       columns + " FROM " + table.sql_name);
+        !r) {
+      return tl::unexpected(r.error());
+    }
+    const std::string fetch =
+        "FETCH " + std::to_string(options_.backfill_chunk_rows) + " FROM tally_backfill";
+    uint64_t done = 0;
+    Clock::time_point last_log = Clock::now();
+    std::vector<derived::SourceRowChange> chunk;
+    Tuple tuple;
+    for (;;) {
+      if (stopping()) return OkStatus();  // the position stays 0: the next start begins again
+      auto rows = Exec(session.sql, fetch);
+      if (!rows) return tl::unexpected(rows.error());
+      const PGresult* res = rows->get();
+      const int n = PQntuples(res);
+      if (n == 0) break;
+      RelationMessage relation;
+      relation.oid = table.oid;
+      relation.name = table.sql_name;
+      for (int j = 0; j < PQnfields(res); ++j)
+        relation.columns.push_back({false, PQfname(res, j), PQftype(res, j), PQfmod(res, j)});
+      auto mapping = MapColumns(relation, table.schema);
+      if (!mapping) return tl::unexpected(mapping.error());
+      chunk.resize(static_cast<size_t>(n));
+      tuple.cells.resize(static_cast<size_t>(PQnfields(res)));
+      for (int i = 0; i < n; ++i) {
+        for (int j = 0; j < PQnfields(res); ++j) {
+          TupleCell& cell = tuple.cells[static_cast<size_t>(j)];
+          if (PQgetisnull(res, i, j)) {
+            cell = {TupleCell::Kind::kNull, {}};
+          } else {
+            cell = {TupleCell::Kind::kText,
+                    std::string_view(PQgetvalue(res, i, j),
+                                     static_cast<size_t>(PQgetlength(res, i, j)))};
+          }
+        }
+        derived::SourceRowChange& change = chunk[static_cast<size_t>(i)];
+        change.old_row.reset();
+        change.truncate = false;
+        change.new_row.emplace();
+        if (auto s = TupleToRow(*mapping, tuple, nullptr, &*change.new_row); !s) return s;
+      }
+      auto applied = derived_.ApplyTransaction(table.source, chunk, 0);
+      if (!applied) return tl::unexpected(applied.error());
+      session.pending_epoch = std::max(session.pending_epoch, applied->required_epoch);
+      done += static_cast<uint64_t>(n);
+      {
+        std::lock_guard lock(mutex_);
+        stats_.backfill_rows = done;
+      }
+      if (Clock::now() - last_log >= std::chrono::seconds(2)) {
+        last_log = Clock::now();
+        spdlog::info("postgres source: backfill of {}: {} of {} rows ({:.0f}%)", table.source,
+                     done, total, total == 0 ? 100.0 : 100.0 * static_cast<double>(done) /
+                                                            static_cast<double>(total));
+      }
+    }
+    if (auto r = Exec(session.sql, "CLOSE tally_backfill"); !r) return tl::unexpected(r.error());
+    total_rows += done;
+    spdlog::info("postgres source: backfill of {}: {} rows", table.source, done);
+  }
+  if (auto r = Exec(session.sql, "COMMIT"); !r) return tl::unexpected(r.error());
+  // The position last: until it is stored, a restart counts again from a new snapshot.
+  const auto consistent = static_cast<int64_t>(created->consistent_point);
+  for (Table& table : session.tables) {
+    auto applied = derived_.ApplyTransaction(table.source, {}, consistent);
+    if (!applied) return tl::unexpected(applied.error());
+    session.pending_epoch = std::max(session.pending_epoch, applied->required_epoch);
+    table.position = consistent;
+  }
+  engine_.committer().WaitDurable(session.pending_epoch);
+  const double seconds = std::chrono::duration<double>(Clock::now() - began).count();
+  {
+    std::lock_guard lock(mutex_);
+    stats_.backfilling = false;
+    stats_.applied_lsn = created->consistent_point;
+  }
+  spdlog::info("postgres source: backfill done: {} rows in {:.1f} s; streaming continues from {}",
+               total_rows, seconds, FormatLsn(created->consistent_point));
+  return OkStatus();
+}
+
+Status PostgresSource::Acknowledge(Session& session, uint64_t lsn) {
+  for (Table& table : session.tables) {
+    if (table.position >= static_cast<int64_t>(lsn)) continue;
+    auto applied = derived_.ApplyTransaction(table.source, {}, static_cast<int64_t>(lsn));
+    if (!applied) return tl::unexpected(applied.error());
+    session.pending_epoch = std::max(session.pending_epoch, applied->required_epoch);
+    table.position = static_cast<int64_t>(lsn);
+  }
+  if (session.pending_epoch != 0) engine_.committer().WaitDurable(session.pending_epoch);
+  session.pending_epoch = 0;
+  if (auto s = session.stream->SendStatus(session.received, lsn, lsn, false); !s) return s;
+  uint64_t lag = 0;
+  {
+    std::lock_guard lock(mutex_);
+    stats_.applied_lsn = std::max<uint64_t>(stats_.applied_lsn, lsn);
+    lag = stats_.lag_bytes = stats_.server_wal_end > stats_.applied_lsn
+                                 ? stats_.server_wal_end - stats_.applied_lsn
+                                 : 0;
+  }
+  static thread_local Clock::time_point last_warning{};
+  if (lag > options_.lag_warn_bytes && Clock::now() - last_warning > std::chrono::seconds(60)) {
+    last_warning = Clock::now();
+    spdlog::warn("postgres source: {} bytes of WAL behind the server (over "
+                 "--source-lag-warn-bytes {}): the slot keeps that WAL on the database's disk",
+                 lag, options_.lag_warn_bytes);
+  }
+  return OkStatus();
+}
+
+Status PostgresSource::Stream(Session& session, bool* fatal) {
+  ReplicationStream& stream = *session.stream;
+  auto fail = [&](std::string message) {
+    *fatal = true;
+    return InvalidArgument(std::move(message));
+  };
+  Lsn processed = static_cast<Lsn>(session.MinPosition());  // every commit up to here applied
+  bool in_transaction = false;
+  int64_t commit_time = 0;    // of the open transaction, Unix microseconds
+  int64_t last_commit = 0;    // of the last applied one
+  std::deque<std::string> frames;  // the open transaction's: its rows point into them
+  Clock::time_point next_ack = Clock::now() + options_.ack_interval;
+  std::vector<Table*> touched;
+
+  for (;;) {
+    if (stopping()) return Acknowledge(session, processed);
+    if (Clock::now() >= next_ack) {
+      if (auto s = Acknowledge(session, processed); !s) return s;
+      next_ack = Clock::now() + options_.ack_interval;
+      std::lock_guard lock(mutex_);
+      stats_.lag_seconds = stats_.lag_bytes > 0 && last_commit != 0
+                               ? static_cast<double>(NowMicros() - last_commit) / 1e6
+                               : 0;
+    }
+    auto next = stream.Next(std::chrono::milliseconds(100));
+    if (!next) return tl::unexpected(next.error());
+    if (!next->has_value()) {
+      // Nothing to receive and nothing unacknowledged: caught up, whatever else the
+      // server's WAL holds (other tables, other databases).
+      if (!in_transaction && session.pending_epoch == 0) {
+        std::lock_guard lock(mutex_);
+        if (stats_.applied_lsn >= processed) {
+          stats_.lag_bytes = 0;
+          stats_.lag_seconds = 0;
+        }
+      }
+      continue;
+    }
+    frames.push_back(std::move(**next));
+    const std::string& raw = frames.back();
+    auto frame = DecodeCopyData(
+        std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(raw.data()), raw.size()));
+    if (!frame) return fail(frame.error().message);
+    if (const auto* k = std::get_if<PrimaryKeepalive>(&*frame)) {
+      frames.pop_back();
+      {
+        std::lock_guard lock(mutex_);
+        stats_.server_wal_end = std::max<uint64_t>(stats_.server_wal_end, k->wal_end);
+      }
+      // Between transactions the keepalive's position is processed too: the walsender's
+      // send position moves past a commit record only once that transaction has been sent
+      // whole (or skipped: it touched no published table), so every transaction ending
+      // at or before it is behind us. Confirming it lets the slot advance over other
+      // tables' WAL, and a shutting-down server waits for exactly that confirmation.
+      if (!in_transaction && k->wal_end > processed) processed = k->wal_end;
+      if (k->reply_requested) {
+        if (auto s = Acknowledge(session, processed); !s) return s;
+        next_ack = Clock::now() + options_.ack_interval;
+      }
+      continue;
+    }
+    const auto& data = std::get<XLogData>(*frame);
+    session.received = std::max(session.received, data.wal_start);
+    {
+      std::lock_guard lock(mutex_);
+      stats_.received_lsn = session.received;
+      stats_.server_wal_end = std::max<uint64_t>(stats_.server_wal_end, data.wal_end);
+    }
+    auto message = DecodeMessage(data.payload);
+    if (!message) return fail(message.error().message);
+
+    if (const auto* begin = std::get_if<BeginMessage>(&*message)) {
+      in_transaction = true;
+      commit_time = PgMicrosToUnixMicros(begin->commit_time);
+      touched.clear();
+      for (Table& t : session.tables) t.changes.clear();
+    } else if (const auto* relation = std::get_if<RelationMessage>(&*message)) {
+      Table* table = session.ByOid(relation->oid);
+      if (table != nullptr) {
+        RelationMessage named = *relation;  // named in messages as everywhere else
+        named.namespace_name.clear();
+        named.name = table->sql_name;
+        auto mapping = MapColumns(named, table->schema);
+        if (!mapping) return fail(mapping.error().message);
+        table->mapping = std::move(*mapping);
+      }
+    } else if (const auto* insert = std::get_if<InsertMessage>(&*message)) {
+      Table* table = session.ByOid(insert->relation_oid);
+      if (table == nullptr) continue;
+      if (!table->mapping) return fail("table " + table->sql_name + ": a row before its Relation");
+      derived::SourceRowChange& change = table->changes.emplace_back();
+      change.new_row.emplace();
+      if (auto s = TupleToRow(*table->mapping, insert->new_tuple, nullptr, &*change.new_row); !s)
+        return fail(s.error().message);
+      if (std::ranges::find(touched, table) == touched.end()) touched.push_back(table);
+    } else if (const auto* update = std::get_if<UpdateMessage>(&*message)) {
+      Table* table = session.ByOid(update->relation_oid);
+      if (table == nullptr) continue;
+      if (!table->mapping) return fail("table " + table->sql_name + ": a row before its Relation");
+      if (update->old_kind != OldTupleKind::kFull) {
+        return fail("table " + table->sql_name +
+                    ": an UPDATE arrived without the whole old row (is REPLICA IDENTITY still "
+                    "FULL? fix it with: ALTER TABLE " +
+                    table->sql_name + " REPLICA IDENTITY FULL;)");
+      }
+      derived::SourceRowChange& change = table->changes.emplace_back();
+      change.old_row.emplace();
+      change.new_row.emplace();
+      if (auto s = TupleToRow(*table->mapping, update->old_tuple, nullptr, &*change.old_row); !s)
+        return fail(s.error().message);
+      if (auto s = TupleToRow(*table->mapping, update->new_tuple, &update->old_tuple,
+                              &*change.new_row);
+          !s)
+        return fail(s.error().message);
+      if (std::ranges::find(touched, table) == touched.end()) touched.push_back(table);
+    } else if (const auto* del = std::get_if<DeleteMessage>(&*message)) {
+      Table* table = session.ByOid(del->relation_oid);
+      if (table == nullptr) continue;
+      if (!table->mapping) return fail("table " + table->sql_name + ": a row before its Relation");
+      if (del->old_kind != OldTupleKind::kFull) {
+        return fail("table " + table->sql_name +
+                    ": a DELETE arrived without the whole old row (is REPLICA IDENTITY still "
+                    "FULL? fix it with: ALTER TABLE " +
+                    table->sql_name + " REPLICA IDENTITY FULL;)");
+      }
+      derived::SourceRowChange& change = table->changes.emplace_back();
+      change.old_row.emplace();
+      if (auto s = TupleToRow(*table->mapping, del->old_tuple, nullptr, &*change.old_row); !s)
+        return fail(s.error().message);
+      if (std::ranges::find(touched, table) == touched.end()) touched.push_back(table);
+    } else if (const auto* truncate = std::get_if<TruncateMessage>(&*message)) {
+      for (uint32_t oid : truncate->relation_oids) {
+        Table* table = session.ByOid(oid);
+        if (table == nullptr) continue;
+        table->changes.emplace_back().truncate = true;
+        if (std::ranges::find(touched, table) == touched.end()) touched.push_back(table);
+      }
+    } else if (const auto* commit = std::get_if<CommitMessage>(&*message)) {
+      uint64_t rows = 0;
+      for (Table* table : touched) {
+        auto applied = derived_.ApplyTransaction(table->source, table->changes,
+                                                 static_cast<int64_t>(commit->end_lsn));
+        if (!applied) return fail("table " + table->sql_name + ": " + applied.error().message);
+        session.pending_epoch = std::max(session.pending_epoch, applied->required_epoch);
+        table->position = std::max(table->position, static_cast<int64_t>(commit->end_lsn));
+        rows += applied->applied;
+        table->changes.clear();
+      }
+      in_transaction = false;
+      processed = std::max(processed, commit->end_lsn);
+      frames.clear();
+      if (!touched.empty()) {
+        last_commit = commit_time;
+        std::lock_guard lock(mutex_);
+        ++stats_.transactions;
+        stats_.rows += rows;
+      }
+      touched.clear();
+    }
+    if (!in_transaction) frames.clear();
+  }
+}
+
+}  // namespace tally::sources::postgres

@@ -1,0 +1,130 @@
+// PostgresSource: keeps the derived counters of a PostgreSQL database's tables from its own
+// change stream (logical replication, pgoutput), exactly once across crashes and restarts.
+//
+// Which tables. Every tally source (CREATE SOURCE) read by at least one counter is a
+// PostgreSQL table of the same name, resolved as an SQL name on the server (search_path,
+// case folding). Each needs REPLICA IDENTITY FULL (the formula needs every old row).
+//
+// Life of a source, on its own thread:
+//   1. Start() (the caller's thread): connects, checks the tables (REPLICA IDENTITY FULL,
+//      the source's columns present with fitting types) and ensures the publication.
+//      Anything wrong is returned: tallyd refuses to start.
+//   2. Backfill, when a table has no stored position (never streamed, or a backfill that did
+//      not finish), or the slot is missing or ahead of tally: the slot is dropped and
+//      created again with an exported snapshot (consistent point C); every source is reset
+//      and its rows are read under that snapshot and applied as inserts, in chunks; then C
+//      is stored as every source's position. The slot holds every change after C.
+//   3. Streaming from the smallest stored position. Each source transaction is applied
+//      atomically with its commit's end LSN as the source's position
+//      (DerivedCounters::ApplyTransaction); a replayed transaction is skipped there.
+//      PostgreSQL is told (flush = applied) only positions whose commit is durable in tally.
+//   4. A broken connection or a restarted server: reconnect with backoff (100 ms doubling
+//      to 5 s) and resume from the stored positions. An error in the data (a column a
+//      counter needs dropped or retyped, a value that does not parse, an overflow, an old
+//      row missing) stops this source: nothing more is applied, what was counted stays.
+//
+// One transaction touching two source tables is applied as one ApplyTransaction per table
+// with the same position: each table's part is atomic and exactly once, but a reader may
+// briefly see one table's part before the other's.
+//
+// Thread-safety: Start and Stop from one thread; stats() from any.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/status.h"
+#include "engine/derived/derived_counters.h"
+#include "engine/engine.h"
+
+namespace tally::sources::postgres {
+
+class ReplicationStream;
+
+struct PostgresSourceOptions {
+  std::string conninfo;              // libpq connection string (URI or key=value)
+  std::string slot = "tally";        // logical replication slot, created when missing
+  std::string publication = "tally"; // created when missing; tables are added, never removed
+  uint64_t lag_warn_bytes = 1ull << 30;  // warn when the stream is this far behind
+  size_t backfill_chunk_rows = 5000;     // rows per applied backfill chunk
+  std::chrono::milliseconds ack_interval{1000};     // standby status update period
+  std::chrono::milliseconds backoff_initial{100};   // first reconnect delay
+  std::chrono::milliseconds backoff_max{5000};      // reconnect delays double up to this
+};
+
+class PostgresSource {
+ public:
+  // What INFO and the HTTP status show.
+  struct Stats {
+    std::string state = "stopped";  // starting, backfilling, streaming, reconnecting, failed, stopped
+    bool connected = false;
+    std::string error;           // the last error (the fatal one when failed)
+    uint64_t received_lsn = 0;   // start of the last XLogData received
+    uint64_t applied_lsn = 0;    // the last position durable in tally and acknowledged
+    uint64_t server_wal_end = 0; // the server's WAL end, from its frames
+    uint64_t lag_bytes = 0;      // server_wal_end - applied_lsn
+    double lag_seconds = 0;      // now - commit time of the last applied transaction, when behind
+    uint64_t transactions = 0;   // source transactions applied
+    uint64_t rows = 0;           // row changes applied (backfill rows not included)
+    uint64_t reconnects = 0;
+    uint64_t backfill_rows = 0;  // rows read by the current (or last) backfill
+    uint64_t backfill_total = 0; // rows to read, by count(*) in the same snapshot
+    bool backfilling = false;
+  };
+
+  // `engine` and `derived` must outlive this object.
+  PostgresSource(engine::Engine& engine, derived::DerivedCounters& derived,
+                 PostgresSourceOptions options);
+  ~PostgresSource();  // Stop()
+  PostgresSource(const PostgresSource&) = delete;
+  PostgresSource& operator=(const PostgresSource&) = delete;
+
+  // Connects and checks everything that can be refused (see above), then starts the
+  // thread. An error says what is wrong, ready to show the user. REQUIRES: not started.
+  Status Start();
+
+  // Stops the thread promptly (an unfinished backfill starts over next time) after a last
+  // acknowledgement of what is durable. Idempotent.
+  void Stop();
+
+  Stats stats() const;
+
+ private:
+  struct Table;    // a source table: its name, oid, schema, stored position
+  struct Session;  // one connection: replication stream, SQL connection, tables
+
+  // Connects (replication + SQL), checks the tables and ensures the publication.
+  Status Connect(std::unique_ptr<Session>* session);
+  void Run(std::unique_ptr<Session> session);
+  // One connection's life: backfill when needed, then stream until an error or Stop.
+  // *fatal is set when the error must stop the source rather than reconnect.
+  Status RunSession(Session& session, bool* fatal);
+  Status Backfill(Session& session, bool slot_exists);
+  Status Stream(Session& session, bool* fatal);
+  // Stores `lsn` as every source's position where it is behind, waits until everything
+  // applied is durable and tells the server.
+  Status Acknowledge(Session& session, uint64_t lsn);
+  void SetState(const std::string& state, bool connected);
+  void SetError(const std::string& error);
+  bool stopping() const;
+
+  engine::Engine& engine_;
+  derived::DerivedCounters& derived_;
+  const PostgresSourceOptions options_;
+  std::string session_conninfo_;  // options_.conninfo with DateStyle=ISO, TimeZone=UTC
+  std::vector<std::string> sources_;  // the sources with counters, by name; set by Start
+
+  mutable std::mutex mutex_;
+  std::condition_variable wake_;  // Stop() wakes a backoff sleep
+  bool stop_ = false;             // guarded by mutex_
+  Stats stats_;                   // guarded by mutex_
+  std::thread thread_;
+};
+
+}  // namespace tally::sources::postgres
