@@ -691,67 +691,102 @@ std::optional<defs::SourceSchema> DerivedCounters::SourceSchemaOf(std::string_vi
 Result<PushOutcome> DerivedCounters::ApplyTransaction(std::string_view source,
                                                       std::span<const SourceRowChange> changes,
                                                       int64_t position) {
+  const SourceTransactionPart part{std::string(source), {changes.begin(), changes.end()}};
+  return ApplyTransaction({&part, 1}, position);
+}
+
+Result<PushOutcome> DerivedCounters::ApplyTransaction(std::span<const SourceTransactionPart> parts,
+                                                      int64_t position) {
   thread_local PushScratch scratch;
+  if (position != 0) {
+    // A verification hold below this transaction: wait (the hold is now reached).
+    std::unique_lock lock(hold_mutex_);
+    while (hold_.held && position > hold_.position) {
+      hold_.reached = true;
+      hold_changed_.notify_all();
+      hold_changed_.wait(lock);
+    }
+  }
   std::shared_lock apply(apply_mutex_);
   const std::shared_ptr<const Catalog> catalog = Snapshot();
-  const auto entry = catalog->sources.find(Absl(source));
-  if (entry == catalog->sources.end()) {
-    return MakeError(ErrorCode::kNotFound, fmt::format("source {} does not exist", source));
+  std::vector<const SourceEntry*> entries;
+  std::vector<std::string> position_keys;
+  bool truncates = false;
+  for (const SourceTransactionPart& part : parts) {
+    const auto entry = catalog->sources.find(Absl(part.source));
+    if (entry == catalog->sources.end()) {
+      return MakeError(ErrorCode::kNotFound, fmt::format("source {} does not exist", part.source));
+    }
+    entries.push_back(entry->second.get());
+    position_keys.push_back(PositionKey(part.source));
+    truncates = truncates || std::ranges::any_of(part.changes, &SourceRowChange::truncate);
   }
-  const SourceEntry& source_entry = *entry->second;
-  const bool truncates = std::ranges::any_of(changes, &SourceRowChange::truncate);
-  // A TRUNCATE deletes groups it cannot name in advance: such a transaction holds every
-  // stripe. Otherwise only the stripes of its keys (and of the position).
+  // Every change as a push would carry it, part after part.
+  auto as_pushes = [&](size_t part, size_t begin, size_t end) {
+    for (size_t j = begin; j < end; ++j) {
+      const SourceRowChange& change = parts[part].changes[j];
+      if (change.truncate) continue;
+      DecodedChange& decoded = scratch.stream_changes.emplace_back();
+      decoded.source = &entries[part]->view;
+      decoded.old_row = change.old_row;
+      decoded.new_row = change.new_row;
+    }
+  };
   scratch.stream_changes.clear();
-  for (const SourceRowChange& change : changes) {
-    if (change.truncate) continue;
-    DecodedChange& decoded = scratch.stream_changes.emplace_back();
-    decoded.source = &source_entry.view;
-    decoded.old_row = change.old_row;
-    decoded.new_row = change.new_row;
-  }
+  for (size_t i = 0; i < parts.size(); ++i) as_pushes(i, 0, parts[i].changes.size());
   if (auto status = RunFormula(*catalog, scratch.stream_changes, {}, scratch); !status) {
     return tl::unexpected(status.error());
   }
-  const std::string position_key = PositionKey(source);
+  // A TRUNCATE deletes groups it cannot name in advance: such a transaction holds every
+  // stripe. Otherwise only the stripes of its keys and positions.
   scratch.hashed.clear();
   for (const defs::Increment& increment : scratch.increments) {
     scratch.hashed.emplace_back(increment.key);
   }
-  scratch.hashed.emplace_back(position_key);
+  for (const std::string& key : position_keys) scratch.hashed.emplace_back(key);
   engine::View view =
       truncates ? engine_.keyspace().LockAll() : engine_.keyspace().Lock(scratch.hashed);
 
   PushOutcome outcome;
-  outcome.changes = changes.size();
-  const engine::HashedKey position_hashed(position_key);
-  if (position != 0 && view.Get(position_hashed).value_or(0) >= position) {
-    outcome.duplicates = changes.size();
-    outcome.required_epoch = view.required_epoch();
-    return outcome;
+  std::vector<bool> due(parts.size(), true);
+  for (size_t i = 0; i < parts.size(); ++i) {
+    outcome.changes += parts[i].changes.size();
+    const engine::HashedKey hashed(position_keys[i]);
+    due[i] = position == 0 || view.Get(hashed).value_or(0) < position;  // else counted before
   }
-  if (truncates) {
-    // Apply in order: the changes before a TRUNCATE count, then every group goes, then
-    // the changes after it count. Rare enough to run the formula again per segment.
+  if (!truncates) {
+    // The common case: the formula already ran over every change; skip the parts counted
+    // before.
+    scratch.skip.clear();
+    for (size_t i = 0; i < parts.size(); ++i) {
+      scratch.skip.resize(scratch.skip.size() + parts[i].changes.size(), !due[i]);
+    }
+    if (auto status = WriteSums(view, scratch, &outcome); !status) {
+      return tl::unexpected(status.error());
+    }
+  }
+  // With a TRUNCATE: in order, part by part; within a part, the changes before the TRUNCATE
+  // count, then every group of the source goes, then the changes after it count.
+  for (size_t i = 0; i < parts.size() && truncates; ++i) {
+    if (!due[i]) {
+      outcome.duplicates += parts[i].changes.size();
+      continue;
+    }
+    const std::vector<SourceRowChange>& changes = parts[i].changes;
     size_t begin = 0;
-    for (size_t i = 0; i <= changes.size(); ++i) {
-      if (i < changes.size() && !changes[i].truncate) continue;
-      std::vector<DecodedChange> segment;
-      for (size_t j = begin; j < i; ++j) {
-        DecodedChange& decoded = segment.emplace_back();
-        decoded.source = &source_entry.view;
-        decoded.old_row = changes[j].old_row;
-        decoded.new_row = changes[j].new_row;
-      }
-      if (auto status = RunFormula(*catalog, segment, {}, scratch); !status) {
+    for (size_t end = 0; end <= changes.size(); ++end) {
+      if (end < changes.size() && !changes[end].truncate) continue;
+      scratch.stream_changes.clear();
+      as_pushes(i, begin, end);
+      if (auto status = RunFormula(*catalog, scratch.stream_changes, {}, scratch); !status) {
         return tl::unexpected(status.error());
       }
-      scratch.skip.assign(segment.size(), false);
+      scratch.skip.assign(scratch.stream_changes.size(), false);
       if (auto status = WriteSums(view, scratch, &outcome); !status) {
         return tl::unexpected(status.error());
       }
-      if (i < changes.size()) {
-        for (const auto& family : source_entry.counters) {
+      if (end < changes.size()) {
+        for (const auto& family : entries[i]->counters) {
           std::lock_guard lock(family->mutex);
           for (const std::string& key : family->keys) view.Delete(engine::HashedKey(key));
           family->keys.clear();
@@ -760,18 +795,75 @@ Result<PushOutcome> DerivedCounters::ApplyTransaction(std::string_view source,
         }
         ++outcome.applied;
       }
-      begin = i + 1;
-    }
-  } else {
-    scratch.skip.assign(scratch.stream_changes.size(), false);
-    if (auto status = WriteSums(view, scratch, &outcome); !status) {
-      return tl::unexpected(status.error());
+      begin = end + 1;
     }
   }
-  if (position != 0) view.Set(position_hashed, position, engine::SetOptions{});
+  for (size_t i = 0; i < parts.size(); ++i) {
+    if (due[i] && position != 0) view.Set(engine::HashedKey(position_keys[i]), position, {});
+  }
   outcome.required_epoch = view.required_epoch();
   changes_applied_.fetch_add(outcome.applied, std::memory_order_relaxed);
   return outcome;
+}
+
+Status DerivedCounters::Hold(int64_t position) {
+  std::lock_guard lock(hold_mutex_);
+  if (hold_.held) {
+    return MakeError(ErrorCode::kUnavailable,
+                     fmt::format("a verification already holds the sources at {}", hold_.position));
+  }
+  hold_ = HoldState{true, position, false};
+  return OkStatus();
+}
+
+void DerivedCounters::MarkStreamAt(int64_t position) {
+  std::lock_guard lock(hold_mutex_);
+  if (hold_.held && position >= hold_.position && !hold_.reached) {
+    hold_.reached = true;
+    hold_changed_.notify_all();
+  }
+}
+
+HoldState DerivedCounters::hold_state() const {
+  std::lock_guard lock(hold_mutex_);
+  return hold_;
+}
+
+void DerivedCounters::Release() {
+  std::lock_guard lock(hold_mutex_);
+  hold_ = HoldState{};
+  hold_changed_.notify_all();
+}
+
+Result<uint64_t> DerivedCounters::Repair(std::string_view counter,
+                                         std::span<const KeyValue> values) {
+  std::shared_lock apply(apply_mutex_);
+  auto catalog = Snapshot();
+  const auto it = catalog->counters.find(Absl(counter));
+  if (it == catalog->counters.end()) return tl::unexpected(UnknownCounter(counter));
+  Family& family = *it->second;
+  const std::string prefix = std::string(counter) + ":";
+  std::vector<engine::HashedKey> hashed;
+  for (const KeyValue& item : values) {
+    if (!item.key.starts_with(prefix)) {
+      return InvalidArgument(
+          fmt::format("key '{}' is not a group of counter {}", item.key.substr(0, 128), counter));
+    }
+    hashed.emplace_back(item.key);
+  }
+  engine::View view = engine_.keyspace().Lock(hashed);
+  for (size_t i = 0; i < values.size(); ++i) {
+    std::lock_guard lock(family.mutex);
+    if (values[i].value == 0) {
+      view.Delete(hashed[i]);
+      family.keys.erase(Absl(values[i].key));
+    } else {
+      view.Set(hashed[i], values[i].value, engine::SetOptions{});
+      family.keys.insert(values[i].key);
+    }
+  }
+  family.version.fetch_add(1, std::memory_order_relaxed);
+  return view.required_epoch();
 }
 
 Status DerivedCounters::ResetSource(std::string_view source) {

@@ -25,6 +25,7 @@
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -96,6 +97,19 @@ struct SourceRowChange {
   bool truncate = false;
 };
 
+// The changes of one source within a source transaction.
+struct SourceTransactionPart {
+  std::string source;
+  std::vector<SourceRowChange> changes;
+};
+
+// A verification hold (see DerivedCounters::Hold).
+struct HoldState {
+  bool held = false;
+  int64_t position = 0;
+  bool reached = false;  // every source transaction up to `position` is applied
+};
+
 // One counter value of a read.
 struct KeyValue {
   std::string key;  // canonical
@@ -152,6 +166,24 @@ class DerivedCounters {
   Result<PushOutcome> ApplyTransaction(std::string_view source,
                                        std::span<const SourceRowChange> changes,
                                        int64_t position);
+  // The same for a transaction that touched several sources: all parts, and every part's
+  // source position, in one commit. A part whose source is already at or past `position`
+  // is skipped.
+  Result<PushOutcome> ApplyTransaction(std::span<const SourceTransactionPart> parts,
+                                       int64_t position);
+
+  // Verification (tally verify) needs the counters to stand still at one source position
+  // while it compares them with the database's snapshot of that position. Hold(p): from
+  // now on a source transaction above p waits before it is applied, until Release(). The
+  // hold is *reached* once everything up to p is applied: when such a transaction arrives,
+  // or the stream reports (MarkStreamAt) that it has delivered everything up to p.
+  Status Hold(int64_t position);
+  void MarkStreamAt(int64_t position);
+  HoldState hold_state() const;
+  void Release();
+  // Sets groups of `counter` to the given values (0 deletes the group), all in one commit:
+  // the repair of tally verify. Returns the epoch to wait for.
+  Result<uint64_t> Repair(std::string_view counter, std::span<const KeyValue> values);
   // The stored position of `source`; 0 when none (never streamed, or reset).
   int64_t SourcePosition(std::string_view source);
   // Deletes every group of every counter on `source`, and its position (a backfill that
@@ -227,6 +259,9 @@ class DerivedCounters {
   // DDL; old sets are kept until destruction so a reader never sees one freed.
   std::atomic<const NameSet*> protected_names_{nullptr};
   std::vector<std::unique_ptr<const NameSet>> retired_names_;  // guarded by catalog_mutex_
+  mutable std::mutex hold_mutex_;
+  std::condition_variable hold_changed_;
+  HoldState hold_;  // guarded by hold_mutex_
   std::atomic<uint64_t> changes_applied_{0};
   std::atomic<uint64_t> pushes_refused_{0};
 };

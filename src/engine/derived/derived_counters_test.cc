@@ -6,6 +6,7 @@
 
 #include <filesystem>
 #include <map>
+#include <thread>
 
 #include "core/clock.h"
 #include "storage/rocksdb_store.h"
@@ -334,6 +335,66 @@ TEST_F(DerivedCountersTest, ATruncateZeroesTheSourcesCountersInOrder) {
   EXPECT_EQ(derived_->SourcePosition("posts"), 600);
   Restart();
   EXPECT_TRUE(All().empty());
+}
+
+TEST_F(DerivedCountersTest, ATransactionOverTwoSourcesIsOneStep) {
+  Define(kBlogModel);
+  Define(R"sql(CREATE SOURCE likes (post_id bigint, user_id bigint);
+               CREATE COUNTER post_likes AS SELECT post_id, count(*) FROM likes GROUP BY post_id;)sql");
+  std::vector<SourceTransactionPart> parts(2);
+  parts[0].source = "posts";
+  parts[0].changes.resize(1);
+  parts[0].changes[0].new_row = PostRow(1, 10, 7, 4, true);
+  parts[1].source = "likes";
+  parts[1].changes.resize(1);
+  parts[1].changes[0].new_row =
+      std::vector<definitions::Value>{definitions::Value::Int(1), definitions::Value::Int(5)};
+  auto applied = derived_->ApplyTransaction(parts, 700);
+  ASSERT_TRUE(applied) << applied.error().message;
+  EXPECT_EQ(applied->applied, 2u);
+  EXPECT_EQ(Value("blog_posts:7:10"), 1);
+  EXPECT_EQ(Value("post_likes:1"), 1);
+  EXPECT_EQ(derived_->SourcePosition("likes"), 700);
+  // Replayed after a restart that kept only the older position of one source: that part is
+  // skipped, the other applied.
+  std::vector<SourceRowChange> older(1);
+  older[0].new_row = PostRow(2, 10, 7, 4, true);
+  ASSERT_TRUE(derived_->ApplyTransaction("posts", older, 800));
+  auto replay = derived_->ApplyTransaction(parts, 800);
+  ASSERT_TRUE(replay);
+  EXPECT_EQ(replay->applied, 1u);
+  EXPECT_EQ(Value("post_likes:1"), 2);
+  EXPECT_EQ(Value("blog_posts:7:10"), 2);
+}
+
+TEST_F(DerivedCountersTest, AHoldStopsTheStreamAtItsPosition) {
+  Define(kBlogModel);
+  ASSERT_TRUE(derived_->Hold(1000));
+  EXPECT_FALSE(derived_->Hold(2000));
+  std::vector<SourceRowChange> txn(1);
+  txn[0].new_row = PostRow(1, 10, 7, 4, true);
+  ASSERT_TRUE(derived_->ApplyTransaction("posts", txn, 900));  // below the hold: applies
+  EXPECT_FALSE(derived_->hold_state().reached);
+  std::thread stream([&] { ASSERT_TRUE(derived_->ApplyTransaction("posts", txn, 1100)); });
+  for (int i = 0; i < 5000 && !derived_->hold_state().reached; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  EXPECT_TRUE(derived_->hold_state().reached);
+  EXPECT_EQ(Value("blog_posts:7:10"), 1);  // the transaction above the hold waits
+  // Repair while held: the value is set exactly, in one step.
+  const std::vector<KeyValue> fixes{{"blog_posts:7:10", 5}, {"blog_posts:9:9", 0}};
+  auto repaired = derived_->Repair("blog_posts", fixes);
+  ASSERT_TRUE(repaired) << repaired.error().message;
+  EXPECT_EQ(Value("blog_posts:7:10"), 5);
+  EXPECT_FALSE(derived_->Repair("blog_posts", std::vector<KeyValue>{{"other:1", 1}}));
+  derived_->Release();
+  stream.join();
+  EXPECT_EQ(Value("blog_posts:7:10"), 6);
+  EXPECT_EQ(derived_->SourcePosition("posts"), 1100);
+  ASSERT_TRUE(derived_->Hold(1200));
+  derived_->MarkStreamAt(1200);  // the stream delivered everything up to it
+  EXPECT_TRUE(derived_->hold_state().reached);
+  derived_->Release();
 }
 
 TEST_F(DerivedCountersTest, ASourceResetForgetsGroupsAndPosition) {
