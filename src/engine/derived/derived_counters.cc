@@ -810,7 +810,7 @@ Status DerivedCounters::Hold(int64_t position) {
   std::lock_guard lock(hold_mutex_);
   if (hold_.held) {
     return MakeError(ErrorCode::kUnavailable,
-                     fmt::format("a verification already holds the sources at {}", hold_.position));
+                     "another verification holds the sources (COUNTER.RELEASE ends it)");
   }
   hold_ = HoldState{true, position, false};
   return OkStatus();

@@ -110,6 +110,9 @@ void CounterBackfill(CommandContext& ctx);
 void CounterGet(CommandContext& ctx);
 void CounterScan(CommandContext& ctx);
 void CounterTop(CommandContext& ctx);
+void CounterHold(CommandContext& ctx);
+void CounterRelease(CommandContext& ctx);
+void CounterRepair(CommandContext& ctx);
 // connection.cc
 void Ping(CommandContext& ctx);
 void Echo(CommandContext& ctx);

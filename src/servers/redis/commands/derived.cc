@@ -7,6 +7,7 @@
 #include "core/integer.h"
 #include "servers/redis/command_args.h"
 #include "servers/redis/session.h"
+#include "sources/postgres/pgoutput.h"
 
 namespace tally::redis::commands {
 namespace {
@@ -151,6 +152,54 @@ void CounterTop(CommandContext& ctx) {
   if (!page) return ReplyError(ctx, page.error());
   ctx.session.RaiseRequiredEpoch(page->required_epoch);
   ReplyPairs(ctx, page->items);
+}
+
+// COUNTER.HOLD <lsn> sets a verification hold; COUNTER.HOLD alone reports it as
+// [held, position, reached].
+void CounterHold(CommandContext& ctx) {
+  derived::DerivedCounters* derived = Derived(ctx);
+  if (derived == nullptr) return;
+  if (ctx.args.size() == 1) {
+    const derived::HoldState hold = derived->hold_state();
+    ctx.reply.ArrayHeader(3);
+    ctx.reply.Integer(hold.held ? 1 : 0);
+    ctx.reply.Bulk(sources::postgres::FormatLsn(static_cast<sources::postgres::Lsn>(hold.position)));
+    ctx.reply.Integer(hold.reached ? 1 : 0);
+    return;
+  }
+  if (ctx.args.size() != 2) return ctx.reply.Error(kSyntaxError);
+  auto lsn = sources::postgres::ParseLsn(ctx.args[1]);
+  if (!lsn) return ReplyError(ctx, lsn.error());
+  if (*lsn == 0 || *lsn > static_cast<uint64_t>(INT64_MAX)) {
+    return ctx.reply.Error("ERR the hold position must be an LSN above 0/0");
+  }
+  auto status = derived->Hold(static_cast<int64_t>(*lsn));
+  if (!status) return ReplyError(ctx, status.error());
+  ctx.reply.SimpleString("OK");
+}
+
+void CounterRelease(CommandContext& ctx) {
+  derived::DerivedCounters* derived = Derived(ctx);
+  if (derived == nullptr) return;
+  derived->Release();
+  ctx.reply.SimpleString("OK");
+}
+
+// COUNTER.REPAIR counter key value [key value ...]: sets groups (0 deletes) in one commit.
+void CounterRepair(CommandContext& ctx) {
+  derived::DerivedCounters* derived = Derived(ctx);
+  if (derived == nullptr) return;
+  if (ctx.args.size() % 2 != 0) return ctx.reply.Error(kSyntaxError);
+  std::vector<derived::KeyValue> values;
+  for (size_t i = 2; i + 1 < ctx.args.size(); i += 2) {
+    const std::optional<int64_t> value = IntegerArgument(ctx, ctx.args[i + 1]);
+    if (!value) return;
+    values.push_back({std::string(ctx.args[i]), *value});
+  }
+  auto epoch = derived->Repair(ctx.args[1], values);
+  if (!epoch) return ReplyError(ctx, epoch.error());
+  ctx.session.RaiseRequiredEpoch(*epoch);
+  ctx.reply.Integer(static_cast<int64_t>(values.size()));
 }
 
 }  // namespace tally::redis::commands
