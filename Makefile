@@ -30,6 +30,7 @@ PYTHON        ?= /usr/bin/python3
 # make run
 BIND ?= 127.0.0.1
 PORT ?= 6380
+HTTP_PORT ?= 6381
 DATA ?= ./data
 ARGS ?=
 
@@ -46,6 +47,8 @@ TSAN_CTEST_FILTER  ?= -E e2e_
 BENCH_ARGS        ?=
 # make bench: DERIVED_BENCH_ARGS go to bench/derived_compare.py (e.g. --quick, --skip-postgres).
 DERIVED_BENCH_ARGS ?=
+# make bench: SOURCE_BENCH_ARGS go to bench/source_compare.py (e.g. --quick, --skip-half).
+SOURCE_BENCH_ARGS ?=
 ENGINE_BENCH_ARGS ?= --benchmark_min_time=1
 
 # make fuzz
@@ -117,8 +120,10 @@ run: build
 	@echo "  GET likes:post:1"
 	@echo "  MGET likes:post:1 likes:post:2"
 	@echo "Values survive a restart (even kill -9): stop tallyd, make run again, GET likes:post:1."
+	@echo "Derived counters and the HTTP API (README, 'Derived counters'): http://$(BIND):$(HTTP_PORT)/"
+	@echo "  curl -X POST $(BIND):$(HTTP_PORT)/v1/definitions --data-binary @counters.sql"
 	@echo
-	exec $(BUILD_DIR)/bin/tallyd --bind $(BIND) --port $(PORT) --data-dir $(DATA) $(ARGS)
+	exec $(BUILD_DIR)/bin/tallyd --bind $(BIND) --port $(PORT) --http-port $(HTTP_PORT) --data-dir $(DATA) $(ARGS)
 
 test: build
 	timeout --kill-after=60 $(TEST_TOTAL_TIMEOUT) \
@@ -141,6 +146,7 @@ bench: build
 	fi
 	$(PYTHON) bench/redis_compare.py --tally-binary $(BUILD_DIR)/bin/tallyd $(BENCH_ARGS)
 	$(PYTHON) bench/derived_compare.py --tally-binary $(BUILD_DIR)/bin/tallyd $(DERIVED_BENCH_ARGS)
+	$(PYTHON) bench/source_compare.py --tally-binary $(BUILD_DIR)/bin/tallyd $(SOURCE_BENCH_ARGS)
 	@if [ -x $(BUILD_DIR)/bin/engine_bench ]; then \
 	  echo "+ $(BUILD_DIR)/bin/engine_bench $(ENGINE_BENCH_ARGS)"; \
 	  $(BUILD_DIR)/bin/engine_bench $(ENGINE_BENCH_ARGS); \
