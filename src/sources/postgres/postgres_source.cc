@@ -5,6 +5,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <cmath>
 #include <deque>
 #include <optional>
 #include <span>
@@ -124,6 +125,7 @@ struct PostgresSource::Session {
   std::vector<Table> tables;
   uint64_t pending_epoch = 0;  // the newest epoch applied and not yet known durable
   Lsn received = 0;
+  Lsn acked = 0;  // the last position sent as flushed
   ~Session() {
     if (sql != nullptr) PQfinish(sql);
   }
@@ -182,7 +184,12 @@ Status PostgresSource::Start() {
   SetState("starting", false);
   std::unique_ptr<Session> session;
   if (auto s = Connect(&session); !s) return s;
-  thread_ = std::thread([this, s = std::move(session)]() mutable { Run(std::move(s)); });
+  thread_ = std::thread([this, s = std::move(session)]() mutable {
+    Run(std::move(s));
+    std::lock_guard lock(mutex_);
+    finished_ = true;
+    wake_.notify_all();
+  });
   return OkStatus();
 }
 
@@ -192,7 +199,47 @@ void PostgresSource::Stop() {
     stop_ = true;
   }
   wake_.notify_all();
-  if (thread_.joinable()) thread_.join();
+  if (!thread_.joinable()) return;
+  // The thread may wait in ApplyTransaction for a verification hold: let it go (it applies
+  // that one transaction, then sees stop_), again if a new hold catches it before it ends.
+  std::unique_lock lock(mutex_);
+  while (!finished_) {
+    lock.unlock();
+    derived_.Release();
+    lock.lock();
+    wake_.wait_for(lock, std::chrono::milliseconds(50), [this] { return finished_; });
+  }
+  lock.unlock();
+  thread_.join();
+}
+
+StatusReport PostgresSource::Report() const {
+  const Stats s = stats();
+  const derived::HoldState hold = derived_.hold_state();
+  const double percent =
+      s.backfill_total == 0
+          ? 100.0
+          : std::min(100.0, 100.0 * static_cast<double>(s.backfill_rows) /
+                                static_cast<double>(s.backfill_total));
+  StatusReport report;
+  report.push_back({"state", s.state});
+  report.push_back({"connected", s.connected});
+  report.push_back({"received_lsn", FormatLsn(s.received_lsn)});
+  report.push_back({"applied_lsn", FormatLsn(s.applied_lsn)});
+  report.push_back({"lag_bytes", s.lag_bytes});
+  report.push_back({"lag_seconds", s.lag_seconds});
+  report.push_back({"transactions", s.transactions});
+  report.push_back({"rows", s.rows});
+  report.push_back({"reconnects", s.reconnects});
+  report.push_back({"backfilling", s.backfilling});
+  report.push_back({"backfill_rows", s.backfill_rows});
+  report.push_back({"backfill_total", s.backfill_total});
+  report.push_back({"backfill_percent", std::floor(percent * 10) / 10});
+  report.push_back({"hold", hold.held ? FormatLsn(static_cast<Lsn>(std::max<int64_t>(hold.position, 0)))
+                                      : std::string("none")});
+  report.push_back({"hold_reached", hold.held && hold.reached});
+  report.push_back({"error", s.error});
+  return report;
 }
 
 Status PostgresSource::Connect(std::unique_ptr<Session>* out) {
@@ -341,6 +388,7 @@ Status PostgresSource::RunSession(Session& session, bool* fatal) {
   }
   const Lsn start = static_cast<Lsn>(session.MinPosition());
   if (auto s = stream.Start(options_.slot, start, options_.publication); !s) return s;
+  session.acked = start;
   spdlog::info("postgres source: streaming from {} (slot {}, publication {})", FormatLsn(start),
                options_.slot, options_.publication);
   {
@@ -379,17 +427,30 @@ Status PostgresSource::Backfill(Session& session, bool slot_exists) {
   if (auto r = Exec(session.sql, "SET TRANSACTION SNAPSHOT '" + created->snapshot + "'"); !r) {
     return tl::unexpected(r.error());
   }
-  uint64_t total_rows = 0;
+  // Every table's row count first (in the same snapshot), so progress is over all of them.
+  std::vector<uint64_t> totals;
+  uint64_t total = 0;
   for (Table& table : session.tables) {
     auto count = Exec(session.sql, "SELECT count(*) FROM " + table.sql_name);
     if (!count) return tl::unexpected(count.error());
-    const uint64_t total = std::stoull(Text(count->get(), 0, 0));
-    {
-      std::lock_guard lock(mutex_);
-      stats_.backfilling = true;
-      stats_.backfill_rows = 0;
-      stats_.backfill_total = total;
-    }
+    totals.push_back(std::stoull(Text(count->get(), 0, 0)));
+    total += totals.back();
+  }
+  {
+    std::lock_guard lock(mutex_);
+    stats_.backfilling = true;
+    stats_.backfill_rows = 0;
+    stats_.backfill_total = total;
+  }
+  spdlog::info("postgres source: backfill: {} rows to read", total);
+  auto percent = [&](uint64_t done) {
+    return total == 0 ? 100.0
+                      : std::min(100.0, 100.0 * static_cast<double>(done) / static_cast<double>(total));
+  };
+  uint64_t total_rows = 0;  // read so far, every table
+  Clock::time_point last_log = Clock::now();
+  for (size_t t = 0; t < session.tables.size(); ++t) {
+    Table& table = session.tables[t];
     std::string columns;
     for (const auto& c : table.schema.columns) {
       char* quoted = PQescapeIdentifier(session.sql, c.name.data(), c.name.size());
@@ -404,8 +465,7 @@ Status PostgresSource::Backfill(Session& session, bool slot_exists) {
     }
     const std::string fetch =
         "FETCH " + std::to_string(options_.backfill_chunk_rows) + " FROM tally_backfill";
-    uint64_t done = 0;
-    Clock::time_point last_log = Clock::now();
+    uint64_t done = 0;  // of this table
     std::vector<derived::SourceRowChange> chunk;
     Tuple tuple;
     for (;;) {
@@ -447,18 +507,19 @@ Status PostgresSource::Backfill(Session& session, bool slot_exists) {
       done += static_cast<uint64_t>(n);
       {
         std::lock_guard lock(mutex_);
-        stats_.backfill_rows = done;
+        stats_.backfill_rows = total_rows + done;
       }
       if (Clock::now() - last_log >= std::chrono::seconds(2)) {
         last_log = Clock::now();
-        spdlog::info("postgres source: backfill of {}: {} of {} rows ({:.0f}%)", table.source,
-                     done, total, total == 0 ? 100.0 : 100.0 * static_cast<double>(done) /
-                                                            static_cast<double>(total));
+        spdlog::info("postgres source: backfill: {} of {} rows ({:.1f}%); {}: {} of {}",
+                     total_rows + done, total, percent(total_rows + done), table.source, done,
+                     totals[t]);
       }
     }
     if (auto r = Exec(session.sql, "CLOSE tally_backfill"); !r) return tl::unexpected(r.error());
     total_rows += done;
-    spdlog::info("postgres source: backfill of {}: {} rows", table.source, done);
+    spdlog::info("postgres source: backfill of {}: {} rows ({:.1f}% of all)", table.source, done,
+                 percent(total_rows));
   }
   if (auto r = Exec(session.sql, "COMMIT"); !r) return tl::unexpected(r.error());
   // The position last: until it is stored, a restart counts again from a new snapshot.
@@ -482,20 +543,30 @@ Status PostgresSource::Backfill(Session& session, bool slot_exists) {
 }
 
 Status PostgresSource::Acknowledge(Session& session, uint64_t lsn) {
+  // Positions written here only let the slot advance (no change comes with them): they stop
+  // at a verification hold rather than wait in it. What lies past it is acknowledged after
+  // the Release.
+  int64_t target = static_cast<int64_t>(lsn);
+  if (const derived::HoldState hold = derived_.hold_state(); hold.held && target > hold.position)
+    target = std::max<int64_t>(hold.position, 0);
   for (Table& table : session.tables) {
-    if (table.position >= static_cast<int64_t>(lsn)) continue;
-    auto applied = derived_.ApplyTransaction(table.source, {}, static_cast<int64_t>(lsn));
+    if (table.position >= target) continue;
+    auto applied = derived_.ApplyTransaction(table.source, {}, target);
     if (!applied) return tl::unexpected(applied.error());
     session.pending_epoch = std::max(session.pending_epoch, applied->required_epoch);
-    table.position = static_cast<int64_t>(lsn);
+    table.position = target;
   }
   if (session.pending_epoch != 0) engine_.committer().WaitDurable(session.pending_epoch);
   session.pending_epoch = 0;
-  if (auto s = session.stream->SendStatus(session.received, lsn, lsn, false); !s) return s;
+  // Never past what every table has stored: the slot must not move beyond tally's position.
+  const Lsn ack = std::max(session.acked,
+                           std::min<Lsn>(lsn, static_cast<Lsn>(session.MinPosition())));
+  session.acked = ack;
+  if (auto s = session.stream->SendStatus(session.received, ack, ack, false); !s) return s;
   uint64_t lag = 0;
   {
     std::lock_guard lock(mutex_);
-    stats_.applied_lsn = std::max<uint64_t>(stats_.applied_lsn, lsn);
+    stats_.applied_lsn = std::max<uint64_t>(stats_.applied_lsn, ack);
     lag = stats_.lag_bytes = stats_.server_wal_end > stats_.applied_lsn
                                  ? stats_.server_wal_end - stats_.applied_lsn
                                  : 0;
@@ -522,10 +593,25 @@ Status PostgresSource::Stream(Session& session, bool* fatal) {
   int64_t last_commit = 0;    // of the last applied one
   std::deque<std::string> frames;  // the open transaction's: its rows point into them
   Clock::time_point next_ack = Clock::now() + options_.ack_interval;
+  Clock::time_point next_hold_check = Clock::now();
   std::vector<Table*> touched;
+  std::vector<derived::SourceTransactionPart> parts;  // of the committing transaction
 
   for (;;) {
     if (stopping()) return Acknowledge(session, processed);
+    if (!in_transaction && Clock::now() >= next_hold_check) {
+      // A verification hold not reached yet: it is reached when the stream shows it has
+      // delivered everything up to the held position. Ask the server for a keepalive (its
+      // position, between transactions, is that proof) rather than wait for its own ~10 s.
+      next_hold_check = Clock::now() + std::chrono::milliseconds(100);
+      if (const derived::HoldState hold = derived_.hold_state(); hold.held && !hold.reached) {
+        derived_.MarkStreamAt(static_cast<int64_t>(processed));
+        if (static_cast<int64_t>(processed) < hold.position) {
+          if (auto s = stream.SendStatus(session.received, session.acked, session.acked, true); !s)
+            return s;
+        }
+      }
+    }
     if (Clock::now() >= next_ack) {
       if (auto s = Acknowledge(session, processed); !s) return s;
       next_ack = Clock::now() + options_.ack_interval;
@@ -564,7 +650,10 @@ Status PostgresSource::Stream(Session& session, bool* fatal) {
       // whole (or skipped: it touched no published table), so every transaction ending
       // at or before it is behind us. Confirming it lets the slot advance over other
       // tables' WAL, and a shutting-down server waits for exactly that confirmation.
-      if (!in_transaction && k->wal_end > processed) processed = k->wal_end;
+      if (!in_transaction) {
+        processed = std::max(processed, k->wal_end);
+        derived_.MarkStreamAt(static_cast<int64_t>(processed));
+      }
       if (k->reply_requested) {
         if (auto s = Acknowledge(session, processed); !s) return s;
         next_ack = Clock::now() + options_.ack_interval;
@@ -648,25 +737,40 @@ Status PostgresSource::Stream(Session& session, bool* fatal) {
         if (std::ranges::find(touched, table) == touched.end()) touched.push_back(table);
       }
     } else if (const auto* commit = std::get_if<CommitMessage>(&*message)) {
-      uint64_t rows = 0;
-      for (Table* table : touched) {
-        auto applied = derived_.ApplyTransaction(table->source, table->changes,
-                                                 static_cast<int64_t>(commit->end_lsn));
-        if (!applied) return fail("table " + table->sql_name + ": " + applied.error().message);
-        session.pending_epoch = std::max(session.pending_epoch, applied->required_epoch);
-        table->position = std::max(table->position, static_cast<int64_t>(commit->end_lsn));
-        rows += applied->applied;
-        table->changes.clear();
-      }
-      in_transaction = false;
-      processed = std::max(processed, commit->end_lsn);
-      frames.clear();
+      const auto end = static_cast<int64_t>(commit->end_lsn);
       if (!touched.empty()) {
+        // One commit for the whole transaction: every table's changes and position.
+        parts.resize(touched.size());
+        for (size_t i = 0; i < touched.size(); ++i) {
+          parts[i].source = touched[i]->source;
+          parts[i].changes = std::move(touched[i]->changes);
+        }
+        const derived::HoldState hold = derived_.hold_state();
+        const bool held = hold.held && end > hold.position;
+        if (held) SetState("held", true);  // ApplyTransaction waits for the Release
+        auto applied = derived_.ApplyTransaction(parts, end);
+        if (held) SetState("streaming", true);
+        for (size_t i = 0; i < touched.size(); ++i) {  // the vectors' capacity is reused
+          touched[i]->changes = std::move(parts[i].changes);
+          touched[i]->changes.clear();
+        }
+        if (!applied) {
+          std::string names;
+          for (const Table* table : touched) names += (names.empty() ? "" : ", ") + table->sql_name;
+          return fail((touched.size() == 1 ? "table " : "tables ") + names + ": " +
+                      applied.error().message);
+        }
+        session.pending_epoch = std::max(session.pending_epoch, applied->required_epoch);
+        for (Table* table : touched) table->position = std::max(table->position, end);
         last_commit = commit_time;
         std::lock_guard lock(mutex_);
         ++stats_.transactions;
-        stats_.rows += rows;
+        stats_.rows += applied->applied;
       }
+      in_transaction = false;
+      processed = std::max(processed, commit->end_lsn);
+      derived_.MarkStreamAt(static_cast<int64_t>(processed));
+      frames.clear();
       touched.clear();
     }
     if (!in_transaction) frames.clear();

@@ -23,11 +23,22 @@
 //      counter needs dropped or retyped, a value that does not parse, an overflow, an old
 //      row missing) stops this source: nothing more is applied, what was counted stays.
 //
-// One transaction touching two source tables is applied as one ApplyTransaction per table
-// with the same position: each table's part is atomic and exactly once, but a reader may
-// briefly see one table's part before the other's.
+// One transaction touching several source tables is applied with one ApplyTransaction:
+// every table's changes (in the order the tables first appear in it) and every table's
+// position land in one commit, so a reader (and a crash) sees all of the transaction or
+// none of it.
 //
-// Thread-safety: Start and Stop from one thread; stats() from any.
+// Verification holds (DerivedCounters::Hold, used by tally verify). A held source
+// transaction waits inside ApplyTransaction, so this thread waits with it. While a hold is
+// not yet reached, the stream makes its progress visible: between transactions a status
+// update asks the server for a keepalive every ~100 ms, and the position of each keepalive
+// received between transactions, and each applied commit's end LSN, is reported with
+// MarkStreamAt. Positions written only to advance the slot (no change) never pass a hold.
+// A hold longer than the server's wal_sender_timeout gets the connection cut; the usual
+// reconnect resumes after it. Stop() releases any hold first (tallyd is shutting down; a
+// verification still running then fails on its own connection).
+//
+// Thread-safety: Start and Stop from one thread; stats() and Report() from any.
 #pragma once
 
 #include <chrono>
@@ -40,6 +51,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "core/status_report.h"
 #include "engine/derived/derived_counters.h"
 #include "engine/engine.h"
 
@@ -62,7 +74,9 @@ class PostgresSource {
  public:
   // What INFO and the HTTP status show.
   struct Stats {
-    std::string state = "stopped";  // starting, backfilling, streaming, reconnecting, failed, stopped
+    // starting, backfilling, streaming, held (a transaction waits for a verification hold),
+    // reconnecting, failed, stopped
+    std::string state = "stopped";
     bool connected = false;
     std::string error;           // the last error (the fatal one when failed)
     uint64_t received_lsn = 0;   // start of the last XLogData received
@@ -73,10 +87,16 @@ class PostgresSource {
     uint64_t transactions = 0;   // source transactions applied
     uint64_t rows = 0;           // row changes applied (backfill rows not included)
     uint64_t reconnects = 0;
-    uint64_t backfill_rows = 0;  // rows read by the current (or last) backfill
-    uint64_t backfill_total = 0; // rows to read, by count(*) in the same snapshot
+    uint64_t backfill_rows = 0;  // rows read by the current (or last) backfill, all tables
+    uint64_t backfill_total = 0; // rows to read, by count(*) of each table in the same snapshot
     bool backfilling = false;
   };
+
+  // stats() and the verification hold as named figures, in this order: state, connected,
+  // received_lsn, applied_lsn (LSNs as PostgreSQL writes them, "0/16B3748"), lag_bytes,
+  // lag_seconds, transactions, rows, reconnects, backfilling, backfill_rows,
+  // backfill_total, backfill_percent, hold ("none" or the held LSN), hold_reached, error.
+  StatusReport Report() const;
 
   // `engine` and `derived` must outlive this object.
   PostgresSource(engine::Engine& engine, derived::DerivedCounters& derived,
@@ -90,7 +110,8 @@ class PostgresSource {
   Status Start();
 
   // Stops the thread promptly (an unfinished backfill starts over next time) after a last
-  // acknowledgement of what is durable. Idempotent.
+  // acknowledgement of what is durable. Releases any verification hold first, so a thread
+  // waiting in it can stop. Idempotent.
   void Stop();
 
   Stats stats() const;
@@ -123,6 +144,7 @@ class PostgresSource {
   mutable std::mutex mutex_;
   std::condition_variable wake_;  // Stop() wakes a backoff sleep
   bool stop_ = false;             // guarded by mutex_
+  bool finished_ = false;         // the thread has left Run; guarded by mutex_
   Stats stats_;                   // guarded by mutex_
   std::thread thread_;
 };
