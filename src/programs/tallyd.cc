@@ -223,7 +223,17 @@ int main(int argc, char** argv) {
     for (const auto& outcome : *outcomes) spdlog::info("{}: {}", definitions_file, outcome.message);
   }
 
+  // The source object first (it connects only in Start, below): INFO and GET /v1/status
+  // read its figures, so it outlives both servers.
+  std::unique_ptr<tally::sources::postgres::PostgresSource> source;
+  tally::StatusReporter source_report;
+  if (!pg_source.conninfo.empty()) {
+    source = std::make_unique<tally::sources::postgres::PostgresSource>(engine, derived, pg_source);
+    source_report = [s = source.get()] { return s->Report(); };
+  }
+
   tally::redis::RedisServer redis(engine, server, &derived);
+  redis.set_source_report(source_report);
   if (auto status = redis.Start(); !status) {
     spdlog::critical("{}", status.error().message);
     engine.Stop();
@@ -231,6 +241,7 @@ int main(int argc, char** argv) {
   }
   if (http.bind.empty()) http.bind = server.bind;
   http.password = server.requirepass;
+  http.source_report = source_report;
   tally::http::HttpServer http_server(engine, derived, http);
   if (auto status = http_server.Start(); !status) {
     spdlog::critical("{}", status.error().message);
@@ -238,12 +249,9 @@ int main(int argc, char** argv) {
     engine.Stop();
     return 1;
   }
-  std::unique_ptr<tally::sources::postgres::PostgresSource> source;
-  if (!pg_source.conninfo.empty()) {
-    source = std::make_unique<tally::sources::postgres::PostgresSource>(engine, derived, pg_source);
+  if (source != nullptr) {
     if (auto status = source->Start(); !status) {
       spdlog::critical("--source: {}", status.error().message);
-      source.reset();
       http_server.Stop();
       redis.Stop();
       engine.Stop();

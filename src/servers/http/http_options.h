@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <string>
 
+#include "core/status_report.h"
+
 namespace tally::http {
 
 struct HttpOptions {
@@ -25,6 +27,8 @@ struct HttpOptions {
   int64_t idle_timeout_seconds = 60;
   // tallyd's --requirepass: when set, every request needs "Authorization: Bearer <it>".
   std::string password;
+  // tallyd --source: the PostgreSQL source's figures for GET /v1/status; empty = no source.
+  StatusReporter source_report;
 };
 
 }  // namespace tally::http

@@ -5,6 +5,9 @@
 #include <spdlog/spdlog.h>
 
 #include <charconv>
+#include <cmath>
+#include <type_traits>
+#include <variant>
 #include <optional>
 #include <vector>
 
@@ -54,6 +57,7 @@ const Api::Route Api::kRoutes[] = {
     {{"POST", "/v1/definitions", ""}, &Api::PostDefinitions},
     {{"GET", "/v1/definitions", ""}, &Api::GetDefinitions},
     {{"DELETE", "/v1/definitions/{counter}", ""}, &Api::DeleteDefinition},
+    {{"GET", "/v1/status", ""}, &Api::GetStatus},
     {{"GET", "/healthz", ""}, &Api::GetHealth},
 };
 
@@ -159,10 +163,12 @@ constexpr std::string_view kValuesShape =
 
 }  // namespace
 
-Api::Api(engine::Engine& engine, derived::DerivedCounters& derived, std::string password)
+Api::Api(engine::Engine& engine, derived::DerivedCounters& derived, std::string password,
+         StatusReporter source_report)
     : engine_(engine),
       derived_(derived),
       password_(std::move(password)),
+      source_report_(std::move(source_report)),
       scratch_(std::make_unique<Scratch>()) {}
 
 Api::~Api() = default;
@@ -407,6 +413,43 @@ ApiResponse Api::DeleteDefinition(const Call& call) {
   ApiResponse response = Ok(json.Take());
   response.wrote = true;
   return response;
+}
+
+// {"durability":"sync","counters":N,"source":{figures as INFO's # Source, same names
+// without "source_"}} ("source": null without --source).
+ApiResponse Api::GetStatus(const Call& call) {
+  std::string body = R"({"durability":)";
+  body += engine_.durability() == engine::Durability::kSync ? R"("sync")" : R"("async")";
+  fmt::format_to(std::back_inserter(body), R"(,"counters":{},"source":)",
+                 derived_.Counters().size());
+  if (!source_report_) {
+    body += "null}";
+    return Ok(std::move(body));
+  }
+  body += '{';
+  bool first = true;
+  for (const ReportField& field : source_report_()) {
+    if (!first) body += ',';
+    first = false;
+    AppendJsonString(field.name, &body);
+    body += ':';
+    std::visit(
+        [&body](const auto& value) {
+          using T = std::decay_t<decltype(value)>;
+          if constexpr (std::is_same_v<T, bool>) {
+            body += value ? "true" : "false";
+          } else if constexpr (std::is_same_v<T, double>) {
+            fmt::format_to(std::back_inserter(body), "{:.3f}", std::isfinite(value) ? value : 0.0);
+          } else if constexpr (std::is_same_v<T, std::string>) {
+            AppendJsonString(value, &body);
+          } else {
+            fmt::format_to(std::back_inserter(body), "{}", value);
+          }
+        },
+        field.value);
+  }
+  body += "}}";
+  return Ok(std::move(body));
 }
 
 ApiResponse Api::GetHealth(const Call& call) {

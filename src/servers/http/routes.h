@@ -12,6 +12,7 @@
 //   POST   /v1/definitions                 run a script of CREATE/DROP statements
 //   GET    /v1/definitions                 the sources and counters defined
 //   DELETE /v1/definitions/{counter}       DROP COUNTER
+//   GET    /v1/status                      durability, counters, and the --source figures
 //   GET    /healthz                        liveness (503 while commits fail)
 //
 // With a password (tallyd --requirepass) every route but /healthz answers 401 unless the
@@ -25,6 +26,7 @@
 #include <string>
 #include <string_view>
 
+#include "core/status_report.h"
 #include "engine/derived/derived_counters.h"
 #include "engine/engine.h"
 
@@ -59,7 +61,9 @@ class Api {
  public:
   // `engine` and `derived` must outlive the Api. With a `password` (tallyd's
   // --requirepass), every request must carry "Authorization: Bearer <password>".
-  Api(engine::Engine& engine, derived::DerivedCounters& derived, std::string password = {});
+  // `source_report` gives GET /v1/status the PostgreSQL source's figures (none when empty).
+  Api(engine::Engine& engine, derived::DerivedCounters& derived, std::string password = {},
+      StatusReporter source_report = {});
   ~Api();
   Api(const Api&) = delete;
   Api& operator=(const Api&) = delete;
@@ -90,11 +94,13 @@ class Api {
   ApiResponse PostDefinitions(const Call& call);
   ApiResponse GetDefinitions(const Call& call);
   ApiResponse DeleteDefinition(const Call& call);
+  ApiResponse GetStatus(const Call& call);
   ApiResponse GetHealth(const Call& call);
 
   engine::Engine& engine_;
   derived::DerivedCounters& derived_;
   const std::string password_;
+  const StatusReporter source_report_;
   std::unique_ptr<Scratch> scratch_;
 };
 

@@ -11,7 +11,8 @@
 namespace tally::http {
 
 HttpWorker::HttpWorker(HttpShared& shared, int index)
-    : shared_(shared), index_(index), api_(shared.engine, shared.derived, shared.options.password) {}
+    : shared_(shared), index_(index), api_(shared.engine, shared.derived, shared.options.password,
+           shared.options.source_report) {}
 
 HttpWorker::~HttpWorker() { Stop(); }
 

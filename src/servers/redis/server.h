@@ -36,6 +36,11 @@ class RedisServer {
 
   uint16_t port() const { return core_.bound_port(); }
 
+  // INFO's "# Source" section (the PostgreSQL source's figures). REQUIRES: before Start().
+  void set_source_report(StatusReporter reporter) {
+    core_.set_source_report(std::move(reporter));
+  }
+
  private:
   void Accept();
   void SampleOps();

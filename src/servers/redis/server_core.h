@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "core/status_report.h"
 #include "engine/derived/derived_counters.h"
 #include "engine/engine.h"
 #include "servers/redis/command_table.h"
@@ -78,6 +79,10 @@ class ServerCore {
   // The derived counters, or null when the server has none (unit tests).
   derived::DerivedCounters* derived() { return derived_; }
   void set_derived(derived::DerivedCounters* derived) { derived_ = derived; }
+  // The PostgreSQL source's figures for INFO's "# Source" section; empty when there is no
+  // source (tallyd without --source). Set before the server starts.
+  const StatusReporter& source_report() const { return source_report_; }
+  void set_source_report(StatusReporter reporter) { source_report_ = std::move(reporter); }
   const ServerOptions& options() const { return options_; }
   ClientRegistry& clients() { return clients_; }
   int64_t start_ms() const { return start_ms_; }
@@ -100,6 +105,7 @@ class ServerCore {
  private:
   engine::Engine& engine_;
   derived::DerivedCounters* derived_ = nullptr;
+  StatusReporter source_report_;
   const ServerOptions options_;
   ClientRegistry clients_;
   const int64_t start_ms_;

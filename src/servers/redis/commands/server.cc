@@ -7,6 +7,8 @@
 #include <cctype>
 #include <chrono>
 #include <fstream>
+#include <type_traits>
+#include <variant>
 
 #include "core/glob.h"
 #include "servers/redis/command_args.h"
@@ -158,6 +160,34 @@ void DerivedSection(CommandContext& ctx, std::string& out) {
   }
 }
 
+// tallyd --source: the PostgreSQL source's figures as "source_<name>:<value>". Nothing
+// (not even the header) without a source.
+void SourceSection(CommandContext& ctx, std::string& out) {
+  const StatusReporter& reporter = ctx.server.source_report();
+  if (!reporter) return;
+  out += "# Source\r\n";
+  for (const ReportField& field : reporter()) {
+    out += "source_";
+    out += field.name;
+    out += ':';
+    std::visit(
+        [&out](const auto& value) {
+          using T = std::decay_t<decltype(value)>;
+          if constexpr (std::is_same_v<T, bool>) {
+            out += value ? '1' : '0';
+          } else if constexpr (std::is_same_v<T, double>) {
+            fmt::format_to(std::back_inserter(out), "{:.3f}", value);
+          } else if constexpr (std::is_same_v<T, std::string>) {
+            for (char c : value) out += (c == '\r' || c == '\n') ? ' ' : c;  // one line
+          } else {
+            fmt::format_to(std::back_inserter(out), "{}", value);
+          }
+        },
+        field.value);
+    out += "\r\n";
+  }
+}
+
 void CommandStatsSection(CommandContext& ctx, std::string& out) {
   out += "# Commandstats\r\n";
   const auto commands = AllCommands();
@@ -180,6 +210,7 @@ constexpr InfoSection kSections[] = {
     {"memory", true, MemorySection},     {"persistence", true, PersistenceSection},
     {"stats", true, StatsSection},       {"commandstats", false, CommandStatsSection},
     {"keyspace", true, KeyspaceSection}, {"derived", true, DerivedSection},
+    {"source", true, SourceSection},
 };
 
 struct ConfigEntry {
@@ -271,8 +302,11 @@ void Info(CommandContext& ctx) {
                            ? section.in_default
                            : std::find(wanted.begin(), wanted.end(), section.name) != wanted.end());
     if (!chosen) continue;
+    std::string text;
+    section.write(ctx, text);
+    if (text.empty()) continue;  // a section with nothing to show (# Source without --source)
     if (!out.empty()) out += "\r\n";
-    section.write(ctx, out);
+    out += text;
   }
   ctx.reply.Verbatim(out);
 }
