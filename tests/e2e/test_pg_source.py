@@ -17,6 +17,14 @@ RefusalTest: a table without REPLICA IDENTITY FULL, a bad connection string and 
 password make tallyd exit non-zero with the exact message; a column a counter reads dropped
 mid-stream stops the source with a clear error and changes nothing counted.
 
+MultiTableTest: transactions that change two source tables (posts and likes) at once are
+applied in one commit: under concurrent writers and kill -9 cycles, a counter over posts and
+one over likes written in the same transactions never disagree, read atomically (MULTI/MGET).
+HoldTest: COUNTER.HOLD reached on an idle stream within a fraction of a second, counters
+standing still above it, RELEASE, and tallyd stopping while a transaction waits in a hold.
+StatusTest: INFO's # Source section and GET /v1/status: backfill figures, the applied LSN
+advancing past the database's WAL position, the lag back to 0, the same figures in both.
+
 Environment: TALLYD, E2E_PG_SOURCE_ROWS (backfilled rows, default 100000),
 E2E_PG_SOURCE_KILLS (default 10).
 """
@@ -32,7 +40,7 @@ import unittest
 
 import blog_model as bm
 import postgres
-from harness import RespConn, TallyServer, tally_only
+from harness import RespConn, TallyServer, free_port, tally_only
 
 ROWS = int(os.environ.get("E2E_PG_SOURCE_ROWS", "100000"))
 KILLS = int(os.environ.get("E2E_PG_SOURCE_KILLS", "10"))
@@ -197,12 +205,12 @@ class PgCase(unittest.TestCase):
         return "host=127.0.0.1 port=%d dbname=postgres user=%s %s" % (
             self.pg.port, self.pg.user, extra)
 
-    def tallyd(self, slot, extra=()):
+    def tallyd(self, slot, extra=(), more_definitions=""):
         s = TallyServer(extra_args=["--source", self.conninfo(), "--source-slot", slot,
                                     "--source-publication", slot] + list(extra))
         path = os.path.join(s.base_dir, "definitions.sql")
         with open(path, "w") as f:
-            f.write(bm.definitions_sql(bm.COUNTERS))
+            f.write(bm.definitions_sql(bm.COUNTERS) + more_definitions)
         s.extra_args += ["--definitions", path]
         self.servers.append(s)
         return s
@@ -340,6 +348,303 @@ class CrashTest(PgCase):
                   log.count("reconnecting in") + log.count("retrying in")))
         self.assertEqual(server.stop(), 0)
         self.pg.sql("SELECT pg_drop_replication_slot('s_crash')")
+
+
+# A second source table: a like of a tagged post (rating 99) is written in the same
+# transaction as the post, so per blog tagged_posts = blog_likes at every commit.
+LIKES_TABLE_SQL = ("DROP TABLE IF EXISTS likes; "
+                   "CREATE TABLE likes (id bigserial, post_id bigint, blog_id bigint, "
+                   "weight bigint); ALTER TABLE likes REPLICA IDENTITY FULL; "
+                   "CREATE INDEX likes_post ON likes (post_id);")
+LIKES_DEFINITIONS = (
+    "CREATE SOURCE likes (id bigint, post_id bigint, blog_id bigint, weight bigint);\n"
+    "CREATE COUNTER blog_likes AS SELECT blog_id, sum(weight) FROM likes GROUP BY blog_id;\n"
+    "CREATE COUNTER tagged_posts AS SELECT blog_id, count(*) FROM posts WHERE rating = 99 "
+    "GROUP BY blog_id;\n")
+BLOGS = range(1, 7)
+
+
+def pair_script(rng, transactions=10, blogs=BLOGS):
+    """Transactions each changing a tagged post and its like together (both orders), within
+    `blogs` (writers on disjoint blogs cannot race each other into unpairing a post)."""
+    out = []
+    for _ in range(transactions):
+        b, x = rng.choice(blogs), rng.choice(blogs)
+        k = rng.random()
+        if k < 0.5:  # posts first
+            out.append(
+                "WITH p AS (INSERT INTO posts (user_id, blog_id, rating, is_published, is_deleted, "
+                "created_at) VALUES (%d, %d, 99, true, false, '2024-05-01') RETURNING id, blog_id) "
+                "INSERT INTO likes (post_id, blog_id, weight) SELECT id, blog_id, 1 FROM p;"
+                % (rng.randrange(1, 6), b))
+        elif k < 0.75:  # a move of both, likes first
+            out.append(
+                "BEGIN; UPDATE likes SET blog_id = %d WHERE post_id = (SELECT min(id) FROM posts "
+                "WHERE rating = 99 AND blog_id = %d); UPDATE posts SET blog_id = %d WHERE id = "
+                "(SELECT min(id) FROM posts WHERE rating = 99 AND blog_id = %d); COMMIT;"
+                % (x, b, x, b))
+        elif k < 0.9:  # a delete of both, likes first
+            out.append(
+                "WITH d AS (DELETE FROM likes WHERE post_id = (SELECT min(post_id) FROM likes "
+                "WHERE blog_id = %d) RETURNING post_id) DELETE FROM posts WHERE id IN "
+                "(SELECT post_id FROM d);" % b)
+        else:  # aborted
+            out.append("BEGIN; INSERT INTO posts (blog_id, rating) VALUES (%d, 99); "
+                       "INSERT INTO likes (post_id, blog_id, weight) VALUES (0, %d, 1); ROLLBACK;"
+                       % (b, b))
+    return "\n".join(out)
+
+
+def read_pairs(port):
+    """{blog: (tagged_posts, blog_likes)} read in one MULTI (atomic in tally)."""
+    keys = ["tagged_posts:%d" % b for b in BLOGS] + ["blog_likes:%d" % b for b in BLOGS]
+    with RespConn(port, timeout=10) as conn:
+        conn.call("MULTI")
+        conn.call("MGET", *keys)
+        reply = conn.call("EXEC")
+    values = [0 if v is None else int(v) for v in reply[0]]
+    n = len(BLOGS)
+    return {b: (values[i], values[n + i]) for i, b in enumerate(BLOGS)}
+
+
+@tally_only
+class MultiTableTest(PgCase):
+    def setUp(self):
+        super().setUp()
+        self.pg.sql(LIKES_TABLE_SQL)
+
+    def pg_pairs(self):
+        posts = dict(self.pg.query("SELECT blog_id, count(*) FROM posts WHERE rating = 99 "
+                                   "GROUP BY blog_id"))
+        likes = dict(self.pg.query("SELECT blog_id, sum(weight) FROM likes GROUP BY blog_id"))
+        return {b: (int(posts.get(str(b)) or 0), int(likes.get(str(b)) or 0)) for b in BLOGS}
+
+    def wait_pairs(self, server, context):
+        want = self.pg_pairs()
+        deadline = time.monotonic() + CATCH_UP
+        got = None
+        while time.monotonic() < deadline:
+            got = read_pairs(server.port)
+            if got == want:
+                return want
+            time.sleep(0.1)
+        self.fail("%s: tally %s != PostgreSQL %s\n%s" % (context, got, want, server.log_tail()))
+
+    def test_two_tables_one_commit(self):
+        rng = random.Random(23)
+        self.pg.sql(pair_script(rng, 40))  # backfilled
+        server = self.tallyd("s_multi", more_definitions=LIKES_DEFINITIONS)
+        server.start()
+        self.wait_pairs(server, "backfill")
+        self.wait_equal(server, "backfill")
+
+        stop = threading.Event()
+        counts = [0, 0]
+        bad = []
+        reads = [0]
+
+        def writer(n):
+            wrng = random.Random(200 + n)
+            while not stop.is_set():
+                try:
+                    self.pg.sql(pair_script(wrng, blogs=BLOGS[3 * n:3 * n + 3]), timeout=60)
+                    counts[n] += 1
+                except (postgres.PostgresError, subprocess.TimeoutExpired):
+                    time.sleep(0.05)  # a deadlock between the writers: that script is cut
+
+        def reader():
+            while not stop.is_set():
+                try:
+                    pairs = read_pairs(server.port)
+                except (OSError, ConnectionError, Exception):  # tallyd killed or starting
+                    time.sleep(0.02)
+                    continue
+                reads[0] += 1
+                for b, (p, l) in pairs.items():
+                    if p != l:
+                        bad.append((b, p, l))
+
+        threads = [threading.Thread(target=writer, args=(n,), daemon=True) for n in range(2)]
+        threads.append(threading.Thread(target=reader, daemon=True))
+        for t in threads:
+            t.start()
+        try:
+            for cycle in range(max(3, KILLS // 2)):
+                time.sleep(rng.uniform(0.3, 1.0))
+                server.kill9()
+                time.sleep(rng.uniform(0, 0.2))
+                server.start()
+        finally:
+            time.sleep(0.5)
+            stop.set()
+            for t in threads:
+                t.join(60)
+        self.assertEqual(bad[:5], [], "a reader saw one table's part of a transaction alone")
+        self.assertGreater(sum(counts), 3)
+        self.assertGreater(reads[0], 20)
+        pairs = self.wait_pairs(server, "the end")
+        self.assertTrue(all(p == l for p, l in pairs.values()), pairs)
+        self.assertGreater(sum(p for p, _ in pairs.values()), 0)
+        self.wait_equal(server, "the end")
+        print("\n%d writer scripts of 10 two-table transactions, %d atomic reads, %d tagged "
+              "posts at the end" % (sum(counts), reads[0], sum(p for p, _ in pairs.values())))
+        self.assertEqual(server.stop(), 0)
+        self.pg.sql("SELECT pg_drop_replication_slot('s_multi')")
+
+
+def parse_lsn(text):
+    hi, lo = text.split("/")
+    return (int(hi, 16) << 32) | int(lo, 16)
+
+
+def info_source(port):
+    with RespConn(port) as conn:
+        text = conn.call("INFO", "source")
+    if isinstance(text, bytes):
+        text = text.decode()
+    out = {}
+    for line in text.splitlines():
+        if line.startswith("source_"):
+            name, _, value = line.partition(":")
+            out[name[len("source_"):]] = value
+    return out
+
+
+@tally_only
+class StatusTest(PgCase):
+    def test_info_and_status(self):
+        rng = random.Random(5)
+        backfilled = 3000
+        self.pg.copy_rows("posts", COLUMNS,
+                          [(i,) + random_row(rng) for i in range(1, backfilled + 1)])
+        self.pg.sql("SELECT setval('posts_id_seq', %d);" % backfilled)
+        http_port = free_port()
+        server = self.tallyd("s_status", extra=["--http-port", str(http_port)])
+        server.start()
+        self.wait_equal(server, "backfill")
+
+        def settled(context):
+            """Waits until the applied LSN is past the WAL written so far and the lag is 0.
+            (The insert position: the test's PostgreSQL commits asynchronously.)"""
+            target = parse_lsn(self.pg.query("SELECT pg_current_wal_insert_lsn()")[0][0])
+            deadline = time.monotonic() + CATCH_UP
+            info = {}
+            while time.monotonic() < deadline:
+                info = info_source(server.port)
+                if parse_lsn(info["applied_lsn"]) >= target and info["lag_bytes"] == "0":
+                    return info
+                time.sleep(0.1)
+            self.fail("%s: not caught up with %x: %s" % (context, target, info))
+
+        first = settled("after the backfill")
+        self.assertEqual(first["state"], "streaming")
+        self.assertEqual(first["connected"], "1")
+        self.assertEqual(first["backfilling"], "0")
+        self.assertEqual(first["backfill_rows"], str(backfilled))
+        self.assertEqual(first["backfill_total"], str(backfilled))
+        self.assertEqual(first["backfill_percent"], "100.000")
+        self.assertEqual(first["hold"], "none")
+        self.assertEqual(first["hold_reached"], "0")
+        self.assertEqual(first["lag_seconds"], "0.000")
+        self.assertIn("postgres source: backfill: %d rows to read" % backfilled, self.log(server))
+
+        # 20 one-row transactions: the figures move.
+        self.pg.sql("\n".join(insert_sql(rng) for _ in range(20)))
+        second = settled("after 20 transactions")
+        self.assertGreater(parse_lsn(second["applied_lsn"]), parse_lsn(first["applied_lsn"]))
+        self.assertGreaterEqual(parse_lsn(second["received_lsn"]),
+                                parse_lsn(first["received_lsn"]))
+        self.assertEqual(int(second["transactions"]) - int(first["transactions"]), 20)
+        self.assertEqual(int(second["rows"]) - int(first["rows"]), 20)
+        self.wait_equal(server, "20 transactions")
+
+        # GET /v1/status: the same figures (nothing moves now), plus durability and counters.
+        h = bm.Http(http_port)
+        self.addCleanup(h.close)
+        status, body = h.request("GET", "/v1/status")
+        info = info_source(server.port)
+        self.assertEqual(status, 200, body)
+        self.assertEqual(body["durability"], "sync")
+        self.assertEqual(body["counters"], len(bm.COUNTERS))
+        source = body["source"]
+        self.assertEqual(list(source), list(info))  # the same fields, in the same order
+        for name, value in source.items():
+            if isinstance(value, bool):
+                value = "1" if value else "0"
+            elif isinstance(value, float):
+                value = "%.3f" % value
+            self.assertEqual(str(value), info[name], name)
+        self.assertEqual(h.request("GET", "/healthz"), (200, {"status": "ok"}))
+        h.close()
+        self.assertEqual(server.stop(), 0)
+        self.pg.sql("SELECT pg_drop_replication_slot('s_status')")
+
+        # Without --source: no # Source section, and "source": null.
+        plain = TallyServer(extra_args=["--http-port", str(http_port)])
+        self.servers.append(plain)
+        plain.start()
+        bm.wait_http(http_port)
+        with RespConn(plain.port) as conn:
+            text = conn.call("INFO")
+        text = text.decode() if isinstance(text, bytes) else text
+        self.assertNotIn("# Source", text)
+        self.assertFalse(text.endswith("\r\n\r\n"))
+        status, body = h.request("GET", "/v1/status")
+        h.close()
+        self.assertEqual((status, body["source"], body["counters"]), (200, None, 0))
+        self.assertEqual(plain.stop(), 0)
+
+
+@tally_only
+class HoldTest(PgCase):
+    """A verification hold (COUNTER.HOLD): reached promptly on an idle stream, the counters
+    stand still above it, INFO shows it, RELEASE lets the stream go on, and tallyd stops
+    cleanly while a transaction waits in a hold."""
+
+    def test_hold_release_and_stop(self):
+        rng = random.Random(9)
+        self.pg.sql(insert_sql(rng, 200))
+        server = self.tallyd("s_hold")
+        server.start()
+        self.wait_equal(server, "backfill")
+        time.sleep(0.3)
+        position = self.pg.query("SELECT pg_current_wal_insert_lsn()")[0][0]
+        with RespConn(server.port) as conn:
+            self.assertEqual(conn.call("COUNTER.HOLD", position), "OK")
+            began = time.monotonic()
+            while conn.call("COUNTER.HOLD")[2] != 1 and time.monotonic() - began < 5:
+                time.sleep(0.02)
+            reached_in = time.monotonic() - began
+            # Without asking the server for a keepalive this takes wal_sender_timeout / 2.
+            self.assertLess(reached_in, 3.0, "the hold was not reached on an idle stream")
+            held = tally_counters(server.port)
+            self.pg.sql(insert_sql(rng, 30) + " UPDATE posts SET blog_id = 6 WHERE id % 3 = 0;")
+            time.sleep(1.0)
+            self.assertEqual(tally_counters(server.port), held)  # standing still above the hold
+            info = info_source(server.port)
+            self.assertEqual((info["state"], parse_lsn(info["hold"]), info["hold_reached"]),
+                             ("held", parse_lsn(position), "1"))
+            self.assertEqual(conn.call("COUNTER.RELEASE"), "OK")
+        self.wait_equal(server, "after the release")
+        self.assertEqual(info_source(server.port)["hold"], "none")
+        print("\nhold reached in %.2f s on an idle stream" % reached_in)
+
+        # tallyd stops while the source waits in a hold.
+        position = self.pg.query("SELECT pg_current_wal_insert_lsn()")[0][0]
+        with RespConn(server.port) as conn:
+            self.assertEqual(conn.call("COUNTER.HOLD", position), "OK")
+        self.pg.sql(insert_sql(rng, 5))
+        deadline = time.monotonic() + 10
+        while info_source(server.port)["state"] != "held" and time.monotonic() < deadline:
+            time.sleep(0.05)
+        self.assertEqual(info_source(server.port)["state"], "held")
+        began = time.monotonic()
+        self.assertEqual(server.stop(), 0)
+        self.assertLess(time.monotonic() - began, 5.0)
+        server.start()
+        self.wait_equal(server, "after a stop in a hold")
+        self.assertEqual(server.stop(), 0)
+        self.pg.sql("SELECT pg_drop_replication_slot('s_hold')")
 
 
 @tally_only
