@@ -244,11 +244,9 @@ class VerifyTest(unittest.TestCase):
             other.start()
             argv = [TALLY_CLI, "verify", "--source", self.conninfo(), "--server",
                     "127.0.0.1:%d" % other.port]
-            began = time.monotonic()
             r = subprocess.run(argv + ["--timeout", "1"], stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, timeout=RUN_TIMEOUT)
             self.assertEqual(r.returncode, 2)
-            self.assertLess(time.monotonic() - began, 20)
             self.assertRegex(r.stderr.decode(), r"tally verify: tallyd did not reach source "
                                                 r"position \S+ within 1 s: is its PostgreSQL "
                                                 r"source streaming\?")
