@@ -158,26 +158,14 @@ class Stream:
         return [f.name for f in files]
 
 
-def sql_literal(v):
-    if v is None:
-        return "NULL"
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, int):
-        return str(v)
-    if isinstance(v, datetime.datetime):
-        return "'%s'" % v.isoformat()
-    return "'%s'" % str(v).replace("'", "''")
-
-
 def change_sql(ch):
     old, new = ch["old"], ch["new"]
     if old is None:
         return "INSERT INTO posts (%s) VALUES (%s);" % (
-            ", ".join(COLUMNS), ", ".join(sql_literal(new[c]) for c in COLUMNS))
+            ", ".join(COLUMNS), ", ".join(pgmod.sql_literal(new[c]) for c in COLUMNS))
     if new is None:
         return "DELETE FROM posts WHERE id = %d;" % old["id"]
-    sets = ["%s = %s" % (c, sql_literal(new[c])) for c in COLUMNS if new[c] != old[c]]
+    sets = ["%s = %s" % (c, pgmod.sql_literal(new[c])) for c in COLUMNS if new[c] != old[c]]
     if not sets:
         sets = ["id = id"]
     return "UPDATE posts SET %s WHERE id = %d;" % (", ".join(sets), old["id"])

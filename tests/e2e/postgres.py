@@ -19,6 +19,7 @@ directory goes; default the system's), PG_KEEP=1 keeps the directory (the path i
 """
 
 import atexit
+import datetime
 import os
 import pwd
 import shutil
@@ -40,6 +41,19 @@ _live_lock = threading.Lock()
 
 class PostgresError(Exception):
     pass
+
+
+def sql_literal(v):
+    """A Python value (None, bool, int, datetime, str) as an SQL literal."""
+    if v is None:
+        return "NULL"
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int):
+        return str(v)
+    if isinstance(v, datetime.datetime):
+        return "'%s'" % v.isoformat()
+    return "'%s'" % str(v).replace("'", "''")
 
 
 def available():

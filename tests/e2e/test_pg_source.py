@@ -70,18 +70,8 @@ def random_row(rng):
             maybe_null(rng.random() < 0.1), maybe_null(ts, 0.02))
 
 
-def sql_literal(v):
-    if v is None:
-        return "NULL"
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, int):
-        return str(v)
-    return "'%s'" % v
-
-
 def insert_sql(rng, n=1):
-    rows = ", ".join("(%s)" % ", ".join(sql_literal(v) for v in random_row(rng))
+    rows = ", ".join("(%s)" % ", ".join(postgres.sql_literal(v) for v in random_row(rng))
                      for _ in range(n))
     return ("INSERT INTO posts (user_id, blog_id, rating, is_published, is_deleted, created_at) "
             "VALUES %s;" % rows)
@@ -97,15 +87,15 @@ def random_statement(rng, max_id):
         return "UPDATE posts SET blog_id = %d WHERE id = %d;" % (rng.randrange(1, 7), pid)
     if k < 0.45:
         return "UPDATE posts SET user_id = %s WHERE id = %d;" % (
-            sql_literal(rng.choice([1, 2, 3, 4, 5, None])), pid)
+            postgres.sql_literal(rng.choice([1, 2, 3, 4, 5, None])), pid)
     if k < 0.55:
         return "UPDATE posts SET is_published = NOT coalesce(is_published, false) WHERE id = %d;" % pid
     if k < 0.62:
         return "UPDATE posts SET is_deleted = %s WHERE id = %d;" % (
-            sql_literal(rng.choice([True, False, None])), pid)
+            postgres.sql_literal(rng.choice([True, False, None])), pid)
     if k < 0.70:
         return "UPDATE posts SET rating = %s, created_at = created_at + interval '7 hours' " \
-               "WHERE id = %d;" % (sql_literal(rng.choice([1, 2, 3, 4, 5, None])), pid)
+               "WHERE id = %d;" % (postgres.sql_literal(rng.choice([1, 2, 3, 4, 5, None])), pid)
     if k < 0.80:
         return "DELETE FROM posts WHERE id = %d;" % pid
     if k < 0.88:  # bulk: a share of one blog
