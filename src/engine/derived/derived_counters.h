@@ -19,6 +19,13 @@
 // the keyspace. A top-K answer is cached per (counter, prefix, k) and recomputed when the
 // counter changed and the cached answer is older than top_k_max_staleness_ms.
 //
+// Source streams. A transaction of a database's change stream (PostgreSQL logical
+// replication) is applied the same way, together with the source's position (its commit
+// LSN) as a record "\0pos:<source>" in the same View: after any crash the stored position
+// says exactly which transactions are counted, and a replayed one is skipped. A
+// verification hold (Hold) stops the stream at one position so that `tally verify` can
+// compare the counters with the database's snapshot of that position.
+//
 // The catalog (sources and definitions) is kept in the store's catalog records, written
 // durably before a DDL statement is acknowledged, and loaded at start. DDL excludes pushes
 // for its duration (a shared mutex), so a definition appears or disappears between batches.
