@@ -20,6 +20,10 @@ mid-stream stops the source with a clear error and changes nothing counted.
 MultiTableTest: transactions that change two source tables (posts and likes) at once are
 applied in one commit: under concurrent writers and kill -9 cycles, a counter over posts and
 one over likes written in the same transactions never disagree, read atomically (MULTI/MGET).
+LateDefinitionTest: COUNTER.DEFINE of a new counter on the streamed table while writers keep
+writing; once they pause it equals PostgreSQL's GROUP BY exactly (backfilled from a snapshot
+of its own, then streamed from exactly that point), and the same with tallyd killed
+(SIGKILL) right after the DEFINE and again a moment later (the backfill redone at start).
 HoldTest: COUNTER.HOLD reached on an idle stream within a fraction of a second, counters
 standing still above it, RELEASE, and tallyd stopping while a transaction waits in a hold.
 StatusTest: INFO's # Source section and GET /v1/status: backfill figures, the applied LSN
@@ -498,6 +502,122 @@ def info_source(port):
             name, _, value = line.partition(":")
             out[name[len("source_"):]] = value
     return out
+
+
+# A counter defined while tallyd streams (COUNTER.DEFINE): backfilled from a snapshot of
+# its own, then counting the stream from exactly that point.
+LATE = bm.Counter(
+    "late_rating",
+    "CREATE COUNTER late_rating AS SELECT blog_id, sum(rating) FROM posts "
+    "WHERE NOT coalesce(is_deleted, false) GROUP BY blog_id;",
+    None, None, None, ("int",))
+
+
+@tally_only
+class LateDefinitionTest(PgCase):
+    """COUNTER.DEFINE of a counter on the streamed table while writers keep writing: after
+    the writers pause, it equals PostgreSQL's GROUP BY exactly (and so do the others); the
+    same with tallyd killed (SIGKILL) right after the DEFINE, and again a moment later."""
+
+    def late_equal(self, server, context):
+        want = {}
+        for row in self.pg.query(bm.select_of(LATE)):
+            value = 0 if row[-1] is None else int(row[-1])
+            if value:
+                want[bm.counter_key(LATE.name, [bm.pg_key_part(row[0], "int")])] = value
+        deadline = time.monotonic() + CATCH_UP
+        got = {}
+        while time.monotonic() < deadline:
+            with RespConn(server.port, timeout=30) as conn:
+                items, _ = bm.redis_scan_all(conn, LATE.name, count=5000)
+            got = dict(items)
+            if got == want:
+                return
+            if not server.alive():
+                break
+            time.sleep(0.1)
+        self.fail("%s: %s: tally != PostgreSQL after %.0f s (%d vs %d groups)\n%s\n%s" % (
+            context, LATE.name, CATCH_UP, len(got), len(want), diff(got, want),
+            server.log_tail()))
+
+    def run_case(self, slot, kills):
+        rng = random.Random(23 + kills)
+        initial = 20000
+        self.pg.copy_rows("posts", COLUMNS, [(i,) + random_row(rng) for i in range(1, initial + 1)])
+        self.pg.sql("SELECT setval('posts_id_seq', %d);" % initial)
+        server = self.tallyd(slot)
+        server.start()
+        self.wait_equal(server, "first backfill")
+
+        run = threading.Event()
+        run.set()
+        stop = threading.Event()
+        idle = [threading.Event() for _ in range(3)]
+        counts = [0, 0, 0]
+
+        def writer(n):
+            wrng = random.Random(200 + n)
+            while not stop.is_set():
+                if not run.is_set():
+                    idle[n].set()
+                    time.sleep(0.02)
+                    continue
+                idle[n].clear()
+                try:
+                    self.pg.sql(random_script(wrng, initial + 3000, transactions=10), timeout=60)
+                    counts[n] += 1
+                except (postgres.PostgresError, subprocess.TimeoutExpired):
+                    time.sleep(0.1)  # a deadlock: that script is cut
+            idle[n].set()
+
+        def pause_and_check(context):
+            run.clear()
+            for e in idle:
+                self.assertTrue(e.wait(60), "a writer did not pause")
+            self.late_equal(server, context)
+            self.wait_equal(server, context)
+            run.set()
+            for e in idle:
+                e.clear()
+
+        threads = [threading.Thread(target=writer, args=(n,), daemon=True) for n in range(3)]
+        for t in threads:
+            t.start()
+        try:
+            time.sleep(0.5)
+            with RespConn(server.port, timeout=30) as conn:
+                reply = conn.call("COUNTER.DEFINE", LATE.sql)
+            self.assertIsInstance(reply, list, reply)
+            for k in range(kills):
+                # Right after the DEFINE, then a moment later (maybe mid-backfill).
+                if k > 0:
+                    time.sleep(rng.uniform(0.05, 1.0))
+                server.kill9()
+                server.start()
+            time.sleep(1.5)  # writers keep writing while the backfill runs
+            pause_and_check("after the DEFINE")
+            time.sleep(1.0)  # the stream goes on counting the new counter
+            pause_and_check("streaming after the backfill")
+        finally:
+            stop.set()
+            run.set()
+            for t in threads:
+                t.join(60)
+        self.assertGreater(sum(counts), 0)
+        log = self.log(server)
+        self.assertIn("postgres source: backfill of counter late_rating done", log)
+        # Only the temporary slot's of the backfill, gone with their connection.
+        self.assertEqual(self.pg.query(
+            "SELECT count(*) FROM pg_replication_slots WHERE slot_name LIKE 'tally_backfill%'"),
+            [("0",)])
+        self.assertEqual(server.stop(), 0)
+        self.pg.sql("SELECT pg_drop_replication_slot('%s')" % slot)
+
+    def test_define_while_writing(self):
+        self.run_case("s_late", kills=0)
+
+    def test_define_then_kill9(self):
+        self.run_case("s_late_kill", kills=2)
 
 
 @tally_only

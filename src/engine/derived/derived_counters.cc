@@ -25,6 +25,13 @@ namespace {
 constexpr std::string_view kSourceRecord = "source/";
 constexpr std::string_view kCounterRecord = "counter/";
 constexpr std::string_view kDroppingRecord = "dropping/";
+// "start/<name>": a counter added while its source was streamed: "pending" (not yet
+// activated) or the decimal consistent point it counts from. "backfill/<name>": its
+// backfill from that point is not complete yet (redone at start).
+constexpr std::string_view kStartRecord = "start/";
+constexpr std::string_view kBackfillRecord = "backfill/";
+constexpr int64_t kPending = INT64_MAX;
+constexpr std::string_view kPendingValue = "pending";
 
 // Keys per View when groups are deleted or read in bulk: bounds how long a stripe is held.
 constexpr size_t kChunk = 1024;
@@ -76,6 +83,10 @@ struct DerivedCounters::Family {
   explicit Family(defs::CompiledCounter compiled) : counter(std::move(compiled)) {}
 
   const defs::CompiledCounter counter;
+  // Source transactions at or below this position do not move the counter: 0 for most,
+  // kPending until a backfill activates it, then the backfill's consistent point.
+  // Written with apply_mutex_ held exclusively, read with it held.
+  int64_t start = 0;
   std::mutex mutex;
   absl::btree_set<std::string> keys;  // guarded by mutex
   // Bumped by every push that changes a group; a cached top-K of an older version may be
@@ -228,6 +239,26 @@ Status DerivedCounters::Load() {
       catalog->dropping.insert(name.substr(kDroppingRecord.size()));
     }
   }
+  std::vector<std::shared_ptr<Family>> interrupted;  // backfills to redo
+  for (const auto& [name, value] : *records) {
+    if (name.starts_with(kStartRecord)) {
+      const auto it = catalog->counters.find(Absl(std::string_view(name).substr(kStartRecord.size())));
+      if (it == catalog->counters.end()) continue;
+      if (value == kPendingValue) {
+        it->second->start = kPending;
+      } else {
+        try {
+          it->second->start = std::stoll(value);
+        } catch (...) {
+          return Corruption(fmt::format("catalog record {}: '{}' is not a position", name, value));
+        }
+      }
+    } else if (name.starts_with(kBackfillRecord)) {
+      const auto it =
+          catalog->counters.find(Absl(std::string_view(name).substr(kBackfillRecord.size())));
+      if (it != catalog->counters.end()) interrupted.push_back(it->second);
+    }
+  }
 
   // The family indexes, from one pass over the keyspace.
   std::vector<std::string> keys;
@@ -262,6 +293,18 @@ Status DerivedCounters::Load() {
     auto next = Snapshot()->Rebuilt();
     next->dropping.clear();
     Install(std::move(next));
+  }
+  // A backfill a crash interrupted: its groups go, and the counter waits for a new one.
+  for (const auto& family : interrupted) {
+    DeleteGroups(*family);
+    const std::string& name = family->counter.name();
+    const std::array<engine::Persistence::CatalogOp, 2> ops{{
+        {std::string(kStartRecord) + name, std::string(kPendingValue)},
+        {std::string(kBackfillRecord) + name, std::nullopt},
+    }};
+    if (auto status = store_.WriteCatalog(ops); !status) return status;
+    family->start = kPending;
+    spdlog::info("counter {}: its backfill was interrupted; it is done again", name);
   }
   size_t groups = 0;
   for (const auto& [name, family] : catalog->counters) groups += family->keys.size();
@@ -385,10 +428,14 @@ Result<std::string> DerivedCounters::CreateCounter(const defs::CreateCounter& cr
         "starts with its name and ':'; delete them or choose another name",
         prefix, clashes.front().substr(0, 128)));
   }
-  const engine::Persistence::CatalogOp op{std::string(kCounterRecord) + name, sql};
-  if (auto status = store_.WriteCatalog({&op, 1}); !status) return tl::unexpected(status.error());
+  // On a streamed source the counter waits for its backfill (see MarkStreamed).
+  const bool pending = streamed_.contains(Absl(compiled->source().name));
+  std::vector<engine::Persistence::CatalogOp> ops{{std::string(kCounterRecord) + name, sql}};
+  if (pending) ops.push_back({std::string(kStartRecord) + name, std::string(kPendingValue)});
+  if (auto status = store_.WriteCatalog(ops); !status) return tl::unexpected(status.error());
   auto next = std::make_shared<Catalog>(*catalog);
   auto family = std::make_shared<Family>(std::move(*compiled));
+  if (pending) family->start = kPending;
   next->counters.emplace(family->counter.name(), family);
   Install(next->Rebuilt());
   return fmt::format("CREATE COUNTER {}", family->counter.name());
@@ -403,8 +450,10 @@ Result<std::string> DerivedCounters::DropCounter(std::string_view name) {
   const std::shared_ptr<Family> family = it->second;
   // First durably "dropping" (a crash from here on finishes the drop at start), then the
   // groups, then the marker.
-  const std::array<engine::Persistence::CatalogOp, 2> begin{{
+  const std::array<engine::Persistence::CatalogOp, 4> begin{{
       {std::string(kCounterRecord) + std::string(name), std::nullopt},
+      {std::string(kStartRecord) + std::string(name), std::nullopt},
+      {std::string(kBackfillRecord) + std::string(name), std::nullopt},
       {std::string(kDroppingRecord) + std::string(name), std::string()},
   }};
   if (auto status = store_.WriteCatalog(begin); !status) return tl::unexpected(status.error());
@@ -486,7 +535,8 @@ struct DerivedCounters::PushScratch {
 };
 
 Status DerivedCounters::RunFormula(const Catalog& catalog, std::span<const DecodedChange> changes,
-                                   std::string_view only_counter, PushScratch& scratch) {
+                                   std::string_view only_counter, int64_t limit,
+                                   PushScratch& scratch) {
   scratch.increments.clear();
   scratch.families.clear();
   scratch.change_end.clear();
@@ -499,6 +549,7 @@ Status DerivedCounters::RunFormula(const Catalog& catalog, std::span<const Decod
     if (change.new_row) new_row = defs::RowView(*change.new_row);
     for (const auto& family : source->counters) {
       if (!only_counter.empty() && family->counter.name() != only_counter) continue;
+      if (family->start >= limit) continue;  // pending, or the change is in its backfill
       auto status = defs::AppendIncrements(family->counter, old_row, new_row, scratch.eval,
                                            &scratch.increments);
       if (!status) {
@@ -604,7 +655,7 @@ Result<PushOutcome> DerivedCounters::Push(std::string_view body, std::string_vie
                         fmt::format("a push holds at most {} changes; this one has {}",
                                     options_.max_batch_changes, changes.size())});
   }
-  if (auto status = RunFormula(*catalog, changes, only_counter, scratch); !status) {
+  if (auto status = RunFormula(*catalog, changes, only_counter, kPending, scratch); !status) {
     return refuse(status.error());
   }
 
@@ -697,7 +748,15 @@ Result<PushOutcome> DerivedCounters::ApplyTransaction(std::string_view source,
 
 Result<PushOutcome> DerivedCounters::ApplyTransaction(std::span<const SourceTransactionPart> parts,
                                                       int64_t position) {
+  return ApplyParts(parts, position, {});
+}
+
+Result<PushOutcome> DerivedCounters::ApplyParts(std::span<const SourceTransactionPart> parts,
+                                                int64_t position, std::string_view only_counter) {
   thread_local PushScratch scratch;
+  // Counters whose start is at or above this skip the transaction (a backfill chunk skips
+  // only pending counters).
+  const int64_t limit = position == 0 ? kPending : position;
   if (position != 0) {
     // A verification hold below this transaction: wait (the hold is now reached).
     std::unique_lock lock(hold_mutex_);
@@ -734,7 +793,8 @@ Result<PushOutcome> DerivedCounters::ApplyTransaction(std::span<const SourceTran
   };
   scratch.stream_changes.clear();
   for (size_t i = 0; i < parts.size(); ++i) as_pushes(i, 0, parts[i].changes.size());
-  if (auto status = RunFormula(*catalog, scratch.stream_changes, {}, scratch); !status) {
+  if (auto status = RunFormula(*catalog, scratch.stream_changes, only_counter, limit, scratch);
+      !status) {
     return tl::unexpected(status.error());
   }
   // A TRUNCATE deletes groups it cannot name in advance: such a transaction holds every
@@ -778,7 +838,9 @@ Result<PushOutcome> DerivedCounters::ApplyTransaction(std::span<const SourceTran
       if (end < changes.size() && !changes[end].truncate) continue;
       scratch.stream_changes.clear();
       as_pushes(i, begin, end);
-      if (auto status = RunFormula(*catalog, scratch.stream_changes, {}, scratch); !status) {
+      if (auto status =
+              RunFormula(*catalog, scratch.stream_changes, only_counter, limit, scratch);
+          !status) {
         return tl::unexpected(status.error());
       }
       scratch.skip.assign(scratch.stream_changes.size(), false);
@@ -787,6 +849,8 @@ Result<PushOutcome> DerivedCounters::ApplyTransaction(std::span<const SourceTran
       }
       if (end < changes.size()) {
         for (const auto& family : entries[i]->counters) {
+          if (family->start >= limit) continue;  // its backfill's snapshot is after this
+          if (!only_counter.empty() && family->counter.name() != only_counter) continue;
           std::lock_guard lock(family->mutex);
           for (const std::string& key : family->keys) view.Delete(engine::HashedKey(key));
           family->keys.clear();
@@ -873,7 +937,19 @@ Status DerivedCounters::ResetSource(std::string_view source) {
   if (entry == catalog->sources.end()) {
     return MakeError(ErrorCode::kNotFound, fmt::format("source {} does not exist", source));
   }
-  for (const auto& family : entry->second->counters) DeleteGroups(*family);
+  // Every counter of the source is counted again by the caller's backfill, pending ones too.
+  std::vector<engine::Persistence::CatalogOp> ops;
+  for (const auto& family : entry->second->counters) {
+    DeleteGroups(*family);
+    if (family->start != 0) {
+      ops.push_back({std::string(kStartRecord) + family->counter.name(), std::nullopt});
+      ops.push_back({std::string(kBackfillRecord) + family->counter.name(), std::nullopt});
+    }
+  }
+  if (!ops.empty()) {
+    if (auto status = store_.WriteCatalog(ops); !status) return status;
+    for (const auto& family : entry->second->counters) family->start = 0;
+  }
   const std::string position_key = PositionKey(source);
   const engine::HashedKey hashed(position_key);
   uint64_t epoch = 0;
@@ -883,6 +959,94 @@ Status DerivedCounters::ResetSource(std::string_view source) {
     epoch = view.required_epoch();
   }
   if (epoch != 0) WaitDurable(epoch);
+  return OkStatus();
+}
+
+// ---- Backfill of a counter added mid-stream ---------------------------------------------
+
+void DerivedCounters::MarkStreamed(std::string_view source) {
+  std::unique_lock ddl(apply_mutex_);
+  streamed_.insert(std::string(source));
+}
+
+std::vector<std::string> DerivedCounters::PendingCounters(std::string_view source) const {
+  auto catalog = Snapshot();
+  std::vector<std::string> names;
+  const auto entry = catalog->sources.find(Absl(source));
+  if (entry == catalog->sources.end()) return names;
+  // `start` changes under apply_mutex_ held exclusively: read it under the shared lock.
+  std::shared_lock apply(apply_mutex_);
+  for (const auto& family : entry->second->counters) {
+    if (family->start == kPending) names.push_back(family->counter.name());
+  }
+  return names;
+}
+
+Result<int64_t> DerivedCounters::CounterStart(std::string_view name) const {
+  auto catalog = Snapshot();
+  const Family* family = catalog->FindCounter(name);
+  if (family == nullptr) return tl::unexpected(UnknownCounter(name));
+  std::shared_lock apply(apply_mutex_);
+  return family->start;
+}
+
+Result<bool> DerivedCounters::ActivateCounter(std::string_view name, int64_t position) {
+  std::unique_lock ddl(apply_mutex_);
+  auto catalog = Snapshot();
+  const auto it = catalog->counters.find(Absl(name));
+  if (it == catalog->counters.end()) return tl::unexpected(UnknownCounter(name));
+  Family& family = *it->second;
+  if (family.start != kPending) {
+    return MakeError(ErrorCode::kInvalidArgument,
+                     fmt::format("counter {} is not waiting for a backfill", name));
+  }
+  // A transaction above `position` may already be applied without this counter: the
+  // snapshot would then miss it for good.
+  if (SourcePosition(family.counter.source().name) > position) return false;
+  const std::array<engine::Persistence::CatalogOp, 2> ops{{
+      {std::string(kStartRecord) + std::string(name), std::to_string(position)},
+      {std::string(kBackfillRecord) + std::string(name), std::string()},
+  }};
+  if (auto status = store_.WriteCatalog(ops); !status) return tl::unexpected(status.error());
+  family.start = position;
+  return true;
+}
+
+Result<PushOutcome> DerivedCounters::ApplyBackfill(std::string_view counter,
+                                                   std::span<const SourceRowChange> rows) {
+  std::string source;
+  {
+    auto catalog = Snapshot();
+    const Family* family = catalog->FindCounter(counter);
+    if (family == nullptr) return tl::unexpected(UnknownCounter(counter));
+    source = family->counter.source().name;
+  }
+  const SourceTransactionPart part{std::move(source), {rows.begin(), rows.end()}};
+  return ApplyParts({&part, 1}, 0, counter);
+}
+
+Status DerivedCounters::FinishBackfill(std::string_view name) {
+  const engine::Persistence::CatalogOp op{std::string(kBackfillRecord) + std::string(name),
+                                          std::nullopt};
+  return store_.WriteCatalog({&op, 1});
+}
+
+Status DerivedCounters::ResetCounter(std::string_view name) {
+  std::unique_lock ddl(apply_mutex_);
+  auto catalog = Snapshot();
+  const auto it = catalog->counters.find(Absl(name));
+  if (it == catalog->counters.end()) return tl::unexpected(UnknownCounter(name));
+  Family& family = *it->second;
+  DeleteGroups(family);
+  const bool pending = streamed_.contains(Absl(family.counter.source().name));
+  const std::array<engine::Persistence::CatalogOp, 2> ops{{
+      {std::string(kStartRecord) + std::string(name),
+       pending ? std::optional<std::string>(std::string(kPendingValue)) : std::nullopt},
+      {std::string(kBackfillRecord) + std::string(name), std::nullopt},
+  }};
+  if (auto status = store_.WriteCatalog(ops); !status) return status;
+  family.start = pending ? kPending : 0;
+  family.version.fetch_add(1, std::memory_order_relaxed);
   return OkStatus();
 }
 

@@ -42,6 +42,8 @@
 #include <string_view>
 #include <vector>
 
+#include <absl/container/flat_hash_set.h>
+
 #include "core/status.h"
 #include "engine/commit_batch.h"
 #include "engine/definitions/ast.h"
@@ -196,6 +198,34 @@ class DerivedCounters {
   // Deletes every group of every counter on `source`, and its position (a backfill that
   // must start again). Durable when it returns.
   Status ResetSource(std::string_view source);
+  // Backfill of a counter added while its source is streamed (issue 4). MarkStreamed(s):
+  // from now on a CREATE COUNTER on `s` makes the counter *pending* (catalog record
+  // "start/<name>" = "pending"): no change moves it until the stream's runner activates
+  // it at the consistent point C of a fresh snapshot. Then the source transactions at or
+  // below C skip it (the snapshot holds them) and those above count, while the snapshot's
+  // rows are applied to it alone (ApplyBackfill). A crash between ActivateCounter and
+  // FinishBackfill leaves a "backfill/<name>" marker: Load deletes the counter's groups and
+  // makes it pending again, so the backfill is redone whole. Counters created before the
+  // source is streamed, or on a source that is not, start at 0 (every transaction counts).
+  void MarkStreamed(std::string_view source);
+  // The pending counters of `source`, by name.
+  std::vector<std::string> PendingCounters(std::string_view source) const;
+  // Activates pending counter `name` at consistent point `position`: false (nothing done)
+  // when the source's stored position is already past it (reset the counter's groups and
+  // retry with a new snapshot); else the start and the backfill marker are durable.
+  Result<bool> ActivateCounter(std::string_view name, int64_t position);
+  // The snapshot's rows of `counter`'s source, applied as inserts to `counter` alone, in
+  // one commit. The counter must be active (ActivateCounter).
+  Result<PushOutcome> ApplyBackfill(std::string_view counter,
+                                    std::span<const SourceRowChange> rows);
+  // Removes the backfill marker: the counter's backfill is complete. Durable when it returns.
+  Status FinishBackfill(std::string_view name);
+  // Deletes every group of `name` and makes it pending again (when it is on a streamed
+  // source). Durable when it returns.
+  Status ResetCounter(std::string_view name);
+  // The start position of a counter: 0 (counts everything), INT64_MAX (pending) or C.
+  Result<int64_t> CounterStart(std::string_view name) const;
+
   // The schema of a source, when it exists.
   std::optional<definitions::SourceSchema> SourceSchemaOf(std::string_view source) const;
 
@@ -247,8 +277,12 @@ class DerivedCounters {
   void DeleteGroups(Family& family);
   // Runs the formula of every counter on each change's source (or `only_counter`) into
   // `scratch`; nothing is written. The error names the change.
+  // Families whose start is at or above `limit` are skipped (INT64_MAX: only pending ones).
   Status RunFormula(const Catalog& catalog, std::span<const DecodedChange> changes,
-                    std::string_view only_counter, PushScratch& scratch);
+                    std::string_view only_counter, int64_t limit, PushScratch& scratch);
+  // ApplyTransaction, optionally restricted to one counter (a backfill chunk).
+  Result<PushOutcome> ApplyParts(std::span<const SourceTransactionPart> parts, int64_t position,
+                                 std::string_view only_counter);
   // Sums the increments of the changes not marked to skip per key, checks that every
   // result fits, then writes them all (a group back at 0 is deleted). Nothing is written
   // on error. REQUIRES: `view` holds every key of the increments.
@@ -259,7 +293,7 @@ class DerivedCounters {
   engine::Engine& engine_;
   engine::Persistence& store_;
   const DerivedOptions options_;
-  std::shared_mutex apply_mutex_;  // pushes shared, DDL exclusive
+  mutable std::shared_mutex apply_mutex_;  // pushes shared, DDL exclusive
   mutable std::mutex catalog_mutex_;
   std::shared_ptr<const Catalog> catalog_;  // guarded by catalog_mutex_; immutable
   // The names of defined counters, for IsProtectedKey without a lock: replaced whole by
@@ -269,6 +303,7 @@ class DerivedCounters {
   mutable std::mutex hold_mutex_;
   std::condition_variable hold_changed_;
   HoldState hold_;  // guarded by hold_mutex_
+  absl::flat_hash_set<std::string> streamed_;  // guarded by apply_mutex_
   std::atomic<uint64_t> changes_applied_{0};
   std::atomic<uint64_t> pushes_refused_{0};
 };

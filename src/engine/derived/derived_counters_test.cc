@@ -409,6 +409,110 @@ TEST_F(DerivedCountersTest, ASourceResetForgetsGroupsAndPosition) {
   EXPECT_TRUE(derived_->IsProtectedKey(std::string("\0pos:posts", 10)));
 }
 
+TEST_F(DerivedCountersTest, ACounterAddedMidStreamWaitsForItsBackfillThenCountsAfterIt) {
+  Define(kBlogModel);
+  std::vector<SourceRowChange> one(1);
+  one[0].new_row = PostRow(1, 10, 7, 4, true);
+  ASSERT_TRUE(derived_->ApplyTransaction("posts", one, 1000));
+  derived_->MarkStreamed("posts");
+  // Counters that existed before: start 0, as today.
+  EXPECT_EQ(*derived_->CounterStart("blog_posts"), 0);
+  EXPECT_TRUE(derived_->PendingCounters("posts").empty());
+  Define("CREATE COUNTER blog_count AS SELECT blog_id, count(*) FROM posts GROUP BY blog_id");
+  EXPECT_EQ(*derived_->CounterStart("blog_count"), INT64_MAX);
+  EXPECT_EQ(derived_->PendingCounters("posts"), std::vector<std::string>{"blog_count"});
+
+  // Pending: neither the stream nor a plain backfill chunk moves it; the others count.
+  std::vector<SourceRowChange> two(1);
+  two[0].new_row = PostRow(2, 11, 7, 2, true);
+  ASSERT_TRUE(derived_->ApplyTransaction("posts", two, 1100));
+  ASSERT_TRUE(derived_->ApplyTransaction("posts", two, 0));
+  EXPECT_EQ(Value("blog_count:7"), 0);
+  EXPECT_EQ(Value("blog_posts:7:11"), 2);
+
+  // The stream is already past 1050: the snapshot there would miss the transaction at 1100.
+  auto late = derived_->ActivateCounter("blog_count", 1050);
+  ASSERT_TRUE(late);
+  EXPECT_FALSE(*late);
+  EXPECT_EQ(*derived_->CounterStart("blog_count"), INT64_MAX);
+
+  // Activated at 1200: transactions up to 1200 skip it, later ones count.
+  auto activated = derived_->ActivateCounter("blog_count", 1200);
+  ASSERT_TRUE(activated) << activated.error().message;
+  EXPECT_TRUE(*activated);
+  EXPECT_TRUE(derived_->PendingCounters("posts").empty());
+  std::vector<SourceRowChange> three(1);
+  three[0].new_row = PostRow(3, 12, 7, 1, true);
+  ASSERT_TRUE(derived_->ApplyTransaction("posts", three, 1150));  // in the snapshot
+  EXPECT_EQ(Value("blog_count:7"), 0);
+  EXPECT_EQ(Value("blog_posts:7:12"), 1);
+  std::vector<SourceRowChange> four(1);
+  four[0].new_row = PostRow(4, 12, 8, 1, true);
+  ASSERT_TRUE(derived_->ApplyTransaction("posts", four, 1300));  // after it
+  EXPECT_EQ(Value("blog_count:8"), 1);
+  // The snapshot's rows (posts 1-3), to this counter alone.
+  std::vector<SourceRowChange> rows(3);
+  rows[0].new_row = PostRow(1, 10, 7, 4, true);
+  rows[1].new_row = PostRow(2, 11, 7, 2, true);
+  rows[2].new_row = PostRow(3, 12, 7, 1, true);
+  auto filled = derived_->ApplyBackfill("blog_count", rows);
+  ASSERT_TRUE(filled) << filled.error().message;
+  ASSERT_TRUE(derived_->FinishBackfill("blog_count"));
+  EXPECT_EQ(Value("blog_count:7"), 3);
+  EXPECT_EQ(Value("blog_count:8"), 1);
+  EXPECT_EQ(Value("blog_posts:7:10"), 1);  // nobody else counted twice
+  EXPECT_EQ(Value("blog_posts:7:12"), 1);
+
+  // The start survives a restart (streaming is marked again by the runner).
+  Restart();
+  EXPECT_EQ(*derived_->CounterStart("blog_count"), 1200);
+  EXPECT_EQ(Value("blog_count:7"), 3);
+  ASSERT_TRUE(derived_->ApplyTransaction("posts", three, 1150));  // replayed: skipped by all
+  EXPECT_EQ(Value("blog_count:7"), 3);
+}
+
+TEST_F(DerivedCountersTest, ABackfillACrashInterruptedIsDoneAgain) {
+  Define(kBlogModel);
+  derived_->MarkStreamed("posts");
+  Define("CREATE COUNTER blog_count AS SELECT blog_id, count(*) FROM posts GROUP BY blog_id");
+  // Pending survives a restart.
+  Restart();
+  EXPECT_EQ(*derived_->CounterStart("blog_count"), INT64_MAX);
+  derived_->MarkStreamed("posts");
+  ASSERT_TRUE(*derived_->ActivateCounter("blog_count", 500));
+  std::vector<SourceRowChange> rows(1);
+  rows[0].new_row = PostRow(1, 10, 7, 4, true);
+  ASSERT_TRUE(derived_->ApplyBackfill("blog_count", rows));
+  EXPECT_EQ(Value("blog_count:7"), 1);
+  // No FinishBackfill: the marker says the groups are partial.
+  Restart();
+  EXPECT_EQ(*derived_->CounterStart("blog_count"), INT64_MAX);
+  EXPECT_EQ(Value("blog_count:7"), 0);
+  EXPECT_EQ(derived_->PendingCounters("posts"), std::vector<std::string>{"blog_count"});
+  derived_->MarkStreamed("posts");
+  ASSERT_TRUE(*derived_->ActivateCounter("blog_count", 600));
+  ASSERT_TRUE(derived_->ApplyBackfill("blog_count", rows));
+  ASSERT_TRUE(derived_->FinishBackfill("blog_count"));
+  Restart();
+  EXPECT_EQ(*derived_->CounterStart("blog_count"), 600);
+  EXPECT_EQ(Value("blog_count:7"), 1);
+
+  // ResetCounter: groups gone, pending again on a streamed source.
+  derived_->MarkStreamed("posts");
+  ASSERT_TRUE(derived_->ResetCounter("blog_count"));
+  EXPECT_EQ(Value("blog_count:7"), 0);
+  EXPECT_EQ(*derived_->CounterStart("blog_count"), INT64_MAX);
+  // A whole-source reset (the runner's first backfill) counts every counter again: start 0.
+  ASSERT_TRUE(derived_->ResetSource("posts"));
+  EXPECT_EQ(*derived_->CounterStart("blog_count"), 0);
+  Restart();
+  EXPECT_EQ(*derived_->CounterStart("blog_count"), 0);
+  // Dropped and created again on a source not streamed (after the restart): start 0.
+  ASSERT_TRUE(derived_->Drop("blog_count"));
+  Define("CREATE COUNTER blog_count AS SELECT blog_id, count(*) FROM posts GROUP BY blog_id");
+  EXPECT_EQ(*derived_->CounterStart("blog_count"), 0);
+}
+
 TEST_F(DerivedCountersTest, PlainCountersMayNotBeTakenOver) {
   {
     const engine::HashedKey key("blog_posts:1:1");

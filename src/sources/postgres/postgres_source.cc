@@ -13,6 +13,8 @@
 #include <utility>
 #include <variant>
 
+#include <unistd.h>
+
 #include "sources/postgres/pg_types.h"
 #include "sources/postgres/pgoutput.h"
 #include "sources/postgres/replication_stream.h"
@@ -181,6 +183,8 @@ Status PostgresSource::Start() {
         "--source: no counter is defined, so there is no table to follow (give --definitions "
         "with CREATE SOURCE and CREATE COUNTER statements)");
   }
+  // From now on a counter defined on these sources is backfilled from a snapshot.
+  for (const std::string& source : sources_) derived_.MarkStreamed(source);
   SetState("starting", false);
   std::unique_ptr<Session> session;
   if (auto s = Connect(&session); !s) return s;
@@ -451,60 +455,12 @@ Status PostgresSource::Backfill(Session& session, bool slot_exists) {
   Clock::time_point last_log = Clock::now();
   for (size_t t = 0; t < session.tables.size(); ++t) {
     Table& table = session.tables[t];
-    std::string columns;
-    for (const auto& c : table.schema.columns) {
-      char* quoted = PQescapeIdentifier(session.sql, c.name.data(), c.name.size());
-      if (quoted == nullptr) return InvalidArgument("column name " + c.name);
-      columns += (columns.empty() ? "" : ", ") + std::string(quoted);
-      PQfreemem(quoted);
-    }
-    if (auto r = Exec(session.sql, "DECLARE tally_backfill NO SCROLL CURSOR FOR SELECT " +
-                                       columns + " FROM " + table.sql_name);
-        !r) {
-      return tl::unexpected(r.error());
-    }
-    const std::string fetch =
-        "FETCH " + std::to_string(options_.backfill_chunk_rows) + " FROM tally_backfill";
     uint64_t done = 0;  // of this table
-    std::vector<derived::SourceRowChange> chunk;
-    Tuple tuple;
-    for (;;) {
-      if (stopping()) return OkStatus();  // the position stays 0: the next start begins again
-      auto rows = Exec(session.sql, fetch);
-      if (!rows) return tl::unexpected(rows.error());
-      const PGresult* res = rows->get();
-      const int n = PQntuples(res);
-      if (n == 0) break;
-      RelationMessage relation;
-      relation.oid = table.oid;
-      relation.name = table.sql_name;
-      for (int j = 0; j < PQnfields(res); ++j)
-        relation.columns.push_back({false, PQfname(res, j), PQftype(res, j), PQfmod(res, j)});
-      auto mapping = MapColumns(relation, table.schema);
-      if (!mapping) return tl::unexpected(mapping.error());
-      chunk.resize(static_cast<size_t>(n));
-      tuple.cells.resize(static_cast<size_t>(PQnfields(res)));
-      for (int i = 0; i < n; ++i) {
-        for (int j = 0; j < PQnfields(res); ++j) {
-          TupleCell& cell = tuple.cells[static_cast<size_t>(j)];
-          if (PQgetisnull(res, i, j)) {
-            cell = {TupleCell::Kind::kNull, {}};
-          } else {
-            cell = {TupleCell::Kind::kText,
-                    std::string_view(PQgetvalue(res, i, j),
-                                     static_cast<size_t>(PQgetlength(res, i, j)))};
-          }
-        }
-        derived::SourceRowChange& change = chunk[static_cast<size_t>(i)];
-        change.old_row.reset();
-        change.truncate = false;
-        change.new_row.emplace();
-        if (auto s = TupleToRow(*mapping, tuple, nullptr, &*change.new_row); !s) return s;
-      }
+    auto read = ReadRows(session, table, [&](std::span<const derived::SourceRowChange> chunk) -> Status {
       auto applied = derived_.ApplyTransaction(table.source, chunk, 0);
       if (!applied) return tl::unexpected(applied.error());
       session.pending_epoch = std::max(session.pending_epoch, applied->required_epoch);
-      done += static_cast<uint64_t>(n);
+      done += chunk.size();
       {
         std::lock_guard lock(mutex_);
         stats_.backfill_rows = total_rows + done;
@@ -515,8 +471,10 @@ Status PostgresSource::Backfill(Session& session, bool slot_exists) {
                      total_rows + done, total, percent(total_rows + done), table.source, done,
                      totals[t]);
       }
-    }
-    if (auto r = Exec(session.sql, "CLOSE tally_backfill"); !r) return tl::unexpected(r.error());
+      return OkStatus();
+    });
+    if (!read) return read;
+    if (stopping()) return OkStatus();  // the position stays 0: the next start begins again
     total_rows += done;
     spdlog::info("postgres source: backfill of {}: {} rows ({:.1f}% of all)", table.source, done,
                  percent(total_rows));
@@ -539,6 +497,218 @@ Status PostgresSource::Backfill(Session& session, bool slot_exists) {
   }
   spdlog::info("postgres source: backfill done: {} rows in {:.1f} s; streaming continues from {}",
                total_rows, seconds, FormatLsn(created->consistent_point));
+  return OkStatus();
+}
+
+Status PostgresSource::ReadRows(
+    Session& session, const Table& table,
+    const std::function<Status(std::span<const derived::SourceRowChange>)>& apply) {
+  std::string columns;
+  for (const auto& c : table.schema.columns) {
+    char* quoted = PQescapeIdentifier(session.sql, c.name.data(), c.name.size());
+    if (quoted == nullptr) return InvalidArgument("column name " + c.name);
+    columns += (columns.empty() ? "" : ", ") + std::string(quoted);
+    PQfreemem(quoted);
+  }
+  if (auto r = Exec(session.sql, "DECLARE tally_backfill NO SCROLL CURSOR FOR SELECT " + columns +
+                                     " FROM " + table.sql_name);
+      !r) {
+    return tl::unexpected(r.error());
+  }
+  const std::string fetch =
+      "FETCH " + std::to_string(options_.backfill_chunk_rows) + " FROM tally_backfill";
+  std::vector<derived::SourceRowChange> chunk;
+  Tuple tuple;
+  for (;;) {
+    if (stopping()) return OkStatus();
+    auto rows = Exec(session.sql, fetch);
+    if (!rows) return tl::unexpected(rows.error());
+    const PGresult* res = rows->get();
+    const int n = PQntuples(res);
+    if (n == 0) break;
+    RelationMessage relation;
+    relation.oid = table.oid;
+    relation.name = table.sql_name;
+    for (int j = 0; j < PQnfields(res); ++j)
+      relation.columns.push_back({false, PQfname(res, j), PQftype(res, j), PQfmod(res, j)});
+    auto mapping = MapColumns(relation, table.schema);
+    if (!mapping) return tl::unexpected(mapping.error());
+    chunk.resize(static_cast<size_t>(n));
+    tuple.cells.resize(static_cast<size_t>(PQnfields(res)));
+    for (int i = 0; i < n; ++i) {
+      for (int j = 0; j < PQnfields(res); ++j) {
+        TupleCell& cell = tuple.cells[static_cast<size_t>(j)];
+        if (PQgetisnull(res, i, j)) {
+          cell = {TupleCell::Kind::kNull, {}};
+        } else {
+          cell = {TupleCell::Kind::kText,
+                  std::string_view(PQgetvalue(res, i, j),
+                                   static_cast<size_t>(PQgetlength(res, i, j)))};
+        }
+      }
+      derived::SourceRowChange& change = chunk[static_cast<size_t>(i)];
+      change.old_row.reset();
+      change.truncate = false;
+      change.new_row.emplace();
+      if (auto s = TupleToRow(*mapping, tuple, nullptr, &*change.new_row); !s) return s;
+    }
+    if (auto s = apply(chunk); !s) return s;
+  }
+  if (auto r = Exec(session.sql, "CLOSE tally_backfill"); !r) return tl::unexpected(r.error());
+  return OkStatus();
+}
+
+namespace {
+
+struct ConnDeleter {
+  void operator()(pg_conn* c) const { PQfinish(c); }
+};
+using PgConn = std::unique_ptr<pg_conn, ConnDeleter>;
+
+// A walsender command (simple query protocol: replication connections have no other).
+Result<PgResult> ExecSimple(pg_conn* conn, const std::string& sql) {
+  PgResult r(PQexec(conn, sql.c_str()));
+  if (r == nullptr) return IOError("query failed: " + OneLine(PQerrorMessage(conn)));
+  const ExecStatusType status = PQresultStatus(r.get());
+  if (status != PGRES_COMMAND_OK && status != PGRES_TUPLES_OK) {
+    const char* message = PQresultErrorMessage(r.get());
+    return IOError(OneLine(message != nullptr && *message != '\0' ? message
+                                                                   : PQerrorMessage(conn)));
+  }
+  return r;
+}
+
+}  // namespace
+
+Status PostgresSource::BackfillPending(Session& session) {
+  for (const Table& table : session.tables) {
+    for (const std::string& counter : derived_.PendingCounters(table.source)) {
+      if (stopping()) return OkStatus();
+      if (auto s = BackfillCounter(session, table, counter); !s) return s;
+    }
+  }
+  return OkStatus();
+}
+
+Status PostgresSource::BackfillCounter(Session& session, const Table& table,
+                                       const std::string& counter) {
+  const Clock::time_point began = Clock::now();
+  SetState("backfilling", true);
+  constexpr int kMostAttempts = 5;
+  Lsn consistent = 0;
+  PgConn repl;
+  std::string snapshot;
+  for (int attempt = 1;; ++attempt) {
+    // The slot lives as long as this connection: it only exports the snapshot.
+    repl.reset(PQconnectdb((session_conninfo_ + " replication=database").c_str()));
+    if (PQstatus(repl.get()) != CONNECTION_OK) {
+      return MakeError(ErrorCode::kUnavailable,
+                       "backfill of counter " + counter +
+                           ": cannot connect for replication: " + OneLine(PQerrorMessage(repl.get())));
+    }
+    const std::string slot = fmt::format("tally_backfill_{}_{:x}_{}", ::getpid(), NowMicros() & 0xffffff, attempt);
+    auto created = ExecSimple(
+        repl.get(), "CREATE_REPLICATION_SLOT " + slot + " TEMPORARY LOGICAL pgoutput EXPORT_SNAPSHOT");
+    if (!created) {
+      return MakeError(ErrorCode::kUnavailable, "backfill of counter " + counter +
+                                                    ": CREATE_REPLICATION_SLOT: " +
+                                                    created.error().message);
+    }
+    if (PQntuples(created->get()) != 1 || PQnfields(created->get()) < 3) {
+      return MakeError(ErrorCode::kUnavailable, "CREATE_REPLICATION_SLOT: unexpected result");
+    }
+    auto lsn = ParseLsn(Text(created->get(), 0, 1));
+    if (!lsn) return tl::unexpected(lsn.error());
+    consistent = *lsn;
+    snapshot = Text(created->get(), 0, 2);
+    auto activated = derived_.ActivateCounter(counter, static_cast<int64_t>(consistent));
+    if (!activated) return tl::unexpected(activated.error());
+    if (*activated) break;
+    // The stream already applied a transaction past C without this counter.
+    spdlog::info("postgres source: backfill of counter {}: the stream is past the snapshot's "
+                 "{}; again with a new one",
+                 counter, FormatLsn(consistent));
+    if (auto s = derived_.ResetCounter(counter); !s) return s;
+    if (attempt == kMostAttempts) {
+      return MakeError(ErrorCode::kUnavailable,
+                       fmt::format("backfill of counter {}: the stream passed {} snapshots "
+                                   "before they were taken; trying again later",
+                                   counter, kMostAttempts));
+    }
+  }
+  spdlog::info("postgres source: backfill of counter {} (table {}) from the snapshot at {}",
+               counter, table.sql_name, FormatLsn(consistent));
+  // From here on a failure leaves the counter partial: its groups go and it waits again.
+  auto undo = [&](Error error) -> Status {
+    {
+      std::lock_guard lock(mutex_);
+      stats_.backfilling = false;
+    }
+    Exec(session.sql, "ROLLBACK");
+    if (auto s = derived_.ResetCounter(counter); !s) {
+      spdlog::error("postgres source: resetting counter {}: {}", counter, s.error().message);
+    }
+    return tl::unexpected(Error{error.code, "backfill of counter " + counter + ": " + error.message});
+  };
+  if (auto r = Exec(session.sql, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"); !r)
+    return undo(r.error());
+  if (auto r = Exec(session.sql, "SET TRANSACTION SNAPSHOT '" + snapshot + "'"); !r)
+    return undo(r.error());
+  repl.reset();  // imported: the temporary slot may go
+  uint64_t total = 0;
+  {
+    auto count = Exec(session.sql, "SELECT count(*) FROM " + table.sql_name);
+    if (!count) return undo(count.error());
+    total = std::stoull(Text(count->get(), 0, 0));
+  }
+  {
+    std::lock_guard lock(mutex_);
+    stats_.backfilling = true;
+    stats_.backfill_rows = 0;
+    stats_.backfill_total = total;
+  }
+  uint64_t done = 0;
+  uint64_t epoch = 0;
+  Clock::time_point last_log = Clock::now();
+  auto read = ReadRows(session, table, [&](std::span<const derived::SourceRowChange> chunk) -> Status {
+    auto applied = derived_.ApplyBackfill(counter, chunk);
+    if (!applied) return tl::unexpected(applied.error());
+    epoch = std::max(epoch, applied->required_epoch);
+    done += chunk.size();
+    {
+      std::lock_guard lock(mutex_);
+      stats_.backfill_rows = done;
+    }
+    // The stream waits: keep its walsender from timing out.
+    if (session.stream->is_streaming()) {
+      if (auto s = session.stream->SendStatus(session.received, session.acked, session.acked, false); !s)
+        return s;
+    }
+    if (Clock::now() - last_log >= std::chrono::seconds(2)) {
+      last_log = Clock::now();
+      spdlog::info("postgres source: backfill of counter {}: {} of {} rows ({:.1f}%)", counter,
+                   done, total,
+                   total == 0 ? 100.0 : std::min(100.0, 100.0 * static_cast<double>(done) / static_cast<double>(total)));
+    }
+    return OkStatus();
+  });
+  if (!read) return undo(read.error());
+  if (stopping()) {
+    Exec(session.sql, "ROLLBACK");
+    return OkStatus();  // the marker stays: the next start does it again
+  }
+  if (auto r = Exec(session.sql, "COMMIT"); !r) return undo(r.error());
+  if (epoch != 0) engine_.committer().WaitDurable(epoch);
+  if (auto s = derived_.FinishBackfill(counter); !s) return undo(s.error());
+  {
+    std::lock_guard lock(mutex_);
+    stats_.backfilling = false;
+  }
+  SetState("streaming", true);
+  spdlog::info("postgres source: backfill of counter {} done: {} rows in {:.1f} s; it counts "
+               "the transactions after {}",
+               counter, done, std::chrono::duration<double>(Clock::now() - began).count(),
+               FormatLsn(consistent));
   return OkStatus();
 }
 
@@ -594,6 +764,7 @@ Status PostgresSource::Stream(Session& session, bool* fatal) {
   std::deque<std::string> frames;  // the open transaction's: its rows point into them
   Clock::time_point next_ack = Clock::now() + options_.ack_interval;
   Clock::time_point next_hold_check = Clock::now();
+  Clock::time_point next_pending_check = Clock::now();
   std::vector<Table*> touched;
   std::vector<derived::SourceTransactionPart> parts;  // of the committing transaction
 
@@ -611,6 +782,11 @@ Status PostgresSource::Stream(Session& session, bool* fatal) {
             return s;
         }
       }
+    }
+    if (!in_transaction && Clock::now() >= next_pending_check) {
+      next_pending_check = Clock::now() + std::chrono::seconds(1);
+      if (auto s = BackfillPending(session); !s) return s;
+      if (stopping()) return Acknowledge(session, processed);
     }
     if (Clock::now() >= next_ack) {
       if (auto s = Acknowledge(session, processed); !s) return s;

@@ -18,6 +18,17 @@
 //      atomically with its commit's end LSN as the source's position
 //      (DerivedCounters::ApplyTransaction); a replayed transaction is skipped there.
 //      PostgreSQL is told (flush = applied) only positions whose commit is durable in tally.
+//   3b. A counter defined while streaming (CREATE COUNTER on a streamed source) starts
+//      *pending*: no change moves it. Between two transactions, about every second, the
+//      thread backfills each pending counter: a TEMPORARY slot with an exported snapshot
+//      on a separate replication connection gives (C, S); DerivedCounters::ActivateCounter
+//      makes the counter count the transactions above C from then on (refused when the
+//      stored position is already past C: a new snapshot, at most 5 times); S is imported
+//      on the SQL connection and the table's rows are applied to that counter alone; then
+//      FinishBackfill. The stream waits meanwhile (its walsender gets a status update
+//      between chunks) and resumes where it was: transactions at or below C skip the new
+//      counter, those above count. A crash mid-way: the counter's groups are deleted at
+//      start and the backfill is done again.
 //   4. A broken connection or a restarted server: reconnect with backoff (100 ms doubling
 //      to 5 s) and resume from the stored positions. An error in the data (a column a
 //      counter needs dropped or retyped, a value that does not parse, an overflow, an old
@@ -44,8 +55,10 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -127,6 +140,14 @@ class PostgresSource {
   // *fatal is set when the error must stop the source rather than reconnect.
   Status RunSession(Session& session, bool* fatal);
   Status Backfill(Session& session, bool slot_exists);
+  // Reads `table` (in the transaction open on session.sql) through a cursor, a chunk of
+  // rows at a time, as inserts. Returns early, OK, when stopping.
+  Status ReadRows(Session& session, const Table& table,
+                  const std::function<Status(std::span<const derived::SourceRowChange>)>& apply);
+  // The backfill of every counter added while streaming (DerivedCounters::PendingCounters),
+  // one at a time, between two source transactions.
+  Status BackfillPending(Session& session);
+  Status BackfillCounter(Session& session, const Table& table, const std::string& counter);
   Status Stream(Session& session, bool* fatal);
   // Stores `lsn` as every source's position where it is behind, waits until everything
   // applied is durable and tells the server.
