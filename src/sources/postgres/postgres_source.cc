@@ -558,28 +558,6 @@ Status PostgresSource::ReadRows(
   return OkStatus();
 }
 
-namespace {
-
-struct ConnDeleter {
-  void operator()(pg_conn* c) const { PQfinish(c); }
-};
-using PgConn = std::unique_ptr<pg_conn, ConnDeleter>;
-
-// A walsender command (simple query protocol: replication connections have no other).
-Result<PgResult> ExecSimple(pg_conn* conn, const std::string& sql) {
-  PgResult r(PQexec(conn, sql.c_str()));
-  if (r == nullptr) return IOError("query failed: " + OneLine(PQerrorMessage(conn)));
-  const ExecStatusType status = PQresultStatus(r.get());
-  if (status != PGRES_COMMAND_OK && status != PGRES_TUPLES_OK) {
-    const char* message = PQresultErrorMessage(r.get());
-    return IOError(OneLine(message != nullptr && *message != '\0' ? message
-                                                                   : PQerrorMessage(conn)));
-  }
-  return r;
-}
-
-}  // namespace
-
 Status PostgresSource::BackfillPending(Session& session) {
   for (const Table& table : session.tables) {
     for (const std::string& counter : derived_.PendingCounters(table.source)) {
@@ -596,31 +574,24 @@ Status PostgresSource::BackfillCounter(Session& session, const Table& table,
   SetState("backfilling", true);
   constexpr int kMostAttempts = 5;
   Lsn consistent = 0;
-  PgConn repl;
+  std::unique_ptr<ReplicationStream> repl;
   std::string snapshot;
   for (int attempt = 1;; ++attempt) {
     // The slot lives as long as this connection: it only exports the snapshot.
-    repl.reset(PQconnectdb((session_conninfo_ + " replication=database").c_str()));
-    if (PQstatus(repl.get()) != CONNECTION_OK) {
+    repl = std::make_unique<ReplicationStream>();
+    if (auto s = repl->Open(session_conninfo_); !s) {
       return MakeError(ErrorCode::kUnavailable,
-                       "backfill of counter " + counter +
-                           ": cannot connect for replication: " + OneLine(PQerrorMessage(repl.get())));
+                       "backfill of counter " + counter + ": " + s.error().message);
     }
-    const std::string slot = fmt::format("tally_backfill_{}_{:x}_{}", ::getpid(), NowMicros() & 0xffffff, attempt);
-    auto created = ExecSimple(
-        repl.get(), "CREATE_REPLICATION_SLOT " + slot + " TEMPORARY LOGICAL pgoutput EXPORT_SNAPSHOT");
+    const std::string slot =
+        fmt::format("tally_backfill_{}_{:x}_{}", ::getpid(), NowMicros() & 0xffffff, attempt);
+    auto created = repl->CreateSlot(slot, ReplicationStream::SlotLifetime::kTemporary);
     if (!created) {
-      return MakeError(ErrorCode::kUnavailable, "backfill of counter " + counter +
-                                                    ": CREATE_REPLICATION_SLOT: " +
-                                                    created.error().message);
+      return MakeError(ErrorCode::kUnavailable,
+                       "backfill of counter " + counter + ": " + created.error().message);
     }
-    if (PQntuples(created->get()) != 1 || PQnfields(created->get()) < 3) {
-      return MakeError(ErrorCode::kUnavailable, "CREATE_REPLICATION_SLOT: unexpected result");
-    }
-    auto lsn = ParseLsn(Text(created->get(), 0, 1));
-    if (!lsn) return tl::unexpected(lsn.error());
-    consistent = *lsn;
-    snapshot = Text(created->get(), 0, 2);
+    consistent = created->consistent_point;
+    snapshot = created->snapshot;
     auto activated = derived_.ActivateCounter(counter, static_cast<int64_t>(consistent));
     if (!activated) return tl::unexpected(activated.error());
     if (*activated) break;
@@ -654,7 +625,7 @@ Status PostgresSource::BackfillCounter(Session& session, const Table& table,
     return undo(r.error());
   if (auto r = Exec(session.sql, "SET TRANSACTION SNAPSHOT '" + snapshot + "'"); !r)
     return undo(r.error());
-  repl.reset();  // imported: the temporary slot may go
+  repl.reset();  // imported: the temporary slot may go with its connection
   uint64_t total = 0;
   {
     auto count = Exec(session.sql, "SELECT count(*) FROM " + table.sql_name);

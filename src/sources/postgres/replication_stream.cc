@@ -414,11 +414,13 @@ Result<std::optional<SlotState>> ReplicationStream::FindSlot(std::string_view na
   return std::optional<SlotState>(std::move(slot));
 }
 
-Result<CreatedSlot> ReplicationStream::CreateSlot(std::string_view name) {
+Result<CreatedSlot> ReplicationStream::CreateSlot(std::string_view name, SlotLifetime lifetime) {
   if (auto s = CheckSlotName(name); !s) return tl::unexpected(s.error());
   if (streaming_) return MakeError(ErrorCode::kInternal, "CREATE_REPLICATION_SLOT while streaming");
   const std::string slot(name);
-  auto r = Exec(repl_, "CREATE_REPLICATION_SLOT " + slot + " LOGICAL pgoutput EXPORT_SNAPSHOT", {},
+  const char* temporary = lifetime == SlotLifetime::kTemporary ? " TEMPORARY" : "";
+  auto r = Exec(repl_,
+                "CREATE_REPLICATION_SLOT " + slot + temporary + " LOGICAL pgoutput EXPORT_SNAPSHOT", {},
                 options_.command_timeout, "CREATE_REPLICATION_SLOT " + slot);
   if (!r) return tl::unexpected(r.error());
   const PGresult* res = r->get();

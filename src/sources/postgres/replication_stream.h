@@ -123,8 +123,12 @@ class ReplicationStream {
   // stays importable (SET TRANSACTION SNAPSHOT '<snapshot>' in a REPEATABLE READ
   // transaction on another connection) only until this replication connection runs its
   // next command or closes: import it before calling Start() or anything else here.
-  // Slot names are 1-63 of [a-z0-9_]. REQUIRES: open, not started.
-  Result<CreatedSlot> CreateSlot(std::string_view name);
+  // Slot names are 1-63 of [a-z0-9_]. REQUIRES: open, not started. A temporary slot
+  // (CREATE_REPLICATION_SLOT name TEMPORARY …) is dropped when this connection closes: it
+  // serves only to export a snapshot at a consistent point.
+  enum class SlotLifetime { kPersistent, kTemporary };
+  Result<CreatedSlot> CreateSlot(std::string_view name,
+                                 SlotLifetime lifetime = SlotLifetime::kPersistent);
 
   // START_REPLICATION SLOT slot LOGICAL start (proto_version '1', publication_names
   // '"publication"'). The server starts at the later of `start` and the slot's
