@@ -801,6 +801,10 @@ class RefusalTest(PgCase):
         server = self.tallyd("s_drop")
         server.start()
         self.wait_equal(server, "before the drop")
+        # A column no counter reads may go: the source goes on, exact.
+        self.pg.sql("ALTER TABLE posts DROP COLUMN id; " + insert_sql(rng, 20))
+        self.wait_equal(server, "after dropping a column no counter reads")
+        self.assertNotIn("postgres source stopped", self.log(server))
         before = tally_counters(server.port)
         self.pg.sql("ALTER TABLE posts DROP COLUMN rating; "
                     + "INSERT INTO posts (user_id, blog_id, is_published, is_deleted, created_at) "

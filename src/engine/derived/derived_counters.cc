@@ -732,6 +732,15 @@ int64_t DerivedCounters::SourcePosition(std::string_view source) {
   return view.Get(hashed).value_or(0);
 }
 
+std::vector<bool> DerivedCounters::ColumnsRead(std::string_view source) const {
+  auto catalog = Snapshot();
+  const auto it = catalog->sources.find(Absl(source));
+  if (it == catalog->sources.end()) return {};
+  std::vector<bool> read;
+  for (const std::string& reader : it->second->view.read_by) read.push_back(!reader.empty());
+  return read;
+}
+
 std::optional<defs::SourceSchema> DerivedCounters::SourceSchemaOf(std::string_view source) const {
   auto catalog = Snapshot();
   const auto it = catalog->sources.find(Absl(source));

@@ -226,6 +226,8 @@ class DerivedCounters {
   // The start position of a counter: 0 (counts everything), INT64_MAX (pending) or C.
   Result<int64_t> CounterStart(std::string_view name) const;
 
+  // Per column of `source`: does a counter read it? (Empty when there is no such source.)
+  std::vector<bool> ColumnsRead(std::string_view source) const;
   // The schema of a source, when it exists.
   std::optional<definitions::SourceSchema> SourceSchemaOf(std::string_view source) const;
 

@@ -274,15 +274,26 @@ Result<Value> ParsePgText(uint32_t type_oid, std::string_view text) {
 }
 
 Result<ColumnMapping> MapColumns(const RelationMessage& relation,
-                                 const definitions::SourceSchema& schema) {
+                                 const definitions::SourceSchema& schema,
+                                 const std::vector<bool>& needed) {
   ColumnMapping mapping;
   mapping.relation_oid = relation.oid;
   mapping.table = relation.QualifiedName();
   mapping.relation_columns = relation.columns.size();
   mapping.columns.reserve(schema.columns.size());
-  for (const auto& column : schema.columns) {
+  for (size_t i = 0; i < schema.columns.size(); ++i) {
+    const auto& column = schema.columns[i];
     size_t j = 0;
     while (j < relation.columns.size() && relation.columns[j].name != column.name) ++j;
+    const bool is_needed = needed.empty() || (i < needed.size() && needed[i]);
+    const auto fits = [&] {
+      const auto pg_type = TallyTypeForPg(relation.columns[j].type_oid);
+      return pg_type && *pg_type == column.type;
+    };
+    if (!is_needed && (j == relation.columns.size() || !fits())) {
+      mapping.columns.push_back({column.name, ColumnMapping::kAbsent, 0, column.type});
+      continue;
+    }
     if (j == relation.columns.size()) {
       return InvalidArgument(
           fmt::format("table {} has no column {}, which source {} needs (dropped or renamed?)",
@@ -319,6 +330,10 @@ Status TupleToRow(const ColumnMapping& mapping, const Tuple& tuple, const Tuple*
   row->clear();
   row->reserve(mapping.columns.size());
   for (const auto& column : mapping.columns) {
+    if (column.relation_index == ColumnMapping::kAbsent) {
+      row->push_back(Value::Null());
+      continue;
+    }
     const TupleCell* cell = &tuple.cells[column.relation_index];
     if (cell->kind == TupleCell::Kind::kUnchangedToast) {
       const TupleCell* old =

@@ -66,20 +66,24 @@ struct ColumnMapping {
   size_t relation_columns = 0;  // the tuple width the relation announced
   struct Source {
     std::string name;                                   // the column's name (same in both)
-    size_t relation_index = 0;                          // its position in the relation's tuples
+    size_t relation_index = 0;  // its position in the relation's tuples, or kAbsent
     uint32_t type_oid = 0;                              // its PostgreSQL type
     definitions::Type type = definitions::Type::kNull;  // its tally type
   };
   std::vector<Source> columns;  // one per source column, in source order
+  static constexpr size_t kAbsent = SIZE_MAX;  // a column no counter reads, not in the table
 };
 
 // Maps each column of `schema` to the relation column of the same name (names compare
 // exactly, as PostgreSQL stores them). InvalidArgument naming the table and column when a
 // source column is missing from the relation, or naming the table, column, PostgreSQL
 // type and tally type when the types do not fit. Relation columns the source does not
-// declare are ignored.
+// declare are ignored. With `needed` (one flag per source column: does a counter read
+// it?), a column no counter reads may be missing or of another type: it reads as NULL
+// (kAbsent), so dropping a column nobody counts does not stop the source.
 Result<ColumnMapping> MapColumns(const RelationMessage& relation,
-                                 const definitions::SourceSchema& schema);
+                                 const definitions::SourceSchema& schema,
+                                 const std::vector<bool>& needed = {});
 
 // Converts `tuple` into a row in source order, replacing `*row`. Unchanged-TOAST cells
 // are taken from the same column of `old_tuple` (nullptr: none); it is an error when the

@@ -237,6 +237,18 @@ TEST(MapColumnsTest, RefusesAMissingColumn) {
               HasSubstr("table public.posts has no column blog_id, which source posts needs"));
 }
 
+TEST(MapColumnsTest, AColumnNoCounterReadsMayBeGone) {
+  auto source = PostsSource();
+  source.columns.push_back({"blog_id", Type::kInt64});  // not in the relation
+  std::vector<bool> needed(source.columns.size(), true);
+  needed.back() = false;
+  auto m = MapColumns(PostsRelation(), source, needed);
+  ASSERT_TRUE(m.has_value()) << m.error().message;
+  EXPECT_EQ(m->columns.back().relation_index, ColumnMapping::kAbsent);
+  needed.back() = true;
+  EXPECT_FALSE(MapColumns(PostsRelation(), source, needed).has_value());
+}
+
 TEST(MapColumnsTest, RefusesTypesThatDoNotFit) {
   auto relation = PostsRelation();
   relation.columns[2].type_oid = kTextOid;  // rating text
@@ -277,6 +289,14 @@ TEST_F(TupleToRowTest, ConvertsInSourceOrder) {
   EXPECT_EQ(row_[3].type, Type::kTimestamp);
   EXPECT_EQ(row_[3].i, Micros(2024, 5, 1, 13, 45, 7));
   EXPECT_EQ(row_[4].s, "hello");
+}
+
+TEST_F(TupleToRowTest, AnAbsentColumnReadsAsNull) {
+  mapping_.columns[1].relation_index = ColumnMapping::kAbsent;
+  Tuple t{{T("7"), T("hello"), T("4.00"), T("2024-05-01 15:45:07+02"), T("t"), T("Title")}};
+  ASSERT_TRUE(TupleToRow(mapping_, t, nullptr, &row_).has_value());
+  EXPECT_TRUE(row_[1].is_null());
+  EXPECT_EQ(row_[0].i, 7);
 }
 
 TEST_F(TupleToRowTest, NullsStayNull) {

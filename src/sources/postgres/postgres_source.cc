@@ -298,7 +298,7 @@ Status PostgresSource::Connect(std::unique_ptr<Session>* out) {
           {false, Text(columns->get(), i, 0),
            static_cast<uint32_t>(std::stoul(Text(columns->get(), i, 1))), -1});
     }
-    if (auto mapping = MapColumns(relation, table.schema); !mapping)
+    if (auto mapping = MapColumns(relation, table.schema, derived_.ColumnsRead(name)); !mapping)
       return tl::unexpected(mapping.error());
     table.position = derived_.SourcePosition(name);
     session->tables.push_back(std::move(table));
@@ -503,11 +503,16 @@ Status PostgresSource::Backfill(Session& session, bool slot_exists) {
 Status PostgresSource::ReadRows(
     Session& session, const Table& table,
     const std::function<Status(std::span<const derived::SourceRowChange>)>& apply) {
+  // Columns no counter reads are selected as NULL: they may be gone from the table.
+  const std::vector<bool> read = derived_.ColumnsRead(table.source);
   std::string columns;
-  for (const auto& c : table.schema.columns) {
+  for (size_t i = 0; i < table.schema.columns.size(); ++i) {
+    const auto& c = table.schema.columns[i];
     char* quoted = PQescapeIdentifier(session.sql, c.name.data(), c.name.size());
     if (quoted == nullptr) return InvalidArgument("column name " + c.name);
-    columns += (columns.empty() ? "" : ", ") + std::string(quoted);
+    const bool is_read = i < read.size() && read[i];
+    columns += (columns.empty() ? "" : ", ") + (is_read ? "" : std::string("NULL AS ")) +
+               std::string(quoted);
     PQfreemem(quoted);
   }
   if (auto r = Exec(session.sql, "DECLARE tally_backfill NO SCROLL CURSOR FOR SELECT " + columns +
@@ -531,7 +536,7 @@ Status PostgresSource::ReadRows(
     relation.name = table.sql_name;
     for (int j = 0; j < PQnfields(res); ++j)
       relation.columns.push_back({false, PQfname(res, j), PQftype(res, j), PQfmod(res, j)});
-    auto mapping = MapColumns(relation, table.schema);
+    auto mapping = MapColumns(relation, table.schema, read);
     if (!mapping) return tl::unexpected(mapping.error());
     chunk.resize(static_cast<size_t>(n));
     tuple.cells.resize(static_cast<size_t>(PQnfields(res)));
@@ -828,7 +833,7 @@ Status PostgresSource::Stream(Session& session, bool* fatal) {
         RelationMessage named = *relation;  // named in messages as everywhere else
         named.namespace_name.clear();
         named.name = table->sql_name;
-        auto mapping = MapColumns(named, table->schema);
+        auto mapping = MapColumns(named, table->schema, derived_.ColumnsRead(table->source));
         if (!mapping) return fail(mapping.error().message);
         table->mapping = std::move(*mapping);
       }
