@@ -751,7 +751,7 @@ std::optional<defs::SourceSchema> DerivedCounters::SourceSchemaOf(std::string_vi
 Result<PushOutcome> DerivedCounters::ApplyTransaction(std::string_view source,
                                                       std::span<const SourceRowChange> changes,
                                                       int64_t position) {
-  const SourceTransactionPart part{std::string(source), {changes.begin(), changes.end()}};
+  const SourceTransactionPart part{source, changes};
   return ApplyTransaction({&part, 1}, position);
 }
 
@@ -841,7 +841,7 @@ Result<PushOutcome> DerivedCounters::ApplyParts(std::span<const SourceTransactio
       outcome.duplicates += parts[i].changes.size();
       continue;
     }
-    const std::vector<SourceRowChange>& changes = parts[i].changes;
+    const std::span<const SourceRowChange> changes = parts[i].changes;
     size_t begin = 0;
     for (size_t end = 0; end <= changes.size(); ++end) {
       if (end < changes.size() && !changes[end].truncate) continue;
@@ -1030,7 +1030,7 @@ Result<PushOutcome> DerivedCounters::ApplyBackfill(std::string_view counter,
     if (family == nullptr) return tl::unexpected(UnknownCounter(counter));
     source = family->counter.source().name;
   }
-  const SourceTransactionPart part{std::move(source), {rows.begin(), rows.end()}};
+  const SourceTransactionPart part{source, rows};
   return ApplyParts({&part, 1}, 0, counter);
 }
 

@@ -106,10 +106,11 @@ struct SourceRowChange {
   bool truncate = false;
 };
 
-// The changes of one source within a source transaction.
+// The changes of one source within a source transaction: views of the caller's rows,
+// which must live for the ApplyTransaction call.
 struct SourceTransactionPart {
-  std::string source;
-  std::vector<SourceRowChange> changes;
+  std::string_view source;
+  std::span<const SourceRowChange> changes;
 };
 
 // A verification hold (see DerivedCounters::Hold).

@@ -341,14 +341,12 @@ TEST_F(DerivedCountersTest, ATransactionOverTwoSourcesIsOneStep) {
   Define(kBlogModel);
   Define(R"sql(CREATE SOURCE likes (post_id bigint, user_id bigint);
                CREATE COUNTER post_likes AS SELECT post_id, count(*) FROM likes GROUP BY post_id;)sql");
-  std::vector<SourceTransactionPart> parts(2);
-  parts[0].source = "posts";
-  parts[0].changes.resize(1);
-  parts[0].changes[0].new_row = PostRow(1, 10, 7, 4, true);
-  parts[1].source = "likes";
-  parts[1].changes.resize(1);
-  parts[1].changes[0].new_row =
+  std::vector<SourceRowChange> posts(1);
+  posts[0].new_row = PostRow(1, 10, 7, 4, true);
+  std::vector<SourceRowChange> likes(1);
+  likes[0].new_row =
       std::vector<definitions::Value>{definitions::Value::Int(1), definitions::Value::Int(5)};
+  const std::vector<SourceTransactionPart> parts{{"posts", posts}, {"likes", likes}};
   auto applied = derived_->ApplyTransaction(parts, 700);
   ASSERT_TRUE(applied) << applied.error().message;
   EXPECT_EQ(applied->applied, 2u);

@@ -895,17 +895,14 @@ Status PostgresSource::Stream(Session& session, bool* fatal) {
         parts.resize(touched.size());
         for (size_t i = 0; i < touched.size(); ++i) {
           parts[i].source = touched[i]->source;
-          parts[i].changes = std::move(touched[i]->changes);
+          parts[i].changes = touched[i]->changes;
         }
         const derived::HoldState hold = derived_.hold_state();
         const bool held = hold.held && end > hold.position;
         if (held) SetState("held", true);  // ApplyTransaction waits for the Release
         auto applied = derived_.ApplyTransaction(parts, end);
         if (held) SetState("streaming", true);
-        for (size_t i = 0; i < touched.size(); ++i) {  // the vectors' capacity is reused
-          touched[i]->changes = std::move(parts[i].changes);
-          touched[i]->changes.clear();
-        }
+        for (Table* table : touched) table->changes.clear();  // capacity reused
         if (!applied) {
           std::string names;
           for (const Table* table : touched) names += (names.empty() ? "" : ", ") + table->sql_name;
