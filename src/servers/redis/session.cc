@@ -82,7 +82,16 @@ void Session::Execute(std::span<const std::string_view> args) {
   WorkerStats::Bump(worker_.stats().calls[spec - AllCommands().data()]);
   info_->last_command.store(spec, std::memory_order_relaxed);
 
-  if ((spec->flags & kWrite) != 0 && RefusedProtectedKey(*spec, args)) return;
+  // Key positions once per request: the protected-key check and the lock both use them.
+  // A plain increment's one key is args[1], so its hot path needs no position list.
+  static constexpr size_t kIncrementKey[] = {1};
+  const bool increment = (spec->flags & kIncrement) != 0;
+  if (!increment) KeyPositions(*spec, args.size(), &key_positions_);
+  if ((spec->flags & kWrite) != 0 &&
+      RefusedProtectedKey(*spec, args,
+                          increment ? std::span<const size_t>(kIncrementKey) : key_positions_)) {
+    return;
+  }
 
   if (in_multi_ && !IsTransactionControl(*spec)) {
     if (spec->flags & kNoMulti) {
@@ -94,27 +103,25 @@ void Session::Execute(std::span<const std::string_view> args) {
     writer_.SimpleString("QUEUED");
     return;
   }
-  if ((spec->flags & kIncrement) != 0) {
+  if (increment) {
     QueueIncrement(*spec, args);
     return;
   }
-  PrepareKeys(*spec, args);
+  HashKeys(args);
   if (NeedsFold(*spec)) worker_.FoldIncrements();
   Run(*spec, args, nullptr);
 }
 
-void Session::PrepareKeys(const CommandSpec& spec, std::span<const std::string_view> args) {
-  KeyPositions(spec, args.size(), &key_positions_);
+void Session::HashKeys(std::span<const std::string_view> args) {
   keys_.clear();
   for (const size_t position : key_positions_) keys_.emplace_back(args[position]);
 }
 
-bool Session::RefusedProtectedKey(const CommandSpec& spec,
-                                  std::span<const std::string_view> args) {
+bool Session::RefusedProtectedKey(const CommandSpec& spec, std::span<const std::string_view> args,
+                                  std::span<const size_t> key_positions) {
   const derived::DerivedCounters* derived = core_.derived();
   if (derived == nullptr) return false;
-  KeyPositions(spec, args.size(), &key_positions_);
-  for (const size_t position : key_positions_) {
+  for (const size_t position : key_positions) {
     if (derived->IsProtectedKey(args[position])) {
       Reject(spec, derived->ProtectedKeyError(args[position]));
       return true;
@@ -213,7 +220,8 @@ void Session::RunExec() {
   std::vector<std::string_view> args;
   for (const QueuedCommand& queued : queue) {
     args.assign(queued.args.begin(), queued.args.end());
-    PrepareKeys(*queued.spec, args);
+    KeyPositions(*queued.spec, args.size(), &key_positions_);
+    HashKeys(args);
     Run(*queued.spec, args, &all);
   }
   RaiseRequiredEpoch(all.required_epoch());

@@ -65,15 +65,16 @@ class Session {
     uint32_t ticket;  // the increment's ticket in the worker's IncrementBuffer
   };
 
-  // Hashes the command's key arguments into keys_, once per request.
-  void PrepareKeys(const CommandSpec& spec, std::span<const std::string_view> args);
+  // Hashes the key arguments at key_positions_ into keys_, once per request.
+  void HashKeys(std::span<const std::string_view> args);
   // Runs a validated command: locks its keys (unless `held` already holds every stripe) and
-  // calls the handler. REQUIRES: PrepareKeys() for this request.
+  // calls the handler. REQUIRES: HashKeys() for this request.
   void Run(const CommandSpec& spec, std::span<const std::string_view> args, engine::View* held);
   // Queues a plain increment in the worker's buffer (or replies why the amount is bad).
   void QueueIncrement(const CommandSpec& spec, std::span<const std::string_view> args);
   // True, after refusing the command, when it would write a derived counter's key.
-  bool RefusedProtectedKey(const CommandSpec& spec, std::span<const std::string_view> args);
+  bool RefusedProtectedKey(const CommandSpec& spec, std::span<const std::string_view> args,
+                           std::span<const size_t> key_positions);
   // True when a command must see the effect of increments still in the buffer.
   bool NeedsFold(const CommandSpec& spec);
   void RejectUnknown(std::span<const std::string_view> args);
