@@ -168,6 +168,7 @@ Api::Api(engine::Engine& engine, derived::DerivedCounters& derived, std::string 
     : engine_(engine),
       derived_(derived),
       password_(std::move(password)),
+      expected_authorization_("Bearer " + password_),
       source_report_(std::move(source_report)),
       scratch_(std::make_unique<Scratch>()) {}
 
@@ -196,7 +197,7 @@ ApiResponse Api::Handle(const ApiRequest& request) {
   const Handler handler = kRoutes[match.route].handler;
   // With a password every route but the liveness probe needs it.
   if (!password_.empty() && handler != &Api::GetHealth &&
-      request.authorization != "Bearer " + password_) {
+      request.authorization != expected_authorization_) {
     ApiResponse response =
         Fail(401, request.authorization.empty()
                       ? "authentication required: send Authorization: Bearer <password>"

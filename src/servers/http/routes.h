@@ -100,6 +100,7 @@ class Api {
   engine::Engine& engine_;
   derived::DerivedCounters& derived_;
   const std::string password_;
+  const std::string expected_authorization_;  // "Bearer <password>", built once
   const StatusReporter source_report_;
   std::unique_ptr<Scratch> scratch_;
 };
