@@ -24,7 +24,7 @@ LateDefinitionTest: COUNTER.DEFINE of a new counter on the streamed table while 
 writing; once they pause it equals PostgreSQL's GROUP BY exactly (backfilled from a snapshot
 of its own, then streamed from exactly that point), and the same with tallyd killed
 (SIGKILL) right after the DEFINE and again a moment later (the backfill redone at start).
-HoldTest: COUNTER.HOLD reached on an idle stream within a fraction of a second, counters
+HoldTest: COUNTER.HOLD reached on an idle stream (the runner asks for keepalives), counters
 standing still above it, RELEASE, and tallyd stopping while a transaction waits in a hold.
 StatusTest: INFO's # Source section and GET /v1/status: backfill figures, the applied LSN
 advancing past the database's WAL position, the lag back to 0, the same figures in both.
@@ -72,6 +72,58 @@ def random_row(rng):
     return (maybe_null(rng.randrange(1, 6)), maybe_null(rng.randrange(1, 7)),
             maybe_null(rng.randrange(1, 6)), maybe_null(rng.random() < 0.7),
             maybe_null(rng.random() < 0.1), maybe_null(ts, 0.02))
+
+
+class Writers:
+    """Threads that keep running random scripts against PostgreSQL until stopped, and can
+    be paused (every one idle) while a test compares counters."""
+
+    def __init__(self, pg, seed, max_id, n=3):
+        self.pg = pg
+        self.max_id = max_id
+        self.run = threading.Event()
+        self.run.set()
+        self.stop_event = threading.Event()
+        self.idle = [threading.Event() for _ in range(n)]
+        self.counts = [0] * n
+        self.threads = [threading.Thread(target=self._write, args=(i, seed + i), daemon=True)
+                        for i in range(n)]
+        for t in self.threads:
+            t.start()
+
+    def _write(self, n, seed):
+        rng = random.Random(seed)
+        while not self.stop_event.is_set():
+            if not self.run.is_set():
+                self.idle[n].set()
+                time.sleep(0.02)
+                continue
+            self.idle[n].clear()
+            try:
+                self.pg.sql(random_script(rng, self.max_id, transactions=10), timeout=60)
+                self.counts[n] += 1
+            except (postgres.PostgresError, subprocess.TimeoutExpired):
+                time.sleep(0.1)  # a deadlock, or PostgreSQL restarting: that script is cut
+        self.idle[n].set()
+
+    def pause(self):
+        """Returns once every writer is idle (bounded); False if one did not stop."""
+        self.run.clear()
+        return all(e.wait(60) for e in self.idle)
+
+    def resume(self):
+        for e in self.idle:
+            e.clear()
+        self.run.set()
+
+    def stop(self):
+        self.stop_event.set()
+        self.run.set()
+        for t in self.threads:
+            t.join(60)
+
+    def scripts(self):
+        return sum(self.counts)
 
 
 def insert_sql(rng, n=1):
@@ -283,30 +335,7 @@ class CrashTest(PgCase):
         server = self.tallyd("s_crash")
         server.start()
 
-        run = threading.Event()
-        run.set()
-        stop = threading.Event()
-        idle = [threading.Event() for _ in range(3)]
-        counts = [0, 0, 0]
-
-        def writer(n):
-            wrng = random.Random(100 + n)
-            while not stop.is_set():
-                if not run.is_set():
-                    idle[n].set()
-                    time.sleep(0.02)
-                    continue
-                idle[n].clear()
-                try:
-                    self.pg.sql(random_script(wrng, initial + 3000, transactions=10), timeout=60)
-                    counts[n] += 1
-                except (postgres.PostgresError, subprocess.TimeoutExpired):
-                    time.sleep(0.1)  # a deadlock, or PostgreSQL restarting: that script is cut
-            idle[n].set()
-
-        threads = [threading.Thread(target=writer, args=(n,), daemon=True) for n in range(3)]
-        for t in threads:
-            t.start()
+        writers = Writers(self.pg, 100, initial + 3000)
         try:
             for cycle in range(KILLS):
                 time.sleep(rng.uniform(0.2, 1.2))
@@ -319,26 +348,19 @@ class CrashTest(PgCase):
                     # While tallyd runs: PostgreSQL goes away under it and comes back.
                     time.sleep(0.5)
                     restart_postgres(self.pg)
-                run.clear()
-                for e in idle:
-                    self.assertTrue(e.wait(60), "a writer did not pause")
+                self.assertTrue(writers.pause(), "a writer did not pause")
                 self.wait_equal(server, "after kill -9 #%d" % (cycle + 1))
-                run.set()
-                for e in idle:
-                    e.clear()
+                writers.resume()
         finally:
-            stop.set()
-            run.set()
-            for t in threads:
-                t.join(60)
-        self.assertGreater(sum(counts), KILLS)
+            writers.stop()
+        self.assertGreater(writers.scripts(), KILLS)
         self.wait_equal(server, "the end")
         log = self.log(server)
         self.assertIn("postgres source: ", log)
         self.assertIn("reconnecting in", log)  # PostgreSQL's restart was noticed and survived
         print("\n%d kills of tallyd, 2 PostgreSQL restarts, %d writer scripts of 10 "
               "transactions, %d posts at the end, %d reconnects logged" % (
-                  KILLS, sum(counts), int(self.pg.query("SELECT count(*) FROM posts")[0][0]),
+                  KILLS, writers.scripts(), int(self.pg.query("SELECT count(*) FROM posts")[0][0]),
                   log.count("reconnecting in") + log.count("retrying in")))
         self.assertEqual(server.stop(), 0)
         self.pg.sql("SELECT pg_drop_replication_slot('s_crash')")
@@ -549,40 +571,14 @@ class LateDefinitionTest(PgCase):
         server.start()
         self.wait_equal(server, "first backfill")
 
-        run = threading.Event()
-        run.set()
-        stop = threading.Event()
-        idle = [threading.Event() for _ in range(3)]
-        counts = [0, 0, 0]
-
-        def writer(n):
-            wrng = random.Random(200 + n)
-            while not stop.is_set():
-                if not run.is_set():
-                    idle[n].set()
-                    time.sleep(0.02)
-                    continue
-                idle[n].clear()
-                try:
-                    self.pg.sql(random_script(wrng, initial + 3000, transactions=10), timeout=60)
-                    counts[n] += 1
-                except (postgres.PostgresError, subprocess.TimeoutExpired):
-                    time.sleep(0.1)  # a deadlock: that script is cut
-            idle[n].set()
+        writers = Writers(self.pg, 200, initial + 3000)
 
         def pause_and_check(context):
-            run.clear()
-            for e in idle:
-                self.assertTrue(e.wait(60), "a writer did not pause")
+            self.assertTrue(writers.pause(), "a writer did not pause")
             self.late_equal(server, context)
             self.wait_equal(server, context)
-            run.set()
-            for e in idle:
-                e.clear()
+            writers.resume()
 
-        threads = [threading.Thread(target=writer, args=(n,), daemon=True) for n in range(3)]
-        for t in threads:
-            t.start()
         try:
             time.sleep(0.5)
             with RespConn(server.port, timeout=30) as conn:
@@ -599,11 +595,8 @@ class LateDefinitionTest(PgCase):
             time.sleep(1.0)  # the stream goes on counting the new counter
             pause_and_check("streaming after the backfill")
         finally:
-            stop.set()
-            run.set()
-            for t in threads:
-                t.join(60)
-        self.assertGreater(sum(counts), 0)
+            writers.stop()
+        self.assertGreater(writers.scripts(), 0)
         log = self.log(server)
         self.assertIn("postgres source: backfill of counter late_rating done", log)
         # Only the temporary slot's of the backfill, gone with their connection.
