@@ -19,6 +19,11 @@ void Committer::AddDurableListener(std::function<void(uint64_t)> listener) {
   listeners_.push_back(std::move(listener));
 }
 
+void Committer::AddCommitObserver(CommitObserver observer) {
+  std::lock_guard lock(listeners_mutex_);
+  observers_.push_back(std::move(observer));
+}
+
 void Committer::Start() {
   durable_epoch_.store(keyspace_->open_epoch() - 1, std::memory_order_release);
   thread_ = std::thread([this] { Run(); });
@@ -266,6 +271,7 @@ bool Committer::CommitOnce(bool sync) {
   durable_epoch_.store(batch_.epoch(), std::memory_order_release);
   {
     std::lock_guard lock(listeners_mutex_);
+    for (const auto& observer : observers_) observer(batch_, micros);
     for (const auto& listener : listeners_) listener(batch_.epoch());
   }
   {

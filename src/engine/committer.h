@@ -75,6 +75,13 @@ class Committer {
   // (the committer thread, or a worker committing inline). Any thread, any time.
   void AddDurableListener(std::function<void(uint64_t epoch)> listener);
 
+  // Calls `observer` with each batch once it is durable, and how long writing it took, on
+  // the thread that committed it, before the epoch's durable listeners. The feed of
+  // subscriptions and metrics: every committed change, as its final value. An observer must
+  // be quick (it delays the next commit) and must not call back into the committer.
+  using CommitObserver = std::function<void(const CommitBatch& batch, uint64_t commit_micros)>;
+  void AddCommitObserver(CommitObserver observer);
+
   void Start();
 
   // Commits whatever is left (fsync'd, whatever the mode), writes a last checkpoint and
@@ -127,6 +134,7 @@ class Committer {
   const CommitterOptions options_;
   std::mutex listeners_mutex_;
   std::vector<std::function<void(uint64_t)>> listeners_;  // guarded by listeners_mutex_
+  std::vector<CommitObserver> observers_;                  // guarded by listeners_mutex_
 
   std::mutex mutex_;
   std::condition_variable wake_;             // the commit thread

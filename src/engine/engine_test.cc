@@ -484,6 +484,46 @@ TEST_F(CommitterTest, AnEpochThatChangedNothingIsAnnouncedWithoutAWrite) {
   EXPECT_NE(std::find(epochs.begin(), epochs.end(), epoch), epochs.end());
 }
 
+TEST_F(CommitterTest, ObserversSeeEachDurableBatchBeforeItsEpochIsAnnounced) {
+  MakeCommitter({});
+  std::mutex mutex;
+  std::vector<std::string> seen;  // "put x=5", "delete x", "durable <epoch>"
+  committer_->AddCommitObserver([&](const CommitBatch& batch, uint64_t) {
+    std::lock_guard lock(mutex);
+    for (size_t i = 0; i < batch.put_count(); i++) {
+      seen.push_back("put " + std::string(batch.put_key(i)) + "=" +
+                     std::to_string(batch.put_record(i).value));
+    }
+    for (size_t i = 0; i < batch.delete_count(); i++) {
+      seen.push_back("delete " + std::string(batch.delete_key(i)));
+    }
+  });
+  committer_->AddDurableListener([&](uint64_t epoch) {
+    std::lock_guard lock(mutex);
+    seen.push_back("durable " + std::to_string(epoch));
+  });
+  committer_->Start();
+  const HashedKey key("x");
+  uint64_t first;
+  {
+    View view = keyspace_.Lock(key);  // two increments in one epoch: one put
+    ASSERT_TRUE(view.IncrBy(key, 2).has_value());
+    ASSERT_TRUE(view.IncrBy(key, 3).has_value());
+    first = view.required_epoch();
+  }
+  committer_->WaitDurable(first);
+  uint64_t second;
+  {
+    View view = keyspace_.Lock(key);
+    ASSERT_TRUE(view.Delete(key));
+    second = view.required_epoch();
+  }
+  committer_->WaitDurable(second);
+  std::lock_guard lock(mutex);
+  EXPECT_EQ(seen, (std::vector<std::string>{"put x=5", "durable " + std::to_string(first),
+                                            "delete x", "durable " + std::to_string(second)}));
+}
+
 TEST_F(CommitterTest, CountsPutsAndDeletes) {
   StartCommitter();
   std::vector<std::string> names = {"x", "y", "z"};
