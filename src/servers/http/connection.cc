@@ -41,6 +41,7 @@ std::string_view View(beast::string_view text) { return {text.data(), text.size(
 struct ResponseHead {
   unsigned version = 11;  // of the request: 10 or 11
   int status = 200;
+  std::string_view content_type = "application/json";
   std::string_view allow;
   bool keep_alive = true;
   bool head = false;  // the request was HEAD: no body
@@ -48,12 +49,13 @@ struct ResponseHead {
   bool authenticate = false;  // 401: name the scheme
 };
 
-// Appends one response: status line, headers, JSON body.
+// Appends one response: status line, headers, body.
 void AppendResponse(const ResponseHead& head, std::string_view body, std::string* out) {
   const auto reason = bhttp::obsolete_reason(bhttp::int_to_status(head.status));
   fmt::format_to(std::back_inserter(*out),
-                 "HTTP/{}.{} {} {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n",
-                 head.version / 10, head.version % 10, head.status, View(reason), body.size());
+                 "HTTP/{}.{} {} {}\r\nContent-Type: {}\r\nContent-Length: {}\r\n",
+                 head.version / 10, head.version % 10, head.status, View(reason),
+                 head.content_type, body.size());
   if (!head.allow.empty()) fmt::format_to(std::back_inserter(*out), "Allow: {}\r\n", head.allow);
   if (head.retry_after) out->append("Retry-After: 1\r\n");
   if (head.authenticate) out->append("WWW-Authenticate: Bearer realm=\"tally\"\r\n");
@@ -275,6 +277,7 @@ void HttpConnection::Run() {
   ResponseHead head;
   head.version = request.version();
   head.status = response.status;
+  head.content_type = response.content_type;
   head.allow = response.allow;
   head.authenticate = response.authenticate;
   head.keep_alive = keep_alive_;

@@ -45,7 +45,9 @@ struct ApiRequest {
 
 struct ApiResponse {
   int status = 200;
-  std::string body;   // JSON
+  std::string body;  // JSON unless content_type says otherwise
+  // The Content-Type header; a static string (a literal).
+  std::string_view content_type = "application/json";
   std::string allow;  // 405: the methods the path takes, for the Allow header
   bool authenticate = false;  // 401: send WWW-Authenticate
   // The response may be sent only once this commit epoch is durable (0 = at once).
