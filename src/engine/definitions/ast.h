@@ -56,7 +56,16 @@ struct SelectItem {
   Position pos;
 };
 
-// CREATE COUNTER name AS SELECT items FROM source [WHERE where] [GROUP BY group_by].
+// One option of WITH ( name = 'value', ... ): not yet checked (the compiler knows the names).
+struct CounterOption {
+  std::string name;   // lower case unless quoted
+  std::string value;  // the text of the string literal
+  Position pos;       // of the name
+  Position value_pos;
+};
+
+// CREATE COUNTER name AS SELECT items FROM source [WHERE where] [GROUP BY group_by]
+// [WITH ( options )].
 struct CreateCounter {
   std::string name;
   Position name_pos;
@@ -66,6 +75,8 @@ struct CreateCounter {
   ExprPtr where;  // null when absent
   std::vector<ExprPtr> group_by;
   bool has_group_by = false;
+  std::vector<CounterOption> options;
+  Position with_pos;  // of WITH, when there are options
 };
 
 // DROP COUNTER name.

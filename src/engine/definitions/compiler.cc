@@ -74,7 +74,17 @@ std::string ToSql(const Expr& expr) {
     case ExprKind::kNull:
       return "NULL";
     case ExprKind::kUnary:
-      if (expr.op == "NOT") return fmt::format("(NOT {})", ToSql(*expr.args[0]));
+      if (expr.op == "NOT") {
+        // A chain NOT NOT ... x in one pair of parentheses: one pair per NOT would make the
+        // normalised spelling nest twice as deep as the original, past the parser's limit.
+        std::string out = "(NOT ";
+        const Expr* operand = expr.args[0].get();
+        for (; operand->kind == ExprKind::kUnary && operand->op == "NOT";
+             operand = operand->args[0].get()) {
+          out += "NOT ";
+        }
+        return out + ToSql(*operand) + ")";
+      }
       // "- 5" would parse back as the literal -5: minus of a literal keeps its parentheses.
       if (expr.args[0]->kind == ExprKind::kInteger) {
         return fmt::format("(- ({}))", ToSql(*expr.args[0]));
@@ -165,6 +175,7 @@ class Compiler {
       out_.key_columns_.push_back(KeyColumn{name, *type, ToSql(*item.expr)});
     }
     if (auto s = EmitAggregate(*create_.items.back().expr); !s) return tl::unexpected(s.error());
+    if (auto s = CheckOptions(); !s) return tl::unexpected(s.error());
 
     // The normalised SELECT: what `tally verify` runs against the source database.
     std::string select;
@@ -293,6 +304,52 @@ class Compiler {
                      fmt::format("GROUP BY item {} must also be a select item: the key of a "
                                  "counter is its select list",
                                  ToSql(*unmatched.front())));
+    }
+    return OkStatus();
+  }
+
+  // The key columns that are time buckets: select items date_trunc(unit, ...). The unit
+  // is checked by then (Emit).
+  std::vector<TimeBucket> TimeBuckets() const {
+    std::vector<TimeBucket> buckets;
+    for (size_t i = 0; i + 1 < create_.items.size(); ++i) {
+      const Expr& expr = *create_.items[i].expr;
+      if (expr.kind != ExprKind::kFunction || expr.name != "date_trunc") continue;
+      if (auto unit = ParseTimeUnit(expr.args[0]->text)) buckets.push_back({i, *unit});
+    }
+    return buckets;
+  }
+
+  // WITH ( ... ): the one option is retention = '<count> <unit>', which needs exactly one
+  // time bucket to remove.
+  Status CheckOptions() {
+    const std::vector<TimeBucket> buckets = TimeBuckets();
+    if (buckets.size() == 1) out_.time_bucket_ = buckets.front();
+    for (const CounterOption& option : create_.options) {
+      if (option.name != "retention") {
+        return ErrorAt(option.pos, fmt::format("unknown option \"{}\": a counter takes "
+                                               "retention = '<number> <unit>'",
+                                               option.name));
+      }
+      if (out_.retention_) return ErrorAt(option.pos, "option retention is given twice");
+      auto retention = ParseRetention(option.value);
+      if (!retention) return ErrorAt(option.value_pos, retention.error().message);
+      if (buckets.empty()) {
+        return ErrorAt(option.pos,
+                       "retention needs a time bucket: a date_trunc('<unit>', <timestamp>) "
+                       "key column in GROUP BY");
+      }
+      if (buckets.size() > 1) {
+        std::string names;
+        for (const TimeBucket& bucket : buckets) {
+          names += (names.empty() ? "" : ", ") + ToSql(*create_.items[bucket.column].expr);
+        }
+        return ErrorAt(option.pos,
+                       fmt::format("retention needs exactly one time bucket; this counter has "
+                                   "{}: {}",
+                                   buckets.size(), names));
+      }
+      out_.retention_ = *retention;
     }
     return OkStatus();
   }
@@ -673,20 +730,7 @@ class Compiler {
       if (unit.kind != ExprKind::kString) {
         return ErrorAt(unit.pos, "the unit of date_trunc must be a text literal");
       }
-      std::string lower = unit.text;
-      for (char& c : lower) {
-        if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
-      }
-      static constexpr std::pair<std::string_view, TimeUnit> kUnits[] = {
-          {"minute", TimeUnit::kMinute},
-          {"hour", TimeUnit::kHour},
-          {"day", TimeUnit::kDay},
-          {"week", TimeUnit::kWeek},
-          {"month", TimeUnit::kMonth}};
-      std::optional<TimeUnit> found;
-      for (const auto& [spelling, value] : kUnits) {
-        if (lower == spelling) found = value;
-      }
+      const std::optional<TimeUnit> found = ParseTimeUnit(unit.text);
       if (!found) {
         return ErrorAt(unit.pos, fmt::format("date_trunc unit '{}' is not supported: use "
                                              "'minute', 'hour', 'day', 'week' or 'month'",
@@ -718,7 +762,16 @@ Result<CompiledCounter> Compile(const CreateCounter& create, const Catalog& cata
 }
 
 std::string CompiledCounter::create_sql() const {
-  return fmt::format("CREATE COUNTER {} AS {}", QuoteIdentifier(name_), sql_);
+  std::string out = fmt::format("CREATE COUNTER {} AS {}", QuoteIdentifier(name_), sql_);
+  if (retention_) out += fmt::format(" WITH (retention = '{}')", RetentionText(*retention_));
+  return out;
+}
+
+std::optional<int64_t> CompiledCounter::BucketOfKey(std::string_view key) const {
+  if (!time_bucket_) return std::nullopt;
+  const std::optional<std::string_view> part = KeyPartText(key, time_bucket_->column);
+  if (!part) return std::nullopt;
+  return ParseTimestamp(*part);
 }
 
 namespace {

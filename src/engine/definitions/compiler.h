@@ -12,7 +12,10 @@
 //     rule); the key is the select items in select-list order;
 //   - WHERE is a boolean; operands of + - * / % are int64, of AND OR NOT bool; compared
 //     values have the same type; CASE and coalesce branches share a type;
-//   - date_trunc's unit is a literal 'minute', 'hour', 'day', 'week' or 'month'.
+//   - date_trunc's unit is a literal 'minute', 'hour', 'day', 'week' or 'month';
+//   - WITH ( retention = '<n> <unit>' ), the one option: n from 1 to 1,000,000, unit minute,
+//     hour, day, week or month (singular or plural); the counter must have exactly one time
+//     bucket, a key column that is a date_trunc(...) select item (time_util.h has the rule).
 // Every error reads "line L, column C: ...", pointing at the offending construct.
 #pragma once
 

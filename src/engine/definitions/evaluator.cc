@@ -106,8 +106,6 @@ tl::unexpected<Error> OutOfRange() {
   return MakeError(ErrorCode::kOverflow, "bigint out of range");
 }
 
-constexpr std::string_view kUnitNames[] = {"minute", "hour", "day", "week", "month"};
-
 // The one-operand instructions -a, NOT a, a IS [NOT] NULL and date_trunc(unit, a), in place.
 Status ApplyUnary(const Instr& instr, Value& a) {
   switch (instr.op) {
@@ -386,6 +384,10 @@ std::string CompiledCounter::Explain() const {
   }
   out += fmt::format("\n  filter: {}\n", filter_sql_.empty() ? "(none)" : filter_sql_);
   out += fmt::format("  value: {}\n", value_sql_);
+  if (retention_) {
+    out += fmt::format("  retention: {} of time bucket {}\n", RetentionText(*retention_),
+                       key_columns_[time_bucket_->column].name);
+  }
   out += "  reads:";
   for (const int32_t index : columns_used_) {
     const SourceSchema::Column& column = source_.columns[static_cast<size_t>(index)];
@@ -417,7 +419,7 @@ std::string CompiledCounter::Explain() const {
         operand = fmt::format(" {}", instr.arg);
         break;
       case Op::kDateTrunc:
-        operand = fmt::format(" '{}'", kUnitNames[instr.arg]);
+        operand = fmt::format(" '{}'", TimeUnitName(static_cast<TimeUnit>(instr.arg)));
         break;
       default:
         break;

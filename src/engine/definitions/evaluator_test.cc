@@ -279,6 +279,86 @@ TEST(KeyTest, CanonicalSpelling) {
   EXPECT_EQ(FormatTimestamp(-1), "19691231T235959.999999Z");
 }
 
+// ParseTimestamp reads back exactly what FormatTimestamp writes, and nothing else.
+TEST(KeyTest, TimestampSpellingReadsBack) {
+  std::mt19937_64 rng(7);
+  std::uniform_int_distribution<int64_t> any(At(-5000, 1, 1), At(20000, 12, 31));
+  for (int i = 0; i < 20000; ++i) {
+    const int64_t micros = i % 2 == 0 ? any(rng) : any(rng) / kMicrosPerMinute * kMicrosPerMinute;
+    ASSERT_EQ(ParseTimestamp(FormatTimestamp(micros)), micros) << FormatTimestamp(micros);
+  }
+  for (const char* bad :
+       {"", "20240501", "2024-05-01T00:00:00Z", "20240501T000000", "20240230T000000Z",
+        "20241301T000000Z", "20240501T240000Z", "20240501T000000.5Z", "020240501T000000Z", "\\N"}) {
+    EXPECT_EQ(ParseTimestamp(bad), std::nullopt) << bad;
+  }
+}
+
+TEST(KeyTest, PartTextKeepsEscapes) {
+  const std::string key =
+      EncodeKey("c", std::vector<Value>{Value::Text("a:b\\"), Value::Timestamp(0), Value::Null()});
+  EXPECT_EQ(KeyPartText(key, 0), "a\\:b\\\\");
+  EXPECT_EQ(KeyPartText(key, 1), "19700101T000000Z");
+  EXPECT_EQ(KeyPartText(key, 2), "\\N");
+  EXPECT_EQ(KeyPartText(key, 3), std::nullopt);
+  EXPECT_EQ(KeyPartText("c", 0), std::nullopt);
+  EXPECT_EQ(KeyPartText("c:", 0), "");
+}
+
+// The retention rule at its exact boundary, for every unit of bucket and of retention.
+TEST(RetentionTest, BucketExpiresWhenItsEndIsRetentionOld) {
+  const int64_t day = At(2024, 5, 1);
+  const Retention thirty_days{30, TimeUnit::kDay};
+  // [May 1, May 2) is kept while May 2 > now - 30 days, i.e. until June 1 00:00.
+  EXPECT_FALSE(BucketExpired(TimeUnit::kDay, day, thirty_days, At(2024, 6, 1) - 1));
+  EXPECT_TRUE(BucketExpired(TimeUnit::kDay, day, thirty_days, At(2024, 6, 1)));
+  EXPECT_EQ(BucketEnd(TimeUnit::kMinute, day), day + kMicrosPerMinute);
+  EXPECT_EQ(BucketEnd(TimeUnit::kHour, day), day + kMicrosPerHour);
+  EXPECT_EQ(BucketEnd(TimeUnit::kWeek, At(2024, 4, 29)), At(2024, 5, 6));
+  EXPECT_EQ(BucketEnd(TimeUnit::kMonth, At(2024, 2, 1)), At(2024, 3, 1));
+  EXPECT_EQ(BucketEnd(TimeUnit::kMonth, At(2024, 12, 1)), At(2025, 1, 1));
+  EXPECT_EQ(BucketEnd(TimeUnit::kDay, INT64_MAX - 5), std::nullopt);
+  // Months are calendar months, the day clamped as PostgreSQL's timestamp - interval.
+  const Retention one_month{1, TimeUnit::kMonth};
+  EXPECT_EQ(RetentionCutoff(one_month, At(2024, 3, 31, 12)), At(2024, 2, 29, 12));
+  EXPECT_EQ(RetentionCutoff(one_month, At(2024, 1, 15)), At(2023, 12, 15));
+  EXPECT_EQ(RetentionCutoff(Retention{13, TimeUnit::kMonth}, At(2024, 1, 31)), At(2022, 12, 31));
+  EXPECT_EQ(RetentionCutoff(Retention{2, TimeUnit::kWeek}, day), day - 14 * kMicrosPerDay);
+  EXPECT_EQ(RetentionCutoff(Retention{90, TimeUnit::kMinute}, day), day - 90 * kMicrosPerMinute);
+  EXPECT_EQ(RetentionCutoff(thirty_days, INT64_MIN + 5), std::nullopt);
+  EXPECT_FALSE(BucketExpired(TimeUnit::kDay, day, thirty_days, INT64_MIN + 5));
+  // A month bucket with a month of retention: [Feb 1, Mar 1) goes when now - 1 month
+  // reaches Mar 1, on April 1.
+  EXPECT_FALSE(BucketExpired(TimeUnit::kMonth, At(2024, 2, 1), one_month, At(2024, 4, 1) - 1));
+  EXPECT_TRUE(BucketExpired(TimeUnit::kMonth, At(2024, 2, 1), one_month, At(2024, 4, 1)));
+  // Monotonic in time, whatever the unit.
+  std::mt19937_64 rng(11);
+  for (int i = 0; i < 20000; ++i) {
+    const auto unit = static_cast<TimeUnit>(rng() % 5);
+    const Retention retention{static_cast<int64_t>(1 + rng() % 40),
+                              static_cast<TimeUnit>(rng() % 5)};
+    const int64_t start = *TruncateTimestamp(
+        unit, At(2024, 1, 1) + static_cast<int64_t>(rng() % (400LL * kMicrosPerDay)));
+    const int64_t now = start + static_cast<int64_t>(rng() % (5000LL * kMicrosPerDay));
+    if (BucketExpired(unit, start, retention, now)) {
+      ASSERT_TRUE(BucketExpired(unit, start, retention,
+                                now + 1 + static_cast<int64_t>(rng() % kMicrosPerDay)));
+    }
+  }
+}
+
+TEST(RetentionTest, ParsesAndSpellsIntervals) {
+  EXPECT_EQ(ParseRetention("30 days"), (Retention{30, TimeUnit::kDay}));
+  EXPECT_EQ(ParseRetention(" 1 MONTH "), (Retention{1, TimeUnit::kMonth}));
+  EXPECT_EQ(ParseRetention("2weeks"), (Retention{2, TimeUnit::kWeek}));
+  EXPECT_EQ(RetentionText({1, TimeUnit::kHour}), "1 hour");
+  EXPECT_EQ(RetentionText({90, TimeUnit::kMinute}), "90 minutes");
+  for (const char* bad : {"", "30", "day", "1 year", "1 dayss", "1 day 2 hours", "-1 day", "0 day",
+                          "1000001 days", "1e3 days"}) {
+    EXPECT_FALSE(ParseRetention(bad)) << bad;
+  }
+}
+
 TEST(EvaluatorTest, ScratchIsReusableAndCompiledCounterMovable) {
   CompiledCounter original = MustCompile(
       "CREATE COUNTER c AS SELECT coalesce(status, 'none') AS s, count(*) FROM posts "

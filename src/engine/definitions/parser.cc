@@ -312,7 +312,31 @@ class Parser {
         return NotSupported(Peek(), clause == "order" ? "ORDER BY" : Upper(clause));
       }
     }
+    if (Peek().Is("with")) {
+      create.with_pos = Advance().pos;
+      if (auto s = ParseOptions(create.options); !s) return tl::unexpected(s.error());
+      if (Peek().Is("where") || Peek().Is("group")) {
+        return ErrorAt(Peek().pos, fmt::format("{} must come before WITH",
+                                               Peek().Is("where") ? "WHERE" : "GROUP BY"));
+      }
+    }
     return create;
+  }
+
+  // ( name = 'value' ( , name = 'value' )* ), after WITH.
+  Status ParseOptions(std::vector<CounterOption>& options) {
+    if (auto s = ExpectOp("("); !s) return s;
+    do {
+      auto name = Name("an option name");
+      if (!name) return tl::unexpected(name.error());
+      if (auto s = ExpectOp("="); !s) return s;
+      if (Peek().kind != TokenKind::kString) {
+        return Expected(Peek(), "a quoted option value, such as '30 days'");
+      }
+      const Token& value = Advance();
+      options.push_back(CounterOption{name->text, value.text, name->pos, value.pos});
+    } while (AcceptOp(","));
+    return ExpectOp(")");
   }
 
   // expr := or

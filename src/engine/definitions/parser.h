@@ -9,7 +9,8 @@
 //   type       := word... [ ( integer, ... ) ] word...   e.g. varchar(20),
 //                 timestamp(3) with time zone; the compiler checks the name (compiler.h)
 //   select     := SELECT item ( ',' item )* FROM source [ WHERE expr ]
-//                 [ GROUP BY expr ( ',' expr )* ]
+//                 [ GROUP BY expr ( ',' expr )* ] [ WITH ( option ( ',' option )* ) ]
+//   option     := name = 'text'          e.g. retention = '30 days' (see compiler.h)
 //   item       := expr [ [ AS ] alias ]
 //   expr       := expr OR expr | expr AND expr | NOT expr
 //               | expr IS [ NOT ] NULL

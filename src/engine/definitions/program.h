@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -82,6 +83,12 @@ struct KeyColumn {
   std::string sql;  // the expression as the plan shows it
 };
 
+// The key column of a counter that is a time bucket: a select item date_trunc(unit, ...).
+struct TimeBucket {
+  size_t column = 0;  // its index among the key columns
+  TimeUnit unit = TimeUnit::kDay;
+};
+
 // A source's schema: its name and typed columns, in row order.
 struct SourceSchema {
   struct Column {
@@ -139,8 +146,22 @@ class CompiledCounter {
   const std::string& sql() const { return sql_; }
   // The indexes in source() of the columns the program reads, ascending.
   const std::vector<int32_t>& columns_used() const { return columns_used_; }
-  // The normalised definition, "CREATE COUNTER <name> AS <sql()>": parsed and compiled
-  // against the same source, it gives this counter again (the same plan).
+  // The time bucket, when exactly one key column is a date_trunc(...) select item: what
+  // range reads sum over and what retention removes.
+  const std::optional<TimeBucket>& time_bucket() const { return time_bucket_; }
+  // WITH (retention = '...'): how long its time buckets are kept. Only with a time bucket.
+  const std::optional<Retention>& retention() const { return retention_; }
+  // The start of the time bucket of `key`, a canonical key of this counter, read from its
+  // spelling; nullopt without a time bucket, for a NULL bucket or a malformed key.
+  std::optional<int64_t> BucketOfKey(std::string_view key) const;
+  // The retention rule (BucketExpired in time_util.h) for this counter's bucket starting at
+  // `bucket_start`; false without a retention.
+  bool Expired(int64_t bucket_start, int64_t now_micros) const {
+    return retention_ && BucketExpired(time_bucket_->unit, bucket_start, *retention_, now_micros);
+  }
+  // The normalised definition, "CREATE COUNTER <name> AS <sql()>", and " WITH (retention =
+  // '30 days')" when there is one: parsed and compiled against the same source, it gives
+  // this counter again (the same plan).
   std::string create_sql() const;
 
   // Runs the program over `row`, which must follow source(): one value per column, each
@@ -170,6 +191,8 @@ class CompiledCounter {
   std::vector<Value> constants_;
   std::vector<std::string> constant_text_;  // owns the text of text constants
   std::vector<int32_t> columns_used_;       // checked against the row before running
+  std::optional<TimeBucket> time_bucket_;
+  std::optional<Retention> retention_;
   int32_t max_stack_ = 0;
   int32_t temp_count_ = 0;
 };

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -45,6 +46,9 @@ using RowView = std::span<const Value>;
 // ".123456" only when the microseconds are not zero. It has no ':' so that a key part
 // needs no escaping. Years outside 0..9999 get a sign and as many digits as needed.
 std::string FormatTimestamp(int64_t micros);
+// The inverse of FormatTimestamp: its exact spelling back to microseconds; nullopt for any
+// other text (it reads keys, not client input).
+std::optional<int64_t> ParseTimestamp(std::string_view text);
 
 // The canonical counter key of one group, which is also its human spelling:
 //
@@ -59,6 +63,10 @@ std::string FormatTimestamp(int64_t micros);
 // encoding is injective, so two groups never share a key. Appends to `out`.
 void AppendKey(std::string_view counter_name, std::span<const Value> key, std::string* out);
 std::string EncodeKey(std::string_view counter_name, std::span<const Value> key);
+
+// The spelling of part `index` (from 0) of a canonical key, escapes kept ("\\:" stays two
+// bytes); nullopt when the key has no such part.
+std::optional<std::string_view> KeyPartText(std::string_view key, size_t index);
 
 // A readable spelling of one value for plans and messages: 42, 'text', true, NULL,
 // timestamp '20240501T000000Z'.
