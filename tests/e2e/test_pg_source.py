@@ -24,6 +24,9 @@ LateDefinitionTest: COUNTER.DEFINE of a new counter on the streamed table while 
 writing; once they pause it equals PostgreSQL's GROUP BY exactly (backfilled from a snapshot
 of its own, then streamed from exactly that point), and the same with tallyd killed
 (SIGKILL) right after the DEFINE and again a moment later (the backfill redone at start).
+NewTableTest: a counter on a table tally does not follow yet, defined mid-stream: it waits
+(the reason in INFO) until the table has REPLICA IDENTITY FULL, then the table joins the
+publication, the counter is backfilled and streamed through a kill -9, and equals GROUP BY.
 HoldTest: COUNTER.HOLD reached on an idle stream (the runner asks for keepalives), counters
 standing still above it, RELEASE, and tallyd stopping while a transaction waits in a hold.
 StatusTest: INFO's # Source section and GET /v1/status: backfill figures, the applied LSN
@@ -611,6 +614,115 @@ class LateDefinitionTest(PgCase):
 
     def test_define_then_kill9(self):
         self.run_case("s_late_kill", kills=2)
+
+
+def likes_script(rng, transactions=10):
+    """One-row and bulk changes of `likes` (inserts, moves between blogs, weight changes,
+    deletes, an aborted one)."""
+    out = []
+    for _ in range(transactions):
+        k, b = rng.random(), rng.choice(BLOGS)
+        if k < 0.5:
+            out.append("INSERT INTO likes (post_id, blog_id, weight) VALUES (%d, %d, %d);"
+                       % (rng.randrange(1, 1000), b, rng.randrange(1, 4)))
+        elif k < 0.7:
+            out.append("UPDATE likes SET blog_id = %d, weight = weight + 1 WHERE id = "
+                       "(SELECT min(id) FROM likes WHERE blog_id = %d);" % (rng.choice(BLOGS), b))
+        elif k < 0.8:
+            out.append("UPDATE likes SET weight = weight + 1 WHERE blog_id = %d AND id %% 7 = %d;"
+                       % (b, rng.randrange(7)))
+        elif k < 0.95:
+            out.append("DELETE FROM likes WHERE id = (SELECT max(id) FROM likes WHERE blog_id = %d);"
+                       % b)
+        else:
+            out.append("BEGIN; INSERT INTO likes (post_id, blog_id, weight) VALUES (1, %d, 50); "
+                       "ROLLBACK;" % b)
+    return "\n".join(out)
+
+
+@tally_only
+class NewTableTest(PgCase):
+    """A counter on a table tally does not follow yet, defined while it streams `posts`
+    under writers on both tables: refused while the table lacks REPLICA IDENTITY FULL (the
+    counter waits, the reason in INFO), then, once altered, the table joins the publication
+    and the counter is backfilled and streamed — through a kill -9 — and equals PostgreSQL's
+    GROUP BY; the posts counters stay exact across the reconnect."""
+
+    def setUp(self):
+        super().setUp()
+        self.pg.sql(LIKES_TABLE_SQL.replace("ALTER TABLE likes REPLICA IDENTITY FULL; ", ""))
+
+    def pg_likes(self):
+        return {bm.counter_key("blog_likes", [bm.pg_key_part(b, "int")]): int(w)
+                for b, w in self.pg.query(
+            "SELECT blog_id, sum(weight) FROM likes GROUP BY blog_id") if int(w) != 0}
+
+    def tally_likes(self, server):
+        with RespConn(server.port, timeout=30) as conn:
+            items, _ = bm.redis_scan_all(conn, "blog_likes", count=5000)
+        return dict(items)
+
+    def test_follow_a_table_defined_later(self):
+        rng = random.Random(41)
+        self.pg.sql(likes_script(rng, 300))
+        server = self.tallyd("s_newtable")
+        server.start()
+        self.wait_equal(server, "first backfill")
+        posts = Writers(self.pg, 300, 5000, n=2)
+        stop = threading.Event()
+        likes_scripts = [0]
+
+        def likes_writer():
+            wrng = random.Random(77)
+            while not stop.is_set():
+                try:
+                    self.pg.sql(likes_script(wrng), timeout=60)
+                    likes_scripts[0] += 1
+                except (postgres.PostgresError, subprocess.TimeoutExpired):
+                    time.sleep(0.05)
+
+        writer = threading.Thread(target=likes_writer, daemon=True)
+        writer.start()
+        try:
+            with RespConn(server.port, timeout=30) as conn:
+                reply = conn.call("COUNTER.DEFINE", LIKES_DEFINITIONS.split("CREATE COUNTER tagged")[0])
+            self.assertIsInstance(reply, list, reply)
+            deadline = time.monotonic() + CATCH_UP
+            error = ""
+            while time.monotonic() < deadline and "REPLICA IDENTITY FULL" not in error:
+                error = info_source(server.port).get("error", "")
+                time.sleep(0.1)
+            self.assertIn("counter blog_likes waits: table likes does not have REPLICA "
+                          "IDENTITY FULL", error)
+            self.assertIn("ALTER TABLE likes REPLICA IDENTITY FULL;", error)
+            self.assertEqual(self.tally_likes(server), {}, "a waiting counter moved")
+
+            self.pg.sql("ALTER TABLE likes REPLICA IDENTITY FULL;")
+            time.sleep(rng.uniform(1.0, 2.0))  # followed, maybe mid-backfill: a crash
+            server.kill9()
+            server.start()
+            time.sleep(1.5)  # the writers keep writing to both tables
+        finally:
+            stop.set()
+            writer.join(60)
+            self.assertTrue(posts.pause(), "a writer did not pause")
+        want = self.pg_likes()
+        deadline = time.monotonic() + CATCH_UP
+        got = {}
+        while time.monotonic() < deadline and got != want:
+            got = self.tally_likes(server)
+            time.sleep(0.1)
+        self.assertEqual(got, want, diff(got, want))
+        self.assertGreater(len(want), 0)
+        self.wait_equal(server, "posts after following likes")
+        posts.stop()
+        self.assertGreater(likes_scripts[0], 0)
+        self.assertGreater(posts.scripts(), 0)
+        log = self.log(server)
+        self.assertIn("postgres source: following likes too", log)
+        self.assertIn("postgres source: backfill of counter blog_likes done", log)
+        self.assertEqual(server.stop(), 0)
+        self.pg.sql("SELECT pg_drop_replication_slot('s_newtable')")
 
 
 @tally_only

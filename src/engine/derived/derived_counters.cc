@@ -429,7 +429,7 @@ Result<std::string> DerivedCounters::CreateCounter(const defs::CreateCounter& cr
         prefix, clashes.front().substr(0, 128)));
   }
   // On a streamed source the counter waits for its backfill (see MarkStreamed).
-  const bool pending = streamed_.contains(Absl(compiled->source().name));
+  const bool pending = IsStreamed(compiled->source().name);
   std::vector<engine::Persistence::CatalogOp> ops{{std::string(kCounterRecord) + name, sql}};
   if (pending) ops.push_back({std::string(kStartRecord) + name, std::string(kPendingValue)});
   if (auto status = store_.WriteCatalog(ops); !status) return tl::unexpected(status.error());
@@ -978,6 +978,15 @@ void DerivedCounters::MarkStreamed(std::string_view source) {
   streamed_.insert(std::string(source));
 }
 
+bool DerivedCounters::IsStreamed(std::string_view source) const {
+  return every_source_streamed_ || streamed_.contains(Absl(source));
+}
+
+void DerivedCounters::MarkEverySourceStreamed() {
+  std::unique_lock ddl(apply_mutex_);
+  every_source_streamed_ = true;
+}
+
 std::vector<std::string> DerivedCounters::PendingCounters(std::string_view source) const {
   auto catalog = Snapshot();
   std::vector<std::string> names;
@@ -1047,7 +1056,7 @@ Status DerivedCounters::ResetCounter(std::string_view name) {
   if (it == catalog->counters.end()) return tl::unexpected(UnknownCounter(name));
   Family& family = *it->second;
   DeleteGroups(family);
-  const bool pending = streamed_.contains(Absl(family.counter.source().name));
+  const bool pending = IsStreamed(family.counter.source().name);
   const std::array<engine::Persistence::CatalogOp, 2> ops{{
       {std::string(kStartRecord) + std::string(name),
        pending ? std::optional<std::string>(std::string(kPendingValue)) : std::nullopt},

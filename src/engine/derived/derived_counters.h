@@ -209,6 +209,10 @@ class DerivedCounters {
   // makes it pending again, so the backfill is redone whole. Counters created before the
   // source is streamed, or on a source that is not, start at 0 (every transaction counts).
   void MarkStreamed(std::string_view source);
+  // MarkStreamed for every source, present and future: with tallyd --source every source
+  // is a table of the database, so a counter on a table not followed yet waits for the
+  // runner to follow that table too and backfill the counter.
+  void MarkEverySourceStreamed();
   // The pending counters of `source`, by name.
   std::vector<std::string> PendingCounters(std::string_view source) const;
   // Activates pending counter `name` at consistent point `position`: false (nothing done)
@@ -307,6 +311,9 @@ class DerivedCounters {
   std::condition_variable hold_changed_;
   HoldState hold_;  // guarded by hold_mutex_
   absl::flat_hash_set<std::string> streamed_;  // guarded by apply_mutex_
+  bool every_source_streamed_ = false;          // guarded by apply_mutex_
+  // MarkStreamed(source) or MarkEverySourceStreamed(). REQUIRES: apply_mutex_ held.
+  bool IsStreamed(std::string_view source) const;
   std::atomic<uint64_t> changes_applied_{0};
   std::atomic<uint64_t> pushes_refused_{0};
 };

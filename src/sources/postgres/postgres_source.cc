@@ -128,6 +128,7 @@ struct PostgresSource::Session {
   uint64_t pending_epoch = 0;  // the newest epoch applied and not yet known durable
   Lsn received = 0;
   Lsn acked = 0;  // the last position sent as flushed
+  bool reconnect = false;  // the session ended to follow a new table: reconnect at once
   ~Session() {
     if (sql != nullptr) PQfinish(sql);
   }
@@ -183,8 +184,9 @@ Status PostgresSource::Start() {
         "--source: no counter is defined, so there is no table to follow (give --definitions "
         "with CREATE SOURCE and CREATE COUNTER statements)");
   }
-  // From now on a counter defined on these sources is backfilled from a snapshot.
-  for (const std::string& source : sources_) derived_.MarkStreamed(source);
+  // From now on a counter defined on a source — these, or a table not followed yet — is
+  // backfilled from a snapshot.
+  derived_.MarkEverySourceStreamed();
   SetState("starting", false);
   std::unique_ptr<Session> session;
   if (auto s = Connect(&session); !s) return s;
@@ -335,8 +337,10 @@ void PostgresSource::Run(std::unique_ptr<Session> session) {
     const uint64_t transactions_before = stats().transactions;
     auto status = RunSession(*session, &fatal);
     const bool progressed = stats().transactions != transactions_before;
+    const bool reconnect = status && session->reconnect;
     session.reset();
     if (stopping()) break;
+    if (reconnect) continue;
     const std::string message = status ? std::string("the stream ended") : status.error().message;
     SetError(message);
     if (fatal) {
@@ -573,6 +577,38 @@ Status PostgresSource::BackfillPending(Session& session) {
   return OkStatus();
 }
 
+Result<bool> PostgresSource::FollowNewTables(Session& session, uint64_t processed) {
+  std::vector<std::string> joined;
+  for (const derived::CounterListing& counter : derived_.Counters()) {
+    const std::string& source = counter.source;
+    if (std::ranges::find(sources_, source) != sources_.end() ||
+        std::ranges::find(joined, source) != joined.end())
+      continue;
+    if (auto s = session.stream->CheckReplicaIdentityFull({source}); !s) {
+      const std::string message = "counter " + counter.name + " waits: " + s.error().message;
+      if (message != unfollowed_error_) {
+        unfollowed_error_ = message;
+        spdlog::error("postgres source: {}", message);
+        SetError(message);
+      }
+      continue;
+    }
+    // Every counter of a table not followed yet is pending (MarkEverySourceStreamed), so the
+    // table's position may start here: each counter's backfill counts what lies before.
+    auto applied = derived_.ApplyTransaction(source, {}, static_cast<int64_t>(processed));
+    if (!applied) return tl::unexpected(applied.error());
+    session.pending_epoch = std::max(session.pending_epoch, applied->required_epoch);
+    joined.push_back(source);
+  }
+  if (joined.empty()) return false;
+  unfollowed_error_.clear();
+  sources_.insert(sources_.end(), joined.begin(), joined.end());
+  std::ranges::sort(sources_);
+  spdlog::info("postgres source: following {} too; reconnecting to add it to publication {}",
+               fmt::format("{}", fmt::join(joined, ", ")), options_.publication);
+  return true;
+}
+
 Status PostgresSource::BackfillCounter(Session& session, const Table& table,
                                        const std::string& counter) {
   const Clock::time_point began = Clock::now();
@@ -761,6 +797,12 @@ Status PostgresSource::Stream(Session& session, bool* fatal) {
     }
     if (!in_transaction && Clock::now() >= next_pending_check) {
       next_pending_check = Clock::now() + std::chrono::seconds(1);
+      auto followed = FollowNewTables(session, processed);
+      if (!followed) return tl::unexpected(followed.error());
+      if (*followed) {
+        session.reconnect = true;
+        return Acknowledge(session, processed);
+      }
       if (auto s = BackfillPending(session); !s) return s;
       if (stopping()) return Acknowledge(session, processed);
     }

@@ -148,6 +148,12 @@ class PostgresSource {
   // one at a time, between two source transactions.
   Status BackfillPending(Session& session);
   Status BackfillCounter(Session& session, const Table& table, const std::string& counter);
+  // Tables that counters defined since Start read but the session does not follow: each one
+  // that can be followed (REPLICA IDENTITY FULL) gets the current position as its own (its
+  // counters are all pending: their backfills count what lies before) and joins sources_.
+  // True when one joined: the session must reconnect to add it to the publication and the
+  // stream. A table that cannot be followed yet is reported and tried again later.
+  Result<bool> FollowNewTables(Session& session, uint64_t processed);
   Status Stream(Session& session, bool* fatal);
   // Stores `lsn` as every source's position where it is behind, waits until everything
   // applied is durable and tells the server.
@@ -160,7 +166,10 @@ class PostgresSource {
   derived::DerivedCounters& derived_;
   const PostgresSourceOptions options_;
   std::string session_conninfo_;  // options_.conninfo with DateStyle=ISO, TimeZone=UTC
-  std::vector<std::string> sources_;  // the sources with counters, by name; set by Start
+  // The sources with counters, by name: set by Start, grown by FollowNewTables; the runner
+  // thread's alone once started.
+  std::vector<std::string> sources_;
+  std::string unfollowed_error_;  // FollowNewTables' last refusal, logged once
 
   mutable std::mutex mutex_;
   std::condition_variable wake_;  // Stop() wakes a backoff sleep
