@@ -1,0 +1,260 @@
+// SubscriptionHub: live subscriptions to counters. A subscriber follows exact keys and key
+// prefixes (families); it gets each followed counter's current value first, then every
+// new value, coalesced to at most one per counter per interval.
+//
+// The feed is the committer (Attach): every durable CommitBatch, on the committing thread.
+// So a subscriber only ever sees durable values — none that a crash could take back. A
+// deleted or expired counter's new value is 0 (a missing counter is 0); FLUSHALL sends 0
+// for every followed key whose last value sent was not 0.
+//
+// Matching. Exact keys are one hash-map lookup per changed key. Prefixes live in a hash
+// map too, beside the set of their distinct lengths: a changed key is looked up once per
+// distinct subscribed prefix length (its first L bytes for each such L), never by walking
+// the subscriptions. Nobody subscribed costs one atomic load per commit.
+//
+// Per subscriber. The observer writes each matched key's latest value into the
+// subscriber's pending map (coalescing: the newest value replaces an older one). The
+// hub's flusher thread, once per interval, hands each subscriber's due updates to its
+// SubscriberSink, which passes them to the subscriber's own I/O thread; a writer never
+// waits for a subscriber. A subscriber whose previous hand-off has not been taken yet by
+// its thread keeps coalescing. Limits: past `max_pending` keys pending, a subscriber is
+// dropped (its sink is told why, once); its connection enforces `max_queued_bytes` on what
+// it could not write yet.
+//
+// Current value first, without races. Subscribe() registers the subscription, then reads
+// the current values, each tagged with the commit epoch it may depend on, and merges them
+// into the pending map, where an entry is only ever replaced by a value of the same or a
+// newer epoch: an update the read already includes cannot overwrite the newer value read,
+// and an update after the read does. Nothing is sent for the subscriber in between, and a
+// value read is sent only once its epoch is durable. A prefix's current values are its
+// first `snapshot_max_keys` keys found by a keyspace scan (any order); more keys of the
+// family arrive as they change.
+//
+// Thread-safety: every method may be called from any thread.
+#pragma once
+
+#include <absl/container/flat_hash_map.h>
+#include <absl/container/flat_hash_set.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+#include "core/status.h"
+#include "engine/commit_batch.h"
+#include "engine/committer.h"
+#include "engine/keyspace.h"
+
+namespace tally::engine {
+
+struct SubscriptionOptions {
+  // tallyd --subscription-interval-ms: a subscriber gets at most one value per counter per
+  // interval. Default 100 ms.
+  int interval_ms = 100;
+  // tallyd --subscriber-max-pending: a subscriber with more keys than this waiting to be
+  // sent (it, or its connection's thread, does not keep up) is disconnected. Default 10000.
+  size_t max_pending = 10000;
+  // tallyd --subscriber-max-queued-bytes: a subscriber's connection holding more than this
+  // many bytes of updates its client has not read is disconnected. Enforced by the
+  // servers' connections, which read it here. Default 8 MiB.
+  size_t max_queued_bytes = size_t{8} << 20;
+  // How many current values a prefix subscription sends first, at most.
+  size_t snapshot_max_keys = 1000;
+  // Keys never delivered, whatever matches them (tally's internal records). Null = none.
+  std::function<bool(std::string_view key)> hidden;
+};
+
+// One new value of one counter.
+struct SubscriptionUpdate {
+  std::string key;
+  int64_t value = 0;
+};
+
+// A batch of updates handed to a subscriber's thread. While one is alive (not yet taken),
+// the hub hands that subscriber no other: its destruction tells the hub the thread took it.
+class SubscriptionDelivery {
+ public:
+  SubscriptionDelivery(std::vector<SubscriptionUpdate> updates,
+                       std::shared_ptr<std::atomic<bool>> in_flight)
+      : updates_(std::move(updates)), in_flight_(std::move(in_flight)) {}
+  SubscriptionDelivery(SubscriptionDelivery&&) = default;
+  SubscriptionDelivery& operator=(SubscriptionDelivery&&) = default;
+  ~SubscriptionDelivery() {
+    if (in_flight_) in_flight_->store(false, std::memory_order_release);
+  }
+
+  const std::vector<SubscriptionUpdate>& updates() const { return updates_; }
+
+ private:
+  std::vector<SubscriptionUpdate> updates_;
+  std::shared_ptr<std::atomic<bool>> in_flight_;
+};
+
+// Where a subscriber's updates go: implemented by a server connection. Called on the hub's
+// flusher thread; each method must only hand off to the connection's own thread, never
+// block, and never call back into the hub.
+class SubscriberSink {
+ public:
+  virtual ~SubscriberSink() = default;
+  virtual void Deliver(SubscriptionDelivery delivery) = 0;
+  // The hub dropped the subscriber (`reason` says why, for the client): no more updates
+  // come; the connection should tell its client and close.
+  virtual void Disconnect(std::string reason) = 0;
+};
+
+// Figures for INFO and metrics.
+struct SubscriptionStats {
+  size_t subscribers = 0;       // registered now
+  size_t subscriptions = 0;     // exact keys plus prefixes, over every subscriber
+  size_t pending_keys = 0;      // updates waiting to be handed to subscribers
+  uint64_t updates_sent = 0;    // handed to subscribers' threads, since start
+  uint64_t disconnects = 0;     // subscribers dropped for max_pending, since start
+};
+
+using SubscriberId = uint64_t;
+
+class SubscriptionHub {
+ public:
+  // `keyspace` (read for current values) must outlive the hub.
+  SubscriptionHub(Keyspace* keyspace, SubscriptionOptions options);
+  ~SubscriptionHub();  // Stops (see Stop()).
+  SubscriptionHub(const SubscriptionHub&) = delete;
+  SubscriptionHub& operator=(const SubscriptionHub&) = delete;
+
+  // Feeds the hub from `committer`'s durable batches. REQUIRES: the committer started (its
+  // durable epoch is the hub's starting point), and it outlives the hub or is stopped first.
+  void Attach(Committer& committer);
+
+  // Starts the flusher thread (one Flush() per interval). Stop() joins it; stop the hub
+  // before the servers whose sinks it calls.
+  void Start();
+  void Stop();
+
+  const SubscriptionOptions& options() const { return options_; }
+
+  // Registers a subscriber with no subscriptions yet. The hub keeps `sink` until
+  // RemoveSubscriber(), or until it dropped the subscriber and told the sink.
+  SubscriberId AddSubscriber(std::shared_ptr<SubscriberSink> sink);
+  // Forgets the subscriber and everything pending for it. An unknown id is a no-op.
+  void RemoveSubscriber(SubscriberId id);
+
+  // Follows `keys` exactly and every key starting with one of `prefixes` (the empty prefix
+  // follows every counter), and queues their current values (a missing key's is 0; a
+  // prefix's are its existing keys, up to snapshot_max_keys). Already followed ones are
+  // followed once, and their current value is sent again. Fails when the subscriber was
+  // dropped (the error says why) or is unknown.
+  Status Subscribe(SubscriberId id, std::span<const std::string> keys,
+                   std::span<const std::string> prefixes);
+  // Stops following the given keys and prefixes (not followed ones are ignored).
+  void Unsubscribe(SubscriberId id, std::span<const std::string> keys,
+                   std::span<const std::string> prefixes);
+  // Stops following everything; the subscriber stays registered.
+  void UnsubscribeAll(SubscriberId id);
+
+  // The commit observer (Attach registers it): merges `batch` into the pending maps.
+  void OnCommit(const CommitBatch& batch);
+  // Sets the epoch up to which values are durable, when no batch says so (tests; Attach).
+  void SetDurableEpoch(uint64_t epoch);
+
+  // Hands every subscriber's due updates to its sink, and tells dropped subscribers' sinks.
+  // The flusher thread calls it once per interval; tests call it directly.
+  void Flush();
+
+  size_t subscriber_count() const { return subscriber_count_.load(std::memory_order_relaxed); }
+  SubscriptionStats stats() const;
+
+ private:
+  struct Pending {
+    int64_t value = 0;
+    uint64_t epoch = 0;  // the commit epoch the value may depend on
+    bool forced = false;  // a current value asked for: sent even when unchanged
+  };
+  struct Subscriber {
+    SubscriberId id = 0;
+    std::shared_ptr<SubscriberSink> sink;
+    absl::flat_hash_set<std::string> keys;
+    absl::flat_hash_set<std::string> prefixes;
+    absl::flat_hash_map<std::string, Pending> pending;
+    // The last value sent per key, for keys whose last value was not 0: what FLUSHALL
+    // zeroes, and what makes an unchanged value not sent twice.
+    absl::flat_hash_map<std::string, int64_t> sent;
+    std::shared_ptr<std::atomic<bool>> in_flight = std::make_shared<std::atomic<bool>>(false);
+    int priming = 0;      // Subscribe() calls reading current values: nothing is sent
+    bool dirty = false;   // listed in dirty_
+    std::string dropped;  // non-empty: dropped for this reason; the sink is told next Flush
+  };
+  // A current value read by Subscribe().
+  struct Snapshot {
+    std::string key;
+    int64_t value;
+    uint64_t epoch;
+  };
+
+  // All below REQUIRE mutex_ held.
+  Subscriber* Find(SubscriberId id);
+  // Stores a value for `key` unless a newer one is pending; drops the subscriber when its
+  // pending map outgrows max_pending.
+  void Offer(Subscriber& subscriber, std::string_view key, int64_t value, uint64_t epoch,
+             bool forced);
+  void MarkDirty(Subscriber& subscriber);
+  // Drops the subscribers whose pending map outgrew max_pending (Offer lists them).
+  void DropOverflowed();
+  void Drop(Subscriber& subscriber, std::string reason);
+  // Calls `visit` for each subscriber following `key` (once per matching subscription).
+  template <typename Visit>
+  void ForEachMatch(std::string_view key, Visit&& visit);
+  bool Follows(const Subscriber& subscriber, std::string_view key) const;
+  void Unindex(Subscriber& subscriber, std::string_view key, bool prefix);
+  // Forgets pending and sent values of keys the subscriber no longer follows.
+  void Prune(Subscriber& subscriber);
+
+  // Without mutex_: the current values of the keys and prefixes, as Snapshot entries.
+  std::vector<Snapshot> ReadCurrent(std::span<const std::string> keys,
+                                    std::span<const std::string> prefixes);
+  void RunFlusher();
+
+  Keyspace* const keyspace_;
+  const SubscriptionOptions options_;
+  std::atomic<size_t> subscriber_count_{0};
+  // Values of epochs up to this one are durable. Raised by the committing thread (under
+  // mutex_ when anyone subscribes), read under mutex_.
+  std::atomic<uint64_t> durable_epoch_{0};
+
+  mutable std::mutex mutex_;
+  SubscriberId next_id_ = 1;    // guarded by mutex_
+  // guarded by mutex_:
+  absl::flat_hash_map<SubscriberId, std::unique_ptr<Subscriber>> subscribers_;
+  absl::flat_hash_map<std::string, std::vector<Subscriber*>> exact_;
+  absl::flat_hash_map<std::string, std::vector<Subscriber*>> prefixes_;
+  std::map<size_t, size_t> prefix_lengths_;  // a subscribed prefix length -> its prefixes
+  std::vector<Subscriber*> dirty_;           // subscribers with something for Flush()
+  std::vector<Subscriber*> overflowed_;      // past max_pending, to be dropped
+  size_t subscriptions_ = 0;
+  size_t pending_keys_ = 0;
+  uint64_t updates_sent_ = 0;
+  uint64_t disconnects_ = 0;
+
+  // The committer's observer reaches the hub through this, which the destructor empties:
+  // the committer may outlive the hub.
+  struct Feed {
+    std::mutex mutex;
+    SubscriptionHub* hub = nullptr;  // guarded by mutex
+  };
+  const std::shared_ptr<Feed> feed_ = std::make_shared<Feed>();
+
+  std::mutex flusher_mutex_;
+  std::condition_variable flusher_wake_;
+  bool stopping_ = false;  // guarded by flusher_mutex_
+  std::thread flusher_;
+};
+
+}  // namespace tally::engine

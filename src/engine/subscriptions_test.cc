@@ -1,0 +1,409 @@
+#include "engine/subscriptions.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <map>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "engine/engine.h"
+
+namespace tally::engine {
+namespace {
+
+constexpr int64_t kStart = 1'700'000'000'000;  // the ManualClock's start, Unix ms
+
+// Records what the hub hands over. Deliveries are kept (the subscriber's thread has not
+// taken them) until Take() releases them.
+class RecordingSink final : public SubscriberSink {
+ public:
+  void Deliver(SubscriptionDelivery delivery) override {
+    std::lock_guard lock(mutex_);
+    held_.push_back(std::move(delivery));
+  }
+  void Disconnect(std::string reason) override {
+    std::lock_guard lock(mutex_);
+    reasons_.push_back(std::move(reason));
+  }
+
+  // The updates of every delivery so far, in order, as key -> values; releases them.
+  std::map<std::string, std::vector<int64_t>> Take() {
+    std::lock_guard lock(mutex_);
+    std::map<std::string, std::vector<int64_t>> values;
+    for (const SubscriptionDelivery& delivery : held_) {
+      for (const SubscriptionUpdate& update : delivery.updates()) {
+        values[update.key].push_back(update.value);
+      }
+    }
+    held_.clear();
+    return values;
+  }
+  size_t held() {
+    std::lock_guard lock(mutex_);
+    return held_.size();
+  }
+  std::vector<std::string> reasons() {
+    std::lock_guard lock(mutex_);
+    return reasons_;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::vector<SubscriptionDelivery> held_;
+  std::vector<std::string> reasons_;
+};
+
+using Values = std::map<std::string, std::vector<int64_t>>;
+
+class SubscriptionHubTest : public ::testing::Test {
+ protected:
+  void SetUp() override { MakeHub({}); }
+
+  void MakeHub(SubscriptionOptions options) {
+    hub_ = std::make_unique<SubscriptionHub>(&keyspace_, std::move(options));
+  }
+
+  void Set(std::string_view k, int64_t value) {
+    const HashedKey key(k);
+    keyspace_.Lock(key).Set(key, value, {});
+  }
+  void Delete(std::string_view k) {
+    const HashedKey key(k);
+    keyspace_.Lock(key).Delete(key);
+  }
+  // Closes the open epoch into a batch, as the committer does (without writing it).
+  CommitBatch Drain() {
+    CommitBatch batch;
+    keyspace_.Drain(&batch);
+    return batch;
+  }
+  // Drains and announces the batch as durable.
+  void Commit() { hub_->OnCommit(Drain()); }
+
+  // A subscriber with its sink.
+  std::pair<SubscriberId, std::shared_ptr<RecordingSink>> Subscriber() {
+    auto sink = std::make_shared<RecordingSink>();
+    return {hub_->AddSubscriber(sink), sink};
+  }
+  Status Subscribe(SubscriberId id, std::vector<std::string> keys,
+                   std::vector<std::string> prefixes = {}) {
+    return hub_->Subscribe(id, keys, prefixes);
+  }
+
+  ManualClock clock_{kStart};
+  Keyspace keyspace_{&clock_};
+  std::unique_ptr<SubscriptionHub> hub_;
+};
+
+TEST_F(SubscriptionHubTest, AKeyGetsItsCurrentValueFirstThenEveryNewValue) {
+  Set("likes:7", 5);
+  Commit();
+  auto [id, sink] = Subscriber();
+  ASSERT_TRUE(Subscribe(id, {"likes:7", "likes:8"}));
+  hub_->Flush();
+  // A missing counter's current value is 0.
+  EXPECT_EQ(sink->Take(), (Values{{"likes:7", {5}}, {"likes:8", {0}}}));
+
+  Set("likes:7", 6);
+  Commit();
+  hub_->Flush();
+  EXPECT_EQ(sink->Take(), (Values{{"likes:7", {6}}}));
+  hub_->Flush();
+  EXPECT_EQ(sink->Take(), Values{});
+}
+
+TEST_F(SubscriptionHubTest, ValuesCoalesceToTheLatestPerInterval) {
+  auto [id, sink] = Subscriber();
+  ASSERT_TRUE(Subscribe(id, {"hot"}));
+  hub_->Flush();
+  sink->Take();
+  for (int i = 1; i <= 100; ++i) {
+    Set("hot", i);
+    Commit();
+  }
+  hub_->Flush();
+  EXPECT_EQ(sink->Take(), (Values{{"hot", {100}}}));
+}
+
+TEST_F(SubscriptionHubTest, ASubscriberThatHasNotTakenItsDeliveryKeepsCoalescing) {
+  auto [id, sink] = Subscriber();
+  ASSERT_TRUE(Subscribe(id, {"k"}));
+  hub_->Flush();
+  ASSERT_EQ(sink->held(), 1u);  // not taken yet
+  Set("k", 1);
+  Commit();
+  hub_->Flush();
+  Set("k", 2);
+  Commit();
+  hub_->Flush();
+  EXPECT_EQ(sink->held(), 1u);
+  EXPECT_EQ(hub_->stats().pending_keys, 1u);
+  EXPECT_EQ(sink->Take(), (Values{{"k", {0}}}));
+  hub_->Flush();
+  EXPECT_EQ(sink->Take(), (Values{{"k", {2}}}));
+}
+
+TEST_F(SubscriptionHubTest, AnUnchangedValueIsNotSentAgain) {
+  Set("k", 5);
+  Commit();
+  auto [id, sink] = Subscriber();
+  ASSERT_TRUE(Subscribe(id, {"k"}));
+  hub_->Flush();
+  sink->Take();
+  Set("k", 6);
+  Commit();
+  Set("k", 5);
+  Commit();
+  hub_->Flush();
+  EXPECT_EQ(sink->Take(), Values{});
+  // Subscribing again asks for the current value: sent even though unchanged.
+  ASSERT_TRUE(Subscribe(id, {"k"}));
+  hub_->Flush();
+  EXPECT_EQ(sink->Take(), (Values{{"k", {5}}}));
+}
+
+TEST_F(SubscriptionHubTest, PrefixesMatchEveryKeyOfTheFamilyOnce) {
+  Set("likes:7", 1);
+  Set("likes:8", 2);
+  Set("liked", 3);
+  Set("other", 4);
+  Commit();
+  auto [a, sink_a] = Subscriber();
+  auto [b, sink_b] = Subscriber();
+  auto [c, sink_c] = Subscriber();
+  // Overlapping prefixes of one subscriber give one update per key.
+  ASSERT_TRUE(Subscribe(a, {"likes:7"}, {"likes:", "like"}));
+  ASSERT_TRUE(Subscribe(b, {}, {"likes:8"}));
+  ASSERT_TRUE(Subscribe(c, {}, {""}));  // everything
+  hub_->Flush();
+  EXPECT_EQ(sink_a->Take(), (Values{{"likes:7", {1}}, {"likes:8", {2}}, {"liked", {3}}}));
+  EXPECT_EQ(sink_b->Take(), (Values{{"likes:8", {2}}}));
+  EXPECT_EQ(sink_c->Take(),
+            (Values{{"likes:7", {1}}, {"likes:8", {2}}, {"liked", {3}}, {"other", {4}}}));
+
+  Set("likes:80", 10);
+  Set("lik", 11);
+  Set("other", 12);
+  Commit();
+  hub_->Flush();
+  EXPECT_EQ(sink_a->Take(), (Values{{"likes:80", {10}}}));
+  EXPECT_EQ(sink_b->Take(), (Values{{"likes:80", {10}}}));
+  EXPECT_EQ(sink_c->Take(), (Values{{"likes:80", {10}}, {"lik", {11}}, {"other", {12}}}));
+}
+
+TEST_F(SubscriptionHubTest, APrefixSendsAtMostSnapshotMaxKeysFirst) {
+  SubscriptionOptions options;
+  options.snapshot_max_keys = 10;
+  MakeHub(options);
+  for (int i = 0; i < 50; ++i) Set("f:" + std::to_string(i), i + 1);
+  Set("g:1", 1);
+  Commit();
+  auto [id, sink] = Subscriber();
+  ASSERT_TRUE(Subscribe(id, {}, {"f:"}));
+  hub_->Flush();
+  const Values first = sink->Take();
+  EXPECT_EQ(first.size(), 10u);
+  for (const auto& [key, values] : first) {
+    ASSERT_TRUE(key.starts_with("f:"));
+    EXPECT_EQ(values, std::vector<int64_t>{std::stoi(key.substr(2)) + 1});
+  }
+  // The rest of the family arrives as it changes.
+  Set("f:49", 100);
+  Commit();
+  hub_->Flush();
+  EXPECT_EQ(sink->Take(), (Values{{"f:49", {100}}}));
+}
+
+TEST_F(SubscriptionHubTest, DeletedAndExpiredCountersBecomeZero) {
+  Set("a", 1);
+  const HashedKey b("b");
+  keyspace_.Lock(b).Set(b, 2,
+                        SetOptions{.expiry = ExpiryAction::kSetDeadline, .deadline_ms = kStart + 10});
+  Commit();
+  auto [id, sink] = Subscriber();
+  ASSERT_TRUE(Subscribe(id, {"a", "b"}));
+  hub_->Flush();
+  EXPECT_EQ(sink->Take(), (Values{{"a", {1}}, {"b", {2}}}));
+  Delete("a");
+  clock_.Advance(20);
+  keyspace_.ReclaimExpired(100);
+  Commit();
+  hub_->Flush();
+  EXPECT_EQ(sink->Take(), (Values{{"a", {0}}, {"b", {0}}}));
+}
+
+TEST_F(SubscriptionHubTest, FlushAllZeroesEveryFollowedKeyThatHadAValue) {
+  Set("f:1", 1);
+  Set("f:2", 2);
+  Set("x", 3);
+  Commit();
+  auto [id, sink] = Subscriber();
+  ASSERT_TRUE(Subscribe(id, {"x", "zero"}, {"f:"}));
+  hub_->Flush();
+  sink->Take();
+  Set("f:3", 3);  // pending, not sent yet, when FLUSHALL comes
+  Commit();
+  keyspace_.LockAll().FlushAll();
+  Set("f:1", 7);  // after the FLUSHALL, in the same batch
+  Commit();
+  hub_->Flush();
+  EXPECT_EQ(sink->Take(), (Values{{"f:1", {7}}, {"f:2", {0}}, {"x", {0}}}));
+}
+
+TEST_F(SubscriptionHubTest, ACurrentValueIsNotReplacedByAnOlderUpdateAndWaitsForDurability) {
+  Set("k", 1);
+  CommitBatch older = Drain();  // epoch 1: k = 1, not announced yet
+  Set("k", 2);                  // epoch 2, open
+  auto [id, sink] = Subscriber();
+  hub_->SetDurableEpoch(0);
+  ASSERT_TRUE(Subscribe(id, {"k"}));  // reads 2, from epoch 2
+  hub_->OnCommit(older);              // the older batch arrives after the read
+  hub_->Flush();
+  EXPECT_EQ(sink->Take(), Values{});  // 2 is not durable yet; 1 is older than 2
+  Commit();                           // epoch 2
+  hub_->Flush();
+  EXPECT_EQ(sink->Take(), (Values{{"k", {2}}}));
+}
+
+TEST_F(SubscriptionHubTest, UnsubscribedKeysAreForgotten) {
+  auto [id, sink] = Subscriber();
+  ASSERT_TRUE(Subscribe(id, {"a", "b"}, {"p:"}));
+  hub_->Flush();
+  sink->Take();
+  Set("a", 1);
+  Set("b", 2);
+  Set("p:1", 3);
+  Commit();
+  hub_->Unsubscribe(id, std::vector<std::string>{"a", "never"}, std::vector<std::string>{"p:"});
+  hub_->Flush();
+  EXPECT_EQ(sink->Take(), (Values{{"b", {2}}}));
+  EXPECT_EQ(hub_->stats().subscriptions, 1u);
+  hub_->UnsubscribeAll(id);
+  Set("b", 5);
+  Commit();
+  hub_->Flush();
+  EXPECT_EQ(sink->Take(), Values{});
+  EXPECT_EQ(hub_->stats().subscriptions, 0u);
+  EXPECT_EQ(hub_->subscriber_count(), 1u);
+  hub_->RemoveSubscriber(id);
+  EXPECT_EQ(hub_->subscriber_count(), 0u);
+}
+
+TEST_F(SubscriptionHubTest, ASubscriberPastMaxPendingIsDroppedWithAReason) {
+  SubscriptionOptions options;
+  options.max_pending = 3;
+  MakeHub(options);
+  Set("f:9", 9);
+  Commit();
+  auto [slow, slow_sink] = Subscriber();
+  auto [fine, fine_sink] = Subscriber();
+  ASSERT_TRUE(Subscribe(slow, {}, {"f:"}));
+  ASSERT_TRUE(Subscribe(fine, {"f:1"}));
+  hub_->Flush();
+  ASSERT_EQ(slow_sink->held(), 1u);  // not taken: the next updates wait in the hub
+  EXPECT_EQ(fine_sink->Take(), (Values{{"f:1", {0}}}));
+  for (int i = 0; i < 5; ++i) Set("f:" + std::to_string(i), 1);
+  Commit();
+  EXPECT_EQ(hub_->stats().disconnects, 1u);
+  hub_->Flush();
+  ASSERT_EQ(slow_sink->reasons().size(), 1u);
+  EXPECT_NE(slow_sink->reasons()[0].find("more than 3"), std::string::npos);
+  EXPECT_EQ(hub_->subscriber_count(), 1u);
+  EXPECT_FALSE(Subscribe(slow, {"x"}));
+  // The other subscriber is unharmed.
+  EXPECT_EQ(fine_sink->Take(), (Values{{"f:1", {1}}}));
+  hub_->RemoveSubscriber(slow);  // already gone: a no-op
+  EXPECT_EQ(hub_->stats().pending_keys, 0u);
+}
+
+TEST_F(SubscriptionHubTest, HiddenKeysAreNeverDelivered) {
+  SubscriptionOptions options;
+  options.hidden = [](std::string_view key) { return key.starts_with('\0'); };
+  MakeHub(options);
+  auto [id, sink] = Subscriber();
+  ASSERT_TRUE(Subscribe(id, {}, {""}));
+  Set(std::string_view("\0id:1", 5), 1);
+  Set("visible", 2);
+  Commit();
+  hub_->Flush();
+  EXPECT_EQ(sink->Take(), (Values{{"visible", {2}}}));
+}
+
+TEST_F(SubscriptionHubTest, NobodySubscribedStillTracksTheDurableEpoch) {
+  Set("k", 3);
+  Commit();  // no subscriber: the fast path
+  auto [id, sink] = Subscriber();
+  ASSERT_TRUE(Subscribe(id, {"k"}));
+  hub_->Flush();
+  EXPECT_EQ(sink->Take(), (Values{{"k", {3}}}));
+}
+
+// A store that accepts every commit, for a hub fed by a real committer.
+class NullPersistence final : public Persistence {
+ public:
+  Status Commit(const CommitBatch&, bool) override { return OkStatus(); }
+  Status Sync() override { return OkStatus(); }
+  Status Load(LoadVisitor&) override { return OkStatus(); }
+  Result<uint64_t> BeginCheckpoint() override { return 1; }
+  Status CheckpointWrite(const CommitBatch&) override { return OkStatus(); }
+  Status FinishCheckpoint(uint64_t) override { return OkStatus(); }
+  Status WriteCatalog(std::span<const CatalogOp>) override { return OkStatus(); }
+  Result<std::vector<std::pair<std::string, std::string>>> ReadCatalog() override {
+    return std::vector<std::pair<std::string, std::string>>{};
+  }
+};
+
+TEST(SubscriptionHubEngineTest, WritersOnManyThreadsEndAtTheFinalValue) {
+  NullPersistence persistence;
+  Engine engine(&persistence, EngineOptions{});
+  ASSERT_TRUE(engine.Start());
+  SubscriptionOptions options;
+  options.interval_ms = 5;
+  SubscriptionHub hub(&engine.keyspace(), options);
+  hub.Attach(engine.committer());
+  hub.Start();
+  std::vector<std::shared_ptr<RecordingSink>> sinks;
+  std::vector<SubscriberId> ids;
+  for (int i = 0; i < 8; ++i) {
+    sinks.push_back(std::make_shared<RecordingSink>());
+    ids.push_back(hub.AddSubscriber(sinks.back()));
+    const std::vector<std::string> keys = {"hot"};
+    const std::vector<std::string> prefixes = {i % 2 == 0 ? "h" : ""};
+    ASSERT_TRUE(hub.Subscribe(ids.back(), keys, prefixes));
+  }
+  constexpr int kThreads = 4;
+  constexpr int kIncrements = 2000;
+  std::vector<std::thread> writers;
+  for (int t = 0; t < kThreads; ++t) {
+    writers.emplace_back([&] {
+      const HashedKey key("hot");
+      for (int i = 0; i < kIncrements; ++i) {
+        uint64_t epoch;
+        {
+          View view = engine.keyspace().Lock(key);
+          ASSERT_TRUE(view.IncrBy(key, 1));
+          epoch = view.required_epoch();
+        }
+        engine.committer().WaitDurable(epoch);
+      }
+    });
+  }
+  for (auto& writer : writers) writer.join();
+  // Every subscriber's last value is the final one (bounded wait for the flusher).
+  for (auto& sink : sinks) {
+    int64_t last = -1;
+    for (int tries = 0; tries < 2000 && last != kThreads * kIncrements; ++tries) {
+      const Values values = sink->Take();
+      if (auto it = values.find("hot"); it != values.end()) last = it->second.back();
+      if (last != kThreads * kIncrements) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    EXPECT_EQ(last, kThreads * kIncrements);
+  }
+  hub.Stop();
+  engine.Stop();
+}
+
+}  // namespace
+}  // namespace tally::engine
