@@ -19,7 +19,13 @@ DEPS_PACKAGES := \
 	libcli11-dev libexpected-dev libgtest-dev libgmock-dev libbenchmark-dev libxxhash-dev \
 	libsimdjson-dev libpq-dev \
 	postgresql-15 redis-server redis-tools python3 python3-redis \
-	util-linux procps
+	util-linux procps nodejs chromium
+
+# The dashboard (dashboard/) is built with node and tested in chromium. npm comes from
+# Debian's `npm` package unless an npm is already on PATH (NodeSource's nodejs bundles one
+# and conflicts with Debian's). Its npm packages, pinned by dashboard/package-lock.json, are
+# installed by `make deps` with `npm ci`, again whenever the lock file changes.
+DASHBOARD_DIR := dashboard
 
 JOBS          ?= 2
 BUILD_TYPE    ?= Release
@@ -90,6 +96,7 @@ deps:
 	    <(printf '%s\n' $(DEPS_PACKAGES) | sort -u) \
 	    <(dpkg-query -W -f='$${db:Status-Abbrev}$${Package}\n' $(DEPS_PACKAGES) 2>/dev/null \
 	        | awk '$$1 == "ii" { print $$2 }' | sort -u))"; \
+	if ! command -v npm >/dev/null; then missing="$${missing:+$$missing }npm"; fi; \
 	if [ -z "$$missing" ]; then \
 	  echo "deps: all $(words $(DEPS_PACKAGES)) packages installed"; exit 0; \
 	fi; \
@@ -100,6 +107,12 @@ deps:
 	$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=300 update -q; \
 	$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=300 install -y -q \
 	  --no-install-recommends $$missing
+	@lock=$(DASHBOARD_DIR)/package-lock.json; installed=$(DASHBOARD_DIR)/node_modules/.package-lock.json; \
+	if [ -f "$$installed" ] && [ ! "$$lock" -nt "$$installed" ]; then \
+	  echo "deps: $(DASHBOARD_DIR)/node_modules up to date"; exit 0; \
+	fi; \
+	echo "deps: npm ci in $(DASHBOARD_DIR)"; \
+	cd $(DASHBOARD_DIR) && npm ci --no-audit --no-fund
 
 configure: deps
 	cmake -S . -B $(BUILD_DIR) -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) $(CMAKE_FLAGS)
@@ -120,7 +133,8 @@ run: build
 	@echo "  GET likes:post:1"
 	@echo "  MGET likes:post:1 likes:post:2"
 	@echo "Values survive a restart (even kill -9): stop tallyd, make run again, GET likes:post:1."
-	@echo "Derived counters and the HTTP API (README, 'Derived counters'): http://$(BIND):$(HTTP_PORT)/"
+	@echo "Dashboard (live values, rates, top and hot counters): http://$(BIND):$(HTTP_PORT)/"
+	@echo "Derived counters and the HTTP API (README, 'Derived counters'):"
 	@echo "  curl -X POST $(BIND):$(HTTP_PORT)/v1/definitions --data-binary @counters.sql"
 	@echo
 	exec $(BUILD_DIR)/bin/tallyd --bind $(BIND) --port $(PORT) --http-port $(HTTP_PORT) --data-dir $(DATA) $(ARGS)

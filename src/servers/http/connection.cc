@@ -42,6 +42,8 @@ struct ResponseHead {
   unsigned version = 11;  // of the request: 10 or 11
   int status = 200;
   std::string_view content_type = "application/json";
+  std::string_view etag;           // sent when not empty
+  std::string_view cache_control;  // sent when not empty
   std::string_view allow;
   bool keep_alive = true;
   bool head = false;  // the request was HEAD: no body
@@ -52,10 +54,18 @@ struct ResponseHead {
 // Appends one response: status line, headers, body.
 void AppendResponse(const ResponseHead& head, std::string_view body, std::string* out) {
   const auto reason = bhttp::obsolete_reason(bhttp::int_to_status(head.status));
-  fmt::format_to(std::back_inserter(*out),
-                 "HTTP/{}.{} {} {}\r\nContent-Type: {}\r\nContent-Length: {}\r\n",
-                 head.version / 10, head.version % 10, head.status, View(reason),
-                 head.content_type, body.size());
+  fmt::format_to(std::back_inserter(*out), "HTTP/{}.{} {} {}\r\n", head.version / 10,
+                 head.version % 10, head.status, View(reason));
+  // A 304 (Not Modified) has no body, and no Content-Length: it would have to be the full
+  // representation's.
+  if (head.status != 304) {
+    fmt::format_to(std::back_inserter(*out), "Content-Type: {}\r\nContent-Length: {}\r\n",
+                   head.content_type, body.size());
+  }
+  if (!head.etag.empty()) fmt::format_to(std::back_inserter(*out), "ETag: {}\r\n", head.etag);
+  if (!head.cache_control.empty()) {
+    fmt::format_to(std::back_inserter(*out), "Cache-Control: {}\r\n", head.cache_control);
+  }
   if (!head.allow.empty()) fmt::format_to(std::back_inserter(*out), "Allow: {}\r\n", head.allow);
   if (head.retry_after) out->append("Retry-After: 1\r\n");
   if (head.authenticate) out->append("WWW-Authenticate: Bearer realm=\"tally\"\r\n");
@@ -272,12 +282,17 @@ void HttpConnection::Run() {
       authorization != request.end()) {
     api_request.authorization = View(authorization->value());
   }
+  if (const auto tags = request.find(bhttp::field::if_none_match); tags != request.end()) {
+    api_request.if_none_match = View(tags->value());
+  }
   const ApiResponse response = worker_.api().Handle(api_request);
   keep_alive_ = request.keep_alive();
   ResponseHead head;
   head.version = request.version();
   head.status = response.status;
   head.content_type = response.content_type;
+  head.etag = response.etag;
+  head.cache_control = response.cache_control;
   head.allow = response.allow;
   head.authenticate = response.authenticate;
   head.keep_alive = keep_alive_;

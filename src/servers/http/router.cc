@@ -27,6 +27,8 @@ bool IsParameter(std::string_view segment) {
 Router::Router(const std::vector<RoutePattern>& routes) {
   for (const RoutePattern& pattern : routes) {
     Compiled route{pattern, Split(pattern.path, '/'), false, Split(pattern.query, ' ')};
+    // The root's target has one empty segment (see RequestTarget).
+    if (pattern.path == "/") route.segments = {""};
     if (!route.segments.empty() && route.segments.back() == "*") {
       route.rest = true;
       route.segments.pop_back();

@@ -14,8 +14,8 @@
 namespace tally::http {
 
 // One route. `path` is '/'-separated segments: a literal ("v1"), "{name}" (any one
-// segment) or, last, "*" (zero or more further segments). `query` lists the query
-// parameters the route takes, space-separated ("cursor limit").
+// segment) or, last, "*" (zero or more further segments); "/" alone is the root. `query`
+// lists the query parameters the route takes, space-separated ("cursor limit").
 struct RoutePattern {
   std::string_view method;
   std::string_view path;

@@ -80,5 +80,19 @@ TEST(RouterTest, BadPercentEncodingInAParameter) {
   EXPECT_EQ(Match("GET", "/v1/%76alue/c").kind, RouteMatch::Kind::kNotFound);
 }
 
+TEST(RouterTest, RootIsOnlyTheRoot) {
+  const Router router({{"GET", "/", ""}, {"GET", "/assets/*", ""}});
+  const auto match = [&router](std::string_view target) {
+    return router.Match("GET", *ParseRequestTarget(target));
+  };
+  EXPECT_EQ(match("/").kind, RouteMatch::Kind::kFound);
+  EXPECT_EQ(match("/").route, 0u);
+  EXPECT_EQ(match("//").kind, RouteMatch::Kind::kNotFound);
+  EXPECT_EQ(match("/x").kind, RouteMatch::Kind::kNotFound);
+  EXPECT_EQ(match("/assets/app.js").route, 1u);
+  EXPECT_EQ(match("/assets/app.js").params, (std::vector<std::string>{"app.js"}));
+  EXPECT_EQ(router.Match("POST", *ParseRequestTarget("/")).kind, RouteMatch::Kind::kWrongMethod);
+}
+
 }  // namespace
 }  // namespace tally::http

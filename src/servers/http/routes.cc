@@ -11,6 +11,7 @@
 #include <optional>
 #include <vector>
 
+#include "servers/http/dashboard_assets.h"
 #include "servers/http/json_writer.h"
 #include "servers/http/request_target.h"
 #include "servers/http/router.h"
@@ -59,6 +60,8 @@ const Api::Route Api::kRoutes[] = {
     {{"DELETE", "/v1/definitions/{counter}", ""}, &Api::DeleteDefinition},
     {{"GET", "/v1/status", ""}, &Api::GetStatus},
     {{"GET", "/healthz", ""}, &Api::GetHealth},
+    {{"GET", "/", ""}, &Api::GetPage},
+    {{"GET", "/assets/*", ""}, &Api::GetAsset},
 };
 
 const Router& Api::TheRouter() {
@@ -195,9 +198,11 @@ ApiResponse Api::Handle(const ApiRequest& request) {
       break;
   }
   const Handler handler = kRoutes[match.route].handler;
-  // With a password every route but the liveness probe needs it.
-  if (!password_.empty() && handler != &Api::GetHealth &&
-      request.authorization != expected_authorization_) {
+  // With a password every route but the liveness probe and the dashboard's files (the page
+  // asks for the password, then sends it with its data calls) needs it.
+  const bool open =
+      handler == &Api::GetHealth || handler == &Api::GetPage || handler == &Api::GetAsset;
+  if (!password_.empty() && !open && request.authorization != expected_authorization_) {
     ApiResponse response =
         Fail(401, request.authorization.empty()
                       ? "authentication required: send Authorization: Bearer <password>"
@@ -459,6 +464,35 @@ ApiResponse Api::GetHealth(const Call& call) {
     return response;
   }
   return Ok(R"({"status":"ok"})");
+}
+
+namespace {
+
+// An embedded dashboard file, or 304 when the client's copy (If-None-Match) is current.
+ApiResponse Serve(const DashboardAsset* asset, std::string_view if_none_match) {
+  if (asset == nullptr) return Fail(404, "no such dashboard file");
+  ApiResponse response;
+  response.etag = asset->etag;
+  response.cache_control = asset->cache_control;
+  response.content_type = asset->content_type;
+  if (EtagMatches(if_none_match, asset->etag)) {
+    response.status = 304;
+  } else {
+    response.body = asset->body;
+  }
+  return response;
+}
+
+}  // namespace
+
+ApiResponse Api::GetPage(const Call& call) {
+  return Serve(FindDashboardAsset("/"), call.request.if_none_match);
+}
+
+ApiResponse Api::GetAsset(const Call& call) {
+  std::string path = "/assets";
+  for (const std::string& segment : call.params) path += "/" + segment;
+  return Serve(FindDashboardAsset(path), call.request.if_none_match);
 }
 
 }  // namespace tally::http

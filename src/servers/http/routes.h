@@ -14,11 +14,13 @@
 //   DELETE /v1/definitions/{counter}       DROP COUNTER
 //   GET    /v1/status                      durability, counters, and the --source figures
 //   GET    /healthz                        liveness (503 while commits fail)
+//   GET    /, /assets/...                  the web dashboard (dashboard_assets.h)
 //
-// With a password (tallyd --requirepass) every route but /healthz answers 401 unless the
-// request carries "Authorization: Bearer <password>".
+// With a password (tallyd --requirepass) every route but /healthz and the dashboard's files
+// answers 401 unless the request carries "Authorization: Bearer <password>" (the page asks
+// for it and sends it with its data calls).
 //
-// Every response body is JSON; an error is {"error": "..."} with a status from its kind.
+// Every API response body is JSON; an error is {"error": "..."} with a status from its kind.
 #pragma once
 
 #include <cstdint>
@@ -41,6 +43,7 @@ struct ApiRequest {
   std::string_view idempotency_key;  // the Idempotency-Key header
   std::string_view body;
   std::string_view authorization;  // the Authorization header; empty when absent
+  std::string_view if_none_match;  // the If-None-Match header; empty when absent
 };
 
 struct ApiResponse {
@@ -48,6 +51,9 @@ struct ApiResponse {
   std::string body;  // JSON unless content_type says otherwise
   // The Content-Type header; a static string (a literal).
   std::string_view content_type = "application/json";
+  // ETag and Cache-Control headers when not empty; static strings (the dashboard's files).
+  std::string_view etag;
+  std::string_view cache_control;
   std::string allow;  // 405: the methods the path takes, for the Allow header
   bool authenticate = false;  // 401: send WWW-Authenticate
   // The response may be sent only once this commit epoch is durable (0 = at once).
@@ -98,6 +104,8 @@ class Api {
   ApiResponse DeleteDefinition(const Call& call);
   ApiResponse GetStatus(const Call& call);
   ApiResponse GetHealth(const Call& call);
+  ApiResponse GetPage(const Call& call);   // GET /: the dashboard
+  ApiResponse GetAsset(const Call& call);  // GET /assets/...: its scripts and styles
 
   engine::Engine& engine_;
   derived::DerivedCounters& derived_;
