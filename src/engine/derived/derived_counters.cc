@@ -7,12 +7,15 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <charconv>
+#include <chrono>
 #include <queue>
 
 #include "core/integer.h"
 #include "engine/definitions/compiler.h"
 #include "engine/definitions/formula.h"
 #include "engine/definitions/parser.h"
+#include "engine/definitions/time_util.h"
 
 namespace tally::derived {
 
@@ -89,6 +92,10 @@ struct DerivedCounters::Family {
   int64_t start = 0;
   std::mutex mutex;
   absl::btree_set<std::string> keys;  // guarded by mutex
+  // With a retention: the live groups by the start of their time bucket, oldest first, so
+  // that the sweep finds the expired ones without a scan. A group whose bucket is NULL has
+  // no time and is never removed.
+  absl::btree_set<std::pair<int64_t, std::string>> by_bucket;  // guarded by mutex
   // Bumped by every push that changes a group; a cached top-K of an older version may be
   // stale.
   std::atomic<uint64_t> version{0};
@@ -98,6 +105,36 @@ struct DerivedCounters::Family {
     Page page;
   };
   absl::flat_hash_map<std::string, TopEntry> top_cache;  // guarded by mutex
+
+  // The index changes: every insertion and removal of a live group goes through these.
+  // REQUIRES: mutex held.
+  void AddKey(std::string_view key) {
+    if (counter.retention()) {
+      if (const std::optional<int64_t> start = counter.BucketOfKey(key)) {
+        by_bucket.emplace(*start, std::string(key));
+      }
+    }
+    keys.emplace(key);
+  }
+  void RemoveKey(std::string_view key) {
+    if (counter.retention()) {
+      if (const std::optional<int64_t> start = counter.BucketOfKey(key)) {
+        by_bucket.erase(std::pair<int64_t, std::string>(*start, key));
+      }
+    }
+    keys.erase(Absl(key));
+  }
+  void ClearKeys() {
+    keys.clear();
+    by_bucket.clear();
+    top_cache.clear();
+  }
+  // True when `key`'s time bucket is past retention at `now_micros`.
+  bool KeyExpired(std::string_view key, int64_t now_micros) const {
+    if (!counter.retention()) return false;
+    const std::optional<int64_t> start = counter.BucketOfKey(key);
+    return start && counter.Expired(*start, now_micros);
+  }
 };
 
 // A source with the counters that read it.
@@ -161,7 +198,10 @@ DerivedCounters::DerivedCounters(engine::Engine& engine, engine::Persistence& st
       options_(options),
       catalog_(std::make_shared<Catalog>()) {}
 
-DerivedCounters::~DerivedCounters() { delete protected_names_.load(); }
+DerivedCounters::~DerivedCounters() {
+  StopRetentionSweeper();
+  delete protected_names_.load();
+}
 
 std::shared_ptr<const DerivedCounters::Catalog> DerivedCounters::Snapshot() const {
   std::lock_guard lock(catalog_mutex_);
@@ -271,7 +311,8 @@ Status DerivedCounters::Load() {
       const std::string_view family = FamilyName(key);
       if (family.empty()) continue;
       if (const auto it = catalog->counters.find(Absl(family)); it != catalog->counters.end()) {
-        it->second->keys.insert(std::move(key));
+        std::lock_guard lock(it->second->mutex);
+        it->second->AddKey(key);
       } else if (catalog->dropping.contains(Absl(family))) {
         orphans.push_back(std::move(key));
       }
@@ -310,6 +351,13 @@ Status DerivedCounters::Load() {
   for (const auto& [name, family] : catalog->counters) groups += family->keys.size();
   spdlog::info("loaded {} sources and {} derived counters ({} groups)", catalog->sources.size(),
                catalog->counters.size(), groups);
+  // Buckets that expired while the server was down go now, before any read.
+  ddl.unlock();
+  size_t expired = 0;
+  while (const size_t removed = SweepRetention(options_.retention_sweep_budget)) {
+    expired += removed;
+  }
+  if (expired > 0) spdlog::info("retention: removed {} expired time buckets", expired);
   return OkStatus();
 }
 
@@ -479,8 +527,7 @@ void DerivedCounters::DeleteGroups(Family& family) {
   {
     std::lock_guard lock(family.mutex);
     keys.assign(family.keys.begin(), family.keys.end());
-    family.keys.clear();
-    family.top_cache.clear();
+    family.ClearKeys();
   }
   const uint64_t epoch = VisitInChunks(
       engine_.keyspace(), keys,
@@ -578,6 +625,13 @@ Status DerivedCounters::WriteSums(engine::View& view, PushScratch& scratch,
     }
     for (size_t j = begin; j < end; ++j) {
       const defs::Increment& increment = scratch.increments[j];
+      // A late change to a bucket past retention would bring it back partial: skipped. The
+      // clock is read under the keys' locks, so a sweep cannot slip in between.
+      const Family& family = *scratch.families[j];
+      if (family.counter.retention() && family.KeyExpired(increment.key, view.now_ms() * 1000)) {
+        ++outcome->expired;
+        continue;
+      }
       auto [it, inserted] = scratch.sums.try_emplace(Absl(increment.key),
                                                      PushScratch::Sum{0, scratch.families[j]});
       const std::optional<int64_t> sum = CheckedAdd(it->second.delta, increment.delta);
@@ -617,12 +671,12 @@ Status DerivedCounters::WriteSums(engine::View& view, PushScratch& scratch,
     if (value == 0) {
       view.Delete(hashed);
       std::lock_guard lock(family.mutex);
-      family.keys.erase(stored_key);
+      family.RemoveKey(key);
     } else {
       view.IncrBy(hashed, sum.delta);
       if (!current) {
         std::lock_guard lock(family.mutex);
-        family.keys.emplace(key);
+        family.AddKey(key);
       }
     }
     family.version.fetch_add(1, std::memory_order_relaxed);
@@ -862,8 +916,7 @@ Result<PushOutcome> DerivedCounters::ApplyParts(std::span<const SourceTransactio
           if (!only_counter.empty() && family->counter.name() != only_counter) continue;
           std::lock_guard lock(family->mutex);
           for (const std::string& key : family->keys) view.Delete(engine::HashedKey(key));
-          family->keys.clear();
-          family->top_cache.clear();
+          family->ClearKeys();
           family->version.fetch_add(1, std::memory_order_relaxed);
         }
         ++outcome.applied;
@@ -929,10 +982,10 @@ Result<uint64_t> DerivedCounters::Repair(std::string_view counter,
     std::lock_guard lock(family.mutex);
     if (values[i].value == 0) {
       view.Delete(hashed[i]);
-      family.keys.erase(Absl(values[i].key));
+      family.RemoveKey(values[i].key);
     } else {
       view.Set(hashed[i], values[i].value, engine::SetOptions{});
-      family.keys.insert(values[i].key);
+      family.AddKey(values[i].key);
     }
   }
   family.version.fetch_add(1, std::memory_order_relaxed);
@@ -1072,21 +1125,58 @@ Status DerivedCounters::ResetCounter(std::string_view name) {
 
 namespace {
 
+// Key column `column` of `counter` as a client spells it (ParseKeyPart).
+Result<defs::Value> ParsePart(const defs::CompiledCounter& counter, size_t column,
+                              std::string_view text) {
+  const defs::KeyColumn& key = counter.key_columns()[column];
+  auto value = ParseKeyPart(key.type, text);
+  if (!value) {
+    return InvalidArgument(fmt::format("counter {}, key part {} ({} {}): {}", counter.name(),
+                                       column + 1, key.name, defs::TypeName(key.type),
+                                       value.error().message));
+  }
+  return *value;
+}
+
 Result<std::vector<defs::Value>> ParseParts(const defs::CompiledCounter& counter,
                                             std::span<const std::string_view> parts) {
   std::vector<defs::Value> values;
   values.reserve(parts.size());
   for (size_t i = 0; i < parts.size(); ++i) {
-    const defs::KeyColumn& column = counter.key_columns()[i];
-    auto value = ParseKeyPart(column.type, parts[i]);
-    if (!value) {
-      return InvalidArgument(fmt::format("counter {}, key part {} ({} {}): {}", counter.name(),
-                                         i + 1, column.name, defs::TypeName(column.type),
-                                         value.error().message));
-    }
+    auto value = ParsePart(counter, i, parts[i]);
+    if (!value) return tl::unexpected(value.error());
     values.push_back(*value);
   }
   return values;
+}
+
+// An instant of a range read: Unix seconds (an optional '-' and digits only), or a
+// timestamp as ParseKeyPart reads one (ISO 8601 or the key spelling).
+Result<int64_t> ParseInstant(std::string_view name, std::string_view text) {
+  const std::string_view digits = text.starts_with('-') ? text.substr(1) : text;
+  if (!digits.empty() && std::ranges::all_of(digits, [](char c) { return c >= '0' && c <= '9'; })) {
+    int64_t seconds = 0;
+    int64_t micros = 0;
+    const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), seconds);
+    if (error == std::errc() && end == text.data() + text.size() &&
+        !__builtin_mul_overflow(seconds, defs::kMicrosPerSecond, &micros)) {
+      return micros;
+    }
+  } else if (auto value = ParseKeyPart(defs::Type::kTimestamp, text); value && !value->is_null()) {
+    return value->i;
+  }
+  return InvalidArgument(fmt::format(
+      "{} \"{}\" is not an instant: write 2024-05-01T00:00:00Z, 20240501T000000Z or Unix "
+      "seconds",
+      name, text.substr(0, 64)));
+}
+
+// True when FormatTimestamp spells `micros` in the fixed width "YYYYMMDDTHHMMSSZ" (years
+// 0-9999, whole seconds): among such spellings byte order is time order.
+bool FixedWidthTimestamp(int64_t micros) {
+  constexpr int64_t kYear0 = defs::DaysFromCivil(0, 1, 1) * defs::kMicrosPerDay;
+  constexpr int64_t kYear10000 = defs::DaysFromCivil(10000, 1, 1) * defs::kMicrosPerDay;
+  return micros >= kYear0 && micros < kYear10000 && micros % defs::kMicrosPerSecond == 0;
 }
 
 }  // namespace
@@ -1214,12 +1304,165 @@ Result<Page> DerivedCounters::Top(std::string_view counter, std::string_view pre
   return page;
 }
 
+Result<RangeSum> DerivedCounters::Range(std::string_view counter,
+                                        std::span<const std::string_view> parts,
+                                        std::string_view from_text, std::string_view to_text) {
+  auto catalog = Snapshot();
+  const auto it = catalog->counters.find(Absl(counter));
+  if (it == catalog->counters.end()) return tl::unexpected(UnknownCounter(counter));
+  Family& family = *it->second;
+  const defs::CompiledCounter& compiled = family.counter;
+  const std::optional<defs::TimeBucket>& bucket = compiled.time_bucket();
+  if (!bucket) {
+    return InvalidArgument(fmt::format(
+        "counter {} has no time bucket: a range read needs exactly one date_trunc(...) key "
+        "column",
+        counter));
+  }
+  const std::vector<defs::KeyColumn>& columns = compiled.key_columns();
+  if (parts.size() + 1 != columns.size()) {
+    std::string names;
+    for (size_t i = 0; i < columns.size(); ++i) {
+      if (i == bucket->column) continue;
+      names += fmt::format("{}{}", names.empty() ? "" : ", ", columns[i].name);
+    }
+    return InvalidArgument(fmt::format(
+        "counter {} has {} key part{} besides its time bucket {}{}{}; {} given", counter,
+        columns.size() - 1, columns.size() == 2 ? "" : "s", columns[bucket->column].name,
+        names.empty() ? "" : ": ", names, parts.size()));
+  }
+  // The group's values, the bucket's slot filled per candidate below.
+  std::vector<defs::Value> values(columns.size());
+  for (size_t i = 0, part = 0; i < columns.size(); ++i) {
+    if (i == bucket->column) continue;
+    auto value = ParsePart(compiled, i, parts[part++]);
+    if (!value) return tl::unexpected(value.error());
+    values[i] = *value;
+  }
+  auto from = ParseInstant("from", from_text);
+  if (!from) return tl::unexpected(from.error());
+  auto to = ParseInstant("to", to_text);
+  if (!to) return tl::unexpected(to.error());
+  if (*from > *to) {
+    return InvalidArgument(fmt::format("the range is backwards: from {} is after to {}",
+                                       defs::FormatTimestamp(*from), defs::FormatTimestamp(*to)));
+  }
+
+  // The group's buckets lie under the prefix of the key columns before the bucket; with
+  // fixed-width instants the scan starts at `from` and stops at `to` in byte order.
+  const std::string prefix =
+      defs::EncodeKey(compiled.name(), std::span(values.data(), bucket->column)) + ":";
+  const std::string low =
+      FixedWidthTimestamp(*from) ? prefix + defs::FormatTimestamp(*from) : prefix;
+  const std::string stop = FixedWidthTimestamp(*to) ? prefix + defs::FormatTimestamp(*to) : "";
+  const int64_t now = engine_.keyspace().clock()->NowMillis() * 1000;
+  std::vector<std::string> keys;
+  std::string expected;
+  {
+    std::lock_guard lock(family.mutex);
+    for (auto key = family.keys.lower_bound(Absl(low));
+         key != family.keys.end() && key->starts_with(prefix); ++key) {
+      if (!stop.empty() && *key >= stop) break;
+      const std::optional<int64_t> start = compiled.BucketOfKey(*key);
+      if (!start || *start < *from || *start >= *to || compiled.Expired(*start, now)) continue;
+      // Under the prefix, but another group's when the bucket is not the last column.
+      values[bucket->column] = defs::Value::Timestamp(*start);
+      expected.clear();
+      defs::AppendKey(compiled.name(), values, &expected);
+      if (expected == *key) keys.push_back(*key);
+    }
+  }
+  RangeSum out;
+  const std::vector<int64_t> found = Get(keys, &out.required_epoch);
+  for (const int64_t value : found) {
+    if (value == 0) continue;
+    const std::optional<int64_t> sum = CheckedAdd(out.sum, value);
+    if (!sum) {
+      return MakeError(ErrorCode::kOverflow,
+                       fmt::format("the sum of counter {} from {} to {} is out of the int64 range",
+                                   counter, defs::FormatTimestamp(*from),
+                                   defs::FormatTimestamp(*to)));
+    }
+    out.sum = *sum;
+    ++out.buckets;
+  }
+  return out;
+}
+
+// ---- Retention --------------------------------------------------------------------------
+
+size_t DerivedCounters::SweepRetention(size_t budget) {
+  size_t removed = 0;
+  uint64_t epoch = 0;
+  {
+    std::shared_lock apply(apply_mutex_);  // no DDL meanwhile: the families stay
+    auto catalog = Snapshot();
+    const int64_t now = engine_.keyspace().clock()->NowMillis() * 1000;
+    std::vector<std::string> expired;
+    std::vector<engine::HashedKey> hashed;
+    for (const auto& [name, family] : catalog->counters) {
+      if (!family->counter.retention()) continue;
+      while (removed < budget) {
+        // The oldest groups first, a chunk at a time; the first live bucket ends the family.
+        expired.clear();
+        {
+          std::lock_guard lock(family->mutex);
+          const size_t most = std::min(kChunk, budget - removed);
+          for (auto it = family->by_bucket.begin();
+               it != family->by_bucket.end() && expired.size() < most; ++it) {
+            if (!family->counter.Expired(it->first, now)) break;
+            expired.push_back(it->second);
+          }
+        }
+        if (expired.empty()) break;
+        hashed.clear();
+        for (const std::string& key : expired) hashed.emplace_back(key);
+        engine::View view = engine_.keyspace().Lock(hashed);
+        for (const engine::HashedKey& key : hashed) view.Delete(key);
+        {
+          std::lock_guard lock(family->mutex);
+          for (const std::string& key : expired) family->RemoveKey(key);
+        }
+        family->version.fetch_add(1, std::memory_order_relaxed);
+        epoch = std::max(epoch, view.required_epoch());
+        removed += expired.size();
+      }
+    }
+  }
+  if (epoch != 0) WaitDurable(epoch);
+  return removed;
+}
+
+void DerivedCounters::StartRetentionSweeper() {
+  if (options_.retention_sweep_interval_ms <= 0 || sweeper_.joinable()) return;
+  sweeper_ = std::thread([this] { RunRetentionSweeper(); });
+}
+
+void DerivedCounters::StopRetentionSweeper() {
+  {
+    std::lock_guard lock(sweeper_mutex_);
+    sweeper_stopping_ = true;
+  }
+  sweeper_wake_.notify_all();
+  if (sweeper_.joinable()) sweeper_.join();
+}
+
+void DerivedCounters::RunRetentionSweeper() {
+  const auto interval = std::chrono::milliseconds(options_.retention_sweep_interval_ms);
+  std::unique_lock lock(sweeper_mutex_);
+  while (!sweeper_wake_.wait_for(lock, interval, [this] { return sweeper_stopping_; })) {
+    lock.unlock();
+    const size_t removed = SweepRetention(options_.retention_sweep_budget);
+    if (removed > 0) spdlog::debug("retention: removed {} expired time buckets", removed);
+    lock.lock();
+  }
+}
+
 void DerivedCounters::OnFlushAll() {
   auto catalog = Snapshot();
   for (const auto& [name, family] : catalog->counters) {
     std::lock_guard lock(family->mutex);
-    family->keys.clear();
-    family->top_cache.clear();
+    family->ClearKeys();
     family->version.fetch_add(1, std::memory_order_relaxed);
   }
 }

@@ -26,6 +26,19 @@
 // verification hold (Hold) stops the stream at one position so that `tally verify` can
 // compare the counters with the database's snapshot of that position.
 //
+// Retention. A counter defined WITH (retention = '30 days') keeps its time buckets (its one
+// date_trunc key column) while any instant of them is within the retention of now, by the
+// engine's clock: a bucket goes once its end is at or before now - retention (the rule is
+// definitions::BucketExpired). A sweep (SweepRetention: at Load, then every
+// retention_sweep_interval_ms on a thread of its own) deletes the expired groups through
+// ordinary keyspace deletes, so the committer makes the removal durable, and drops them from
+// the family index; a second index per such family, by bucket start, hands the sweep the
+// oldest groups first, so a sweep costs what it removes. A change that arrives for a bucket
+// already expired (an UPDATE of an old row) is skipped, for that bucket only: decided under
+// the keys' locks with the clock read there, so it can never bring back a swept bucket with
+// a partial value. Range reads (Range) sum a group's buckets between two instants, expired
+// ones counted as gone even before the sweep; other reads see a bucket until it is swept.
+//
 // The catalog (sources and definitions) is kept in the store's catalog records, written
 // durably before a DDL statement is acknowledged, and loaded at start. DDL excludes pushes
 // for its duration (a shared mutex), so a definition appears or disappears between batches.
@@ -40,6 +53,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 #include <absl/container/flat_hash_set.h>
@@ -67,6 +81,10 @@ struct DerivedOptions {
   int64_t idempotency_window_ms = 24LL * 3600 * 1000;  // how long an id is remembered
   int64_t top_k_max_staleness_ms = 1000;               // the bound on a top-K answer's age
   size_t max_batch_changes = 1'000'000;                // most changes in one push
+  // How often the retention sweep runs (StartRetentionSweeper), and how many expired
+  // groups one sweep removes at most: bounds each sweep's work; the rest waits a turn.
+  int64_t retention_sweep_interval_ms = 1000;
+  size_t retention_sweep_budget = 10'000;
 };
 
 // What one statement of a DDL script did.
@@ -95,6 +113,7 @@ struct PushOutcome {
   size_t applied = 0;     // changes applied now
   size_t duplicates = 0;  // changes skipped: their id (or the batch's) was seen before
   size_t increments = 0;  // counter keys written
+  size_t expired = 0;     // increments skipped: their time bucket is past retention
   uint64_t required_epoch = 0;  // the reply may leave once this epoch is durable
 };
 
@@ -124,6 +143,13 @@ struct HoldState {
 struct KeyValue {
   std::string key;  // canonical
   int64_t value = 0;
+};
+
+// The outcome of a range read: the sum of a group's time buckets between two instants.
+struct RangeSum {
+  int64_t sum = 0;
+  size_t buckets = 0;  // the buckets summed (those holding a value)
+  uint64_t required_epoch = 0;
 };
 
 // A page of a family listing.
@@ -254,6 +280,28 @@ class DerivedCounters {
   // The `k` largest groups of `counter` under `prefix`, largest first (ties by key).
   Result<Page> Top(std::string_view counter, std::string_view prefix, size_t k);
 
+  // The sum of the time buckets of one group of `counter` whose start lies in [from, to):
+  // `parts` are the values of every key column but the time bucket, in order (ParseKeyPart
+  // spellings); `from` and `to` are instants written as ISO 8601 ("2024-05-01T00:00:00Z",
+  // with an offset or none for UTC), the key spelling ("20240501T000000Z") or Unix seconds
+  // ("1714521600"). Buckets past retention count as gone. Errors: kNotFound (no such
+  // counter), kInvalidArgument (no single time bucket, wrong parts, a bad instant, from
+  // after to), kOverflow (the sum leaves the int64 range). Costs one step of the family
+  // index per bucket of the group within [from, to) (or per bucket of the group when an
+  // instant lies outside years 0-9999 or is not a whole second).
+  Result<RangeSum> Range(std::string_view counter, std::span<const std::string_view> parts,
+                         std::string_view from, std::string_view to);
+
+  // Removes up to `budget` groups whose time bucket is past retention (see Retention
+  // above), oldest first; waits until the removal is durable. Returns how many it removed.
+  size_t SweepRetention(size_t budget);
+  // Runs SweepRetention(retention_sweep_budget) every retention_sweep_interval_ms on a
+  // thread of its own (none when the interval is 0), until StopRetentionSweeper or
+  // destruction. Call once, after Load.
+  void StartRetentionSweeper();
+  // Stops and joins the sweeper; before the engine stops. Idempotent.
+  void StopRetentionSweeper();
+
   // True for a key plain writes must not touch: a derived counter's or an id marker.
   bool IsProtectedKey(std::string_view key) const;
   // The error a plain write to a protected key gets.
@@ -296,6 +344,7 @@ class DerivedCounters {
   Status WriteSums(engine::View& view, PushScratch& scratch, PushOutcome* outcome);
   // Blocks until `epoch` is durable, committing on this thread when nobody else is.
   void WaitDurable(uint64_t epoch);
+  void RunRetentionSweeper();
 
   engine::Engine& engine_;
   engine::Persistence& store_;
@@ -316,6 +365,10 @@ class DerivedCounters {
   bool IsStreamed(std::string_view source) const;
   std::atomic<uint64_t> changes_applied_{0};
   std::atomic<uint64_t> pushes_refused_{0};
+  std::mutex sweeper_mutex_;
+  std::condition_variable sweeper_wake_;
+  bool sweeper_stopping_ = false;  // guarded by sweeper_mutex_
+  std::thread sweeper_;
 };
 
 }  // namespace tally::derived
