@@ -45,6 +45,21 @@ TEST(Metrics, EscapesHelpAndLabelValues) {
             "x_total{key=\"q\\\"b\\\\s\\nn\",other=\"plain\"} 1\n");
 }
 
+TEST(Metrics, LabelValuesStayUtf8) {
+  Registry registry;
+  registry.AddCollector("keys", "Binary keys.", Type::kGauge, [](SampleWriter& out) {
+    out.Add({{"key", std::string("\0pos:\xff\x01", 7)}}, 1);
+    out.Add({{"key", "caf\xc3\xa9 \xe2\x82\xac"}}, 2);  // valid UTF-8 stays as is
+    out.Add({{"key", "cut \xc3"}}, 3);
+  });
+  EXPECT_EQ(registry.Render(),
+            "# HELP keys Binary keys.\n"
+            "# TYPE keys gauge\n"
+            "keys{key=\"\\\\x00pos:\\\\xff\\\\x01\"} 1\n"
+            "keys{key=\"caf\xc3\xa9 \xe2\x82\xac\"} 2\n"
+            "keys{key=\"cut \\\\xc3\"} 3\n");
+}
+
 TEST(Metrics, HistogramHasCumulativeBucketsInfSumAndCount) {
   Registry registry;
   Histogram& latency = registry.AddHistogram("tally_commit_seconds", "Commit latency.",

@@ -7,7 +7,8 @@ namespace tally::engine {
 Engine::Engine(Persistence* persistence, EngineOptions options)
     : persistence_(persistence),
       keyspace_(options.clock),
-      committer_(&keyspace_, persistence, options.commit) {
+      committer_(&keyspace_, persistence, options.commit),
+      hot_keys_(&keyspace_) {
   keyspace_.set_on_write([this] { committer_.RequestCommit(); });
 }
 
@@ -39,9 +40,13 @@ Status Engine::Start() {
   loaded_counters_ = keyspace_.size();
   spdlog::info("loaded {} counters", loaded_counters_);
   committer_.Start();
+  hot_keys_.Start();
   return OkStatus();
 }
 
-void Engine::Stop() { committer_.Stop(); }
+void Engine::Stop() {
+  hot_keys_.Stop();
+  committer_.Stop();
+}
 
 }  // namespace tally::engine

@@ -10,6 +10,7 @@
 #include "core/clock.h"
 #include "core/status.h"
 #include "engine/committer.h"
+#include "engine/hot_keys.h"
 #include "engine/increment_buffer.h"
 #include "engine/keyspace.h"
 
@@ -26,7 +27,7 @@ class Engine {
   Engine(Persistence* persistence, EngineOptions options);
   ~Engine();
 
-  // Loads every stored counter and starts the committer.
+  // Loads every stored counter and starts the committer and the hot-key sampler.
   Status Start();
 
   // Commits and fsyncs everything written so far, then stops the committer.
@@ -34,6 +35,7 @@ class Engine {
 
   Keyspace& keyspace() { return keyspace_; }
   Committer& committer() { return committer_; }
+  const HotKeys& hot_keys() const { return hot_keys_; }
 
   // True when a reply depending on `epoch` may be sent now.
   bool IsDurable(uint64_t epoch) const {
@@ -47,6 +49,7 @@ class Engine {
   Persistence* const persistence_;
   Keyspace keyspace_;
   Committer committer_;
+  HotKeys hot_keys_;
   size_t loaded_counters_ = 0;
 };
 

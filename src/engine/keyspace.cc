@@ -28,9 +28,17 @@ struct alignas(64) StripeState {
   std::vector<EntryId> checkpoint_dirty;        // drained since the last checkpoint
   std::vector<std::string> checkpoint_deleted;  // deleted (and drained) since then
   uint64_t last_write_epoch = 0;                // epoch of the latest write to this stripe
+  // Beside last_write_epoch, which every write touches anyway: the same cache line.
+  uint64_t unsampled_writes = 0;        // since the last one offered to `writes`
+  std::atomic<uint64_t> increments{0};  // applied; written under `mutex`, read anywhere
   std::atomic<size_t> size{0};
   std::atomic<size_t> expiring{0};
   std::atomic<size_t> memory{0};
+  WriteSketch writes;  // the most-written keys (see HotKeys)
+
+  void CountIncrements(uint64_t n) {
+    increments.store(increments.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
+  }
 
   // Refreshes the mirrors that stats read without the lock.
   void UpdateMirrors() {
@@ -121,10 +129,15 @@ StripeState& View::ForRead(const HashedKey& key) {
   return stripe;
 }
 
-StripeState& View::ForWrite(const HashedKey& key) {
+StripeState& View::ForWrite(const HashedKey& key, uint64_t writes) {
   const size_t index = StripeOf(key.hash);
   assert(locked_.test(index));
   StripeState& stripe = keyspace_->stripe(index);
+  stripe.unsampled_writes += writes;
+  if (stripe.unsampled_writes >= kWriteSampleEvery) {
+    stripe.writes.Add(key, stripe.unsampled_writes);
+    stripe.unsampled_writes = 0;
+  }
   const uint64_t epoch = keyspace_->open_epoch();
   stripe.last_write_epoch = epoch;
   required_epoch_ = std::max(required_epoch_, epoch);
@@ -161,16 +174,19 @@ Result<int64_t> View::IncrBy(const HashedKey& key, int64_t delta) {
 
 void View::IncrBySequence(const HashedKey& key, std::span<const int64_t> deltas,
                           std::span<IncrementOutcome> outcomes) {
-  StripeState& stripe = ForWrite(key);
+  StripeState& stripe = ForWrite(key, deltas.size());
   EntryId id = LiveEntry(stripe, key, true);
   if (id == kNoEntry) id = stripe.Insert(key);
   int64_t value = stripe.map.value(id);
+  uint64_t applied = 0;
   for (size_t i = 0; i < deltas.size(); ++i) {
     const std::optional<int64_t> sum = CheckedAdd(value, deltas[i]);
     outcomes[i].overflow = !sum.has_value();
     if (sum) value = *sum;
+    applied += sum.has_value() ? 1 : 0;
     outcomes[i].value = value;
   }
+  stripe.CountIncrements(applied);
   stripe.map.value(id) = value;
   stripe.MarkDirty(id);
 }
@@ -182,6 +198,7 @@ Result<int64_t> View::IncrByWithExpiry(const HashedKey& key, int64_t delta, int6
   if (id == kNoEntry) id = stripe.Insert(key);
   const std::optional<int64_t> sum = CheckedAdd(stripe.map.value(id), delta);
   if (!sum) return MakeError(ErrorCode::kOverflow, "increment or decrement would overflow");
+  stripe.CountIncrements(1);
   stripe.map.value(id) = *sum;
   if (!only_if_no_expiry || !stripe.map.HasFlag(id, CounterMap::kHasExpiry)) {
     stripe.SetDeadline(id, deadline_ms);
@@ -502,6 +519,13 @@ bool Keyspace::Drain(CommitBatch* batch) {
   return true;
 }
 
+void Keyspace::TakeWriteSamples(std::vector<KeyWrites>* out) {
+  for (auto& s : stripes_) {
+    std::lock_guard lock(s->mutex);
+    s->writes.Drain(out);
+  }
+}
+
 size_t Keyspace::ReclaimExpired(size_t budget) {
   const int64_t now = clock_->NowMillis();
   size_t removed = 0;
@@ -566,6 +590,12 @@ size_t Keyspace::size() const {
 size_t Keyspace::expiring_count() const {
   size_t total = 0;
   for (const auto& s : stripes_) total += s->expiring.load(std::memory_order_relaxed);
+  return total;
+}
+
+uint64_t Keyspace::increments_applied() const {
+  uint64_t total = 0;
+  for (const auto& s : stripes_) total += s->increments.load(std::memory_order_relaxed);
   return total;
 }
 

@@ -16,6 +16,9 @@
 // one epoch. A reply may reveal a value only once the epochs it depends on are durable
 // (View::required_epoch()).
 //
+// Hot keys. Every write passes View::ForWrite under its stripe's lock; the stripe counts
+// it there and offers one write in kWriteSampleEvery to its WriteSketch (see HotKeys).
+//
 // Expiry. Deadlines are absolute Unix milliseconds. An expired key is invisible to reads
 // at once; writers remove it on touch; ReclaimExpired() removes the rest in the
 // background, in deadline order within each stripe, a bounded amount per call.
@@ -40,10 +43,16 @@
 #include "engine/commit_batch.h"
 #include "engine/counter_map.h"
 #include "engine/key_hash.h"
+#include "engine/write_sketch.h"
 
 namespace tally::engine {
 
 inline constexpr size_t kStripeCount = 128;
+
+// One write in this many (per stripe) reaches the stripe's WriteSketch, weighted with the
+// writes since the previous one: the hot-key sampling costs the write path a counter and
+// a branch. A key taking a good share of its stripe's writes is sampled often either way.
+inline constexpr uint64_t kWriteSampleEvery = 32;
 
 inline size_t StripeOf(uint64_t hash) { return hash >> 57; }  // top 7 bits
 static_assert(kStripeCount == 128);
@@ -141,7 +150,8 @@ class View {
   int64_t keyspace_clock_now() const;
 
   detail::StripeState& ForRead(const HashedKey& key);
-  detail::StripeState& ForWrite(const HashedKey& key);
+  // `writes`: how many writes of the key this is (a sequence of increments counts each).
+  detail::StripeState& ForWrite(const HashedKey& key, uint64_t writes = 1);
   // The live entry, or kNoEntry when missing or expired (an expired one is removed when
   // `remove_expired`).
   CounterMap::EntryId LiveEntry(detail::StripeState& stripe, const HashedKey& key,
@@ -203,6 +213,10 @@ class Keyspace {
   // was written in the epoch (it then stays open).
   bool Drain(CommitBatch* batch);
 
+  // Appends every stripe's sampled writes since the last call (WriteSketch::Drain). The
+  // HotKeys thread's, about once a second.
+  void TakeWriteSamples(std::vector<KeyWrites>* out);
+
   // Removes up to `budget` keys whose deadline has passed. Returns how many it removed.
   size_t ReclaimExpired(size_t budget);
 
@@ -216,6 +230,8 @@ class Keyspace {
   size_t size() const;            // counters held, expired-but-not-reclaimed included
   size_t expiring_count() const;  // counters with a deadline
   size_t memory_bytes() const;    // bytes of the maps and indexes
+  // Increments applied since start, from every origin (an overflow refused is not one).
+  uint64_t increments_applied() const;
   uint64_t open_epoch() const { return open_epoch_.load(std::memory_order_acquire); }
   const Clock* clock() const { return clock_; }
 

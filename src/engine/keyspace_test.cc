@@ -165,6 +165,18 @@ TEST_F(KeyspaceTest, IncrBySequenceReportsEachIncrement) {
   EXPECT_EQ(Get("seq"), INT64_MAX - 10);
 }
 
+TEST_F(KeyspaceTest, IncrementsAppliedCountsEachIncrementButNoOverflow) {
+  ASSERT_TRUE(Set("a", 1).applied);  // a SET is no increment
+  EXPECT_EQ(IncrBy("a", 2).value(), 3);
+  EXPECT_FALSE(IncrBy("a", INT64_MAX).has_value());
+  const HashedKey key("seq");
+  const std::vector<int64_t> deltas = {1, INT64_MAX, 1, 1};  // the second overflows
+  std::vector<IncrementOutcome> outcomes(deltas.size());
+  keyspace_.Lock(key).IncrBySequence(key, deltas, outcomes);
+  ASSERT_TRUE(keyspace_.Lock(key).IncrByWithExpiry(key, 1, kStart + 1000, false).has_value());
+  EXPECT_EQ(keyspace_.increments_applied(), 1u + 3u + 1u);
+}
+
 TEST_F(KeyspaceTest, IncrBySequenceOnAnExpiredKeyStartsFromZero) {
   ASSERT_TRUE(SetWithDeadline("e", 100, kStart + 10).applied);
   clock_.Advance(10);
