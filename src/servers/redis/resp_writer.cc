@@ -19,7 +19,24 @@ void ReplyWriter::SimpleString(std::string_view text) {
   out_->append("\r\n", 2);
 }
 
+void ErrorTally::Count(std::string_view message) {
+  std::string_view kind = message.substr(0, message.find(' '));
+  const bool word = !kind.empty() && kind.size() <= kMaxKindLength &&
+                    kind.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZ_") == std::string_view::npos;
+  if (!word) kind = "ERR";
+  std::lock_guard lock(mutex_);
+  auto it = counts_.find(kind);
+  if (it == counts_.end()) it = counts_.emplace(std::string(kind), 0).first;
+  ++it->second;
+}
+
+std::vector<std::pair<std::string, uint64_t>> ErrorTally::Snapshot() const {
+  std::lock_guard lock(mutex_);
+  return {counts_.begin(), counts_.end()};
+}
+
 void ReplyWriter::Error(std::string_view message) {
+  if (errors_ != nullptr) errors_->Count(message);
   out_->push_back('-');
   // A reply line cannot hold CR or LF; Redis replaces them with spaces too.
   for (char c : message) out_->push_back(c == '\r' || c == '\n' ? ' ' : c);

@@ -7,6 +7,7 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/write.hpp>
 
+#include "servers/redis/redis_metrics.h"
 #include "servers/redis/worker.h"
 
 namespace tally::redis {
@@ -28,6 +29,10 @@ RedisServer::RedisServer(engine::Engine& engine, ServerOptions options,
 }
 
 RedisServer::~RedisServer() { Stop(); }
+
+void RedisServer::RegisterMetrics(metrics::Registry& registry) {
+  RegisterRedisMetrics(core_, registry);
+}
 
 Status RedisServer::Start() {
   const int worker_count = core_.options().workers > 0 ? core_.options().workers : UsableCpus();

@@ -9,6 +9,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/metrics.h"
 #include "core/status.h"
 #include "engine/engine.h"
 #include "servers/redis/server_core.h"
@@ -35,6 +36,10 @@ class RedisServer {
   void Stop();
 
   uint16_t port() const { return core_.bound_port(); }
+
+  // Adds the server's figures to `registry` (redis_metrics.h). The server must outlive the
+  // registry's last Render(). REQUIRES: before Start().
+  void RegisterMetrics(metrics::Registry& registry);
 
   // INFO's "# Source" section (the PostgreSQL source's figures). REQUIRES: before Start().
   void set_source_report(StatusReporter reporter) {

@@ -47,4 +47,20 @@ uint64_t ServerCore::Total(std::atomic<uint64_t> WorkerStats::*field) const {
   return total;
 }
 
+std::map<std::string, uint64_t> ServerCore::ErrorTotals() const {
+  std::map<std::string, uint64_t> totals;
+  for (const WorkerStats* stats : worker_stats_) {
+    for (const auto& [kind, count] : stats->errors.Snapshot()) totals[kind] += count;
+  }
+  return totals;
+}
+
+uint64_t ServerCore::Calls(size_t command) const {
+  uint64_t calls = 0;
+  for (const WorkerStats* stats : worker_stats_) {
+    calls += stats->calls[command].load(std::memory_order_relaxed);
+  }
+  return calls;
+}
+
 }  // namespace tally::redis

@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -64,6 +65,7 @@ struct WorkerStats {
   std::atomic<uint64_t> output_limit_disconnects{0};
   std::atomic<uint64_t> protocol_errors{0};
   std::vector<std::atomic<uint64_t>> calls;  // per command, indexed like AllCommands()
+  ErrorTally errors;                         // error replies by kind
 
   // Adds one to a counter only this worker writes: no read-modify-write on a shared line.
   static void Bump(std::atomic<uint64_t>& counter, uint64_t by = 1) {
@@ -101,6 +103,10 @@ class ServerCore {
 
   // Sum of one WorkerStats field over every worker.
   uint64_t Total(std::atomic<uint64_t> WorkerStats::*field) const;
+  // Error replies by kind, summed over every worker (INFO errorstats, metrics).
+  std::map<std::string, uint64_t> ErrorTotals() const;
+  // Calls of AllCommands()[command], summed over every worker.
+  uint64_t Calls(size_t command) const;
 
  private:
   engine::Engine& engine_;

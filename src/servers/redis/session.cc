@@ -26,7 +26,9 @@ Session::Session(ServerCore& core, Worker& worker, std::shared_ptr<ClientInfo> i
       worker_(worker),
       info_(std::move(info)),
       writer_(&output_, 2),
-      authenticated_(core.options().requirepass.empty()) {}
+      authenticated_(core.options().requirepass.empty()) {
+  writer_.set_error_tally(&worker_.stats().errors);
+}
 
 void Session::set_protocol(int protocol) {
   writer_.set_protocol(protocol);
@@ -153,6 +155,7 @@ void Session::FillHoles(const engine::IncrementBuffer& buffer, uint64_t epoch) {
   std::string filled;
   filled.reserve(output_.size() + holes_.size() * 24);
   ReplyWriter writer(&filled, protocol());
+  writer.set_error_tally(&worker_.stats().errors);
   size_t copied = 0;
   for (const Hole& hole : holes_) {
     filled.append(output_, copied, hole.offset - copied);

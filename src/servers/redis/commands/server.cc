@@ -11,6 +11,7 @@
 #include <variant>
 
 #include "core/glob.h"
+#include "core/process_stats.h"
 #include "servers/redis/command_args.h"
 #include "servers/redis/session.h"
 
@@ -18,6 +19,7 @@ namespace tally::redis::commands {
 namespace {
 
 constexpr std::string_view kTallyVersion = "0.1.0";
+constexpr size_t kInfoHotKeys = 10;  // the hot keys INFO lists
 
 void CommandInfo(CommandContext& ctx, const CommandSpec& spec) {
   ctx.reply.ArrayHeader(10);
@@ -44,14 +46,6 @@ void CommandDocs(CommandContext& ctx, const CommandSpec& spec) {
   ctx.reply.Bulk(spec.since);
   ctx.reply.Bulk("group");
   ctx.reply.Bulk(spec.group);
-}
-
-int64_t ResidentBytes() {
-  std::ifstream statm("/proc/self/statm");
-  int64_t pages_total = 0;
-  int64_t pages_resident = 0;
-  statm >> pages_total >> pages_resident;
-  return pages_resident * sysconf(_SC_PAGESIZE);
 }
 
 std::string Human(int64_t bytes) {
@@ -192,10 +186,40 @@ void CommandStatsSection(CommandContext& ctx, std::string& out) {
   out += "# Commandstats\r\n";
   const auto commands = AllCommands();
   for (size_t i = 0; i < commands.size(); ++i) {
-    uint64_t calls = 0;
-    for (const WorkerStats* stats : ctx.server.worker_stats()) calls += stats->calls[i].load();
+    const uint64_t calls = ctx.server.Calls(i);
     if (calls == 0) continue;
     fmt::format_to(std::back_inserter(out), "cmdstat_{}:calls={}\r\n", commands[i].name, calls);
+  }
+}
+
+// Redis 7's errorstats: "errorstat_<KIND>:count=<n>" per kind of error reply.
+void ErrorStatsSection(CommandContext& ctx, std::string& out) {
+  out += "# Errorstats\r\n";
+  for (const auto& [kind, count] : ctx.server.ErrorTotals()) {
+    fmt::format_to(std::back_inserter(out), "errorstat_{}:count={}\r\n", kind, count);
+  }
+}
+
+// The most-written counters of the last minute (engine/hot_keys.h), most first:
+// "hotkey_<rank>:writes_per_sec=<rate>,writes=<n>,key=<key>", the key last so that its
+// commas and colons need no quoting (bytes outside printable ASCII as \xNN).
+void HotKeysSection(CommandContext& ctx, std::string& out) {
+  fmt::format_to(std::back_inserter(out), "# Hotkeys\r\nhotkeys_window_seconds:{}\r\n",
+                 engine::HotKeys::kWindowSeconds);
+  const std::vector<engine::HotKey> top =
+      ctx.server.engine().hot_keys().Top(kInfoHotKeys, derived::IsInternalKey);
+  for (size_t i = 0; i < top.size(); ++i) {
+    fmt::format_to(std::back_inserter(out), "hotkey_{}:writes_per_sec={:.2f},writes={},key=",
+                   i + 1, top[i].writes_per_second, top[i].writes);
+    for (const char c : top[i].key) {
+      const auto byte = static_cast<unsigned char>(c);
+      if (byte < 0x20 || byte >= 0x7F || c == '\\') {
+        fmt::format_to(std::back_inserter(out), "\\x{:02x}", byte);
+      } else {
+        out += c;
+      }
+    }
+    out += "\r\n";
   }
 }
 
@@ -210,7 +234,8 @@ constexpr InfoSection kSections[] = {
     {"memory", true, MemorySection},     {"persistence", true, PersistenceSection},
     {"stats", true, StatsSection},       {"commandstats", false, CommandStatsSection},
     {"keyspace", true, KeyspaceSection}, {"derived", true, DerivedSection},
-    {"source", true, SourceSection},
+    {"source", true, SourceSection},     {"errorstats", true, ErrorStatsSection},
+    {"hotkeys", true, HotKeysSection},
 };
 
 struct ConfigEntry {
