@@ -1,13 +1,13 @@
 // The rate chart of one watched counter: increments per second over the last minutes.
 //
 // uPlot rather than Chart.js: the chart is a time series redrawn every second on several
-// cards at once, which is exactly uPlot's case (canvas, ~50 KB minified, no animation
-// machinery to turn off); Chart.js is three times the size for features this page does
-// not use.
+// cards at once, which is exactly uPlot's case (canvas, no animation machinery to turn
+// off), and its minified build is 51 KB against Chart.js 4.6's 210 KB, most of which is
+// chart types and animations this page does not use.
 import uPlot from 'uplot';
 import 'uplot/dist/uPlot.min.css';
 
-const HEIGHT = 110;
+const HEIGHT = 150;  // the whole chart, axes included
 const MIN_SPAN_SECONDS = 60;  // the x axis shows at least the last minute
 const ACCENT = '#4f46e5';
 
@@ -43,7 +43,12 @@ export function rateChart(element) {
       y: { range: (u, min, max) => [Math.min(0, min), Math.max(1, max * 1.15)] },
     },
     axes: [
-      { ...axis, space: 70, values: (u, ticks) => ticks.map((t) => clock.format(t * 1000)) },
+      {
+        ...axis,
+        size: 30,
+        space: 70,
+        values: (u, ticks) => ticks.map((t) => clock.format(t * 1000)),
+      },
       { ...axis, size: 44, values: (u, ticks) => ticks.map(compact) },
     ],
     series: [

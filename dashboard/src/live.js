@@ -70,6 +70,11 @@ export class LiveValues {
         this.onValue(message.key, message.value);
       }
     };
+    // The server dropped this subscriber (it fell too far behind); the browser reconnects.
+    source.addEventListener('disconnect', (event) => {
+      console.warn(`tallyd ended the live stream: ${event.data}`);
+      this.onState('reconnecting');
+    });
     source.onerror = () => {
       if (source !== this.source) return;
       // CONNECTING: the browser reconnects by itself. CLOSED: the server refused the

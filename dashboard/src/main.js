@@ -7,11 +7,12 @@ import './style.css';
 import { AuthRequired, HttpError, getJson, routePath, setToken, splitKey } from './api.js';
 import { formatInt } from './dom.js';
 import { LiveValues } from './live.js';
-import { renderDefinitions, renderHot, renderSources, renderTop, renderTopMessage } from './panels.js';
+import {
+  renderDefinitions, renderHot, renderSources, renderTop, renderTopMessage,
+} from './panels.js';
 import { Watched } from './watch.js';
 
 const REFRESH_MS = 2000;
-const DEFINITIONS_REFRESH_MS = 10000;
 
 const $ = (id) => document.getElementById(id);
 
@@ -101,7 +102,8 @@ function setReachable(reachable) {
 // The GET /v1/value path of a derived counter's key, null for a plain key.
 function valuePath(key) {
   const [counter, ...parts] = splitKey(key);
-  return state.counters.has(counter) && parts.length ? routePath('/v1/value/', [counter, ...parts]) : null;
+  if (!state.counters.has(counter) || parts.length === 0) return null;
+  return routePath('/v1/value/', [counter, ...parts]);
 }
 
 const watched = new Watched({
@@ -147,7 +149,9 @@ async function refreshHot() {
 }
 
 async function refreshDefinitions() {
-  state.definitions = await getJson('/v1/definitions');
+  const definitions = await getJson('/v1/definitions');
+  if (JSON.stringify(definitions) === JSON.stringify(state.definitions)) return;
+  state.definitions = definitions;
   state.counters = new Set(state.definitions.counters.map((c) => c.name));
   renderDefinitions($('definitions'), state.definitions, pickTopCounter);
   renderSources($('sources'), state.status, state.definitions);
@@ -206,10 +210,8 @@ setInterval(() => {
   guarded(refreshStatus);
   guarded(refreshHot);
   guarded(refreshTop);
+  guarded(refreshDefinitions);
 }, REFRESH_MS);
-setInterval(() => {
-  if (!login && !document.hidden) guarded(refreshDefinitions);
-}, DEFINITIONS_REFRESH_MS);
 
 // For tests and the console: what the page shows.
 window.tallyDashboard = {

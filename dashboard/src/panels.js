@@ -110,7 +110,13 @@ export function renderSources(element, status, definitions) {
 
 // GET /v1/definitions: {"sources": [{name, sql}], "counters": [{name, source, sql,
 // key_columns, groups}]}. Clicking a counter calls onPick(name).
+// A key column reads "user_id int64": its name is enough in a summary.
+const keyNames = (counter) => counter.key_columns.map((column) => column.split(' ')[0]).join(', ');
+
+// Details the user opened stay open.
 export function renderDefinitions(element, definitions, onPick) {
+  const open = new Set(
+    [...element.querySelectorAll('details[open]')].map((details) => details.dataset.counter));
   if (definitions.counters.length === 0) {
     fill(element, h('p', { class: 'note' },
       'No derived counters yet: POST CREATE COUNTER statements to /v1/definitions.'));
@@ -121,11 +127,11 @@ export function renderDefinitions(element, definitions, onPick) {
     definitions.counters.map((counter) =>
       h(
         'details',
-        { class: 'definition', dataset: { counter: counter.name } },
+        { class: 'definition', dataset: { counter: counter.name }, open: open.has(counter.name) },
         h('summary', {},
           h('span', { class: 'def-name' }, counter.name),
           h('span', { class: 'def-meta' },
-            `${counter.source} · by ${counter.key_columns.join(', ') || '(no key)'} · `,
+            `${counter.source} · by ${keyNames(counter) || '(no key)'} · `,
             h('span', { class: 'def-groups' }, formatInt(counter.groups)),
             counter.groups === 1 ? ' group' : ' groups'),
           h('button', { type: 'button', class: 'link', onclick: (e) => {

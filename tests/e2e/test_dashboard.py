@@ -1,0 +1,187 @@
+"""The web dashboard (dashboard/, embedded in tallyd): its files over HTTP (content types,
+ETags, 304s, caching, no password needed for them while the data routes want it), and the
+page in a real browser: dashboard_browser.mjs drives Debian's chromium with playwright-core
+(from dashboard/node_modules, installed by `make deps`) against a tallyd started with
+--requirepass, and saves a screenshot.
+
+Environment (set by CTest): TALLY_DASHBOARD_DIR (default ../../dashboard),
+TALLY_TEST_ARTIFACTS (where the screenshot goes; default ../../build/test-artifacts),
+CHROMIUM (default /usr/bin/chromium).
+"""
+
+import http.client
+import json
+import os
+import re
+import shutil
+import subprocess
+import unittest
+
+from harness import TallyServer, free_port, tally_only
+
+HOST = "127.0.0.1"
+HERE = os.path.dirname(os.path.abspath(__file__))
+DASHBOARD_DIR = os.environ.get("TALLY_DASHBOARD_DIR",
+                               os.path.normpath(os.path.join(HERE, "..", "..", "dashboard")))
+ARTIFACTS = os.environ.get("TALLY_TEST_ARTIFACTS",
+                           os.path.normpath(os.path.join(HERE, "..", "..", "build",
+                                                         "test-artifacts")))
+CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
+PASSWORD = "dashboard-secret"
+BROWSER_TIMEOUT = 180  # seconds for the whole browser scenario
+
+SCHEMA = """
+CREATE SOURCE posts (id bigint, user_id bigint, blog_id bigint, rating bigint,
+                     is_published boolean, is_deleted boolean);
+CREATE COUNTER blog_posts AS
+  SELECT user_id, blog_id, count(*) FROM posts
+  WHERE is_published AND NOT is_deleted
+  GROUP BY user_id, blog_id;
+CREATE COUNTER author_rating AS
+  SELECT user_id, blog_id, sum(rating) FROM posts
+  WHERE is_published AND NOT is_deleted
+  GROUP BY user_id, blog_id;
+"""
+
+
+def request(port, method, path, headers=None, body=None):
+    """One request on a fresh connection: (status, headers as a lower-case dict, body bytes)."""
+    conn = http.client.HTTPConnection(HOST, port, timeout=30)
+    try:
+        conn.request(method, path, body=body, headers=headers or {})
+        response = conn.getresponse()
+        return (response.status, {k.lower(): v for k, v in response.getheaders()},
+                response.read())
+    finally:
+        conn.close()
+
+
+class DashboardServer:
+    """A tallyd with --requirepass and a known HTTP port, the schema above defined."""
+
+    def __init__(self, add_cleanup):
+        self.http_port = free_port()
+        self.server = TallyServer(options={"requirepass": PASSWORD},
+                                  extra_args=["--http-port", str(self.http_port)])
+        add_cleanup(self.server.cleanup)
+        self.server.start()
+        self.auth = {"Authorization": "Bearer " + PASSWORD}
+        status, _, body = request(self.http_port, "POST", "/v1/definitions", self.auth,
+                                  SCHEMA.encode())
+        if status != 200:
+            raise AssertionError("defining the schema: %d %r" % (status, body))
+
+
+@tally_only
+class DashboardFilesTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tally = DashboardServer(cls.addClassCleanup)
+
+    def get(self, path, headers=None):
+        return request(self.tally.http_port, "GET", path, headers)
+
+    def page_assets(self):
+        _, _, body = self.get("/")
+        paths = re.findall(r'(?:src|href)="(/assets/[^"]+)"', body.decode())
+        self.assertEqual(len(paths), 2, body)
+        return paths
+
+    def test_page_without_password(self):
+        status, headers, body = self.get("/")
+        self.assertEqual(status, 200)
+        self.assertEqual(headers["content-type"], "text/html; charset=utf-8")
+        self.assertEqual(headers["cache-control"], "no-cache")
+        self.assertRegex(headers["etag"], r'^"[0-9a-f]{32}"$')
+        self.assertEqual(int(headers["content-length"]), len(body))
+        self.assertIn(b"<title>tally", body)
+
+    def test_assets_types_and_caching(self):
+        types = {}
+        for path in self.page_assets():
+            status, headers, body = self.get(path)
+            self.assertEqual(status, 200, path)
+            self.assertEqual(headers["cache-control"], "public, max-age=31536000, immutable")
+            self.assertRegex(headers["etag"], r'^"[0-9a-f]{32}"$')
+            self.assertGreater(len(body), 1000, path)
+            types[path.rsplit(".", 1)[1]] = headers["content-type"]
+        self.assertEqual(types, {"js": "text/javascript; charset=utf-8",
+                                 "css": "text/css; charset=utf-8"})
+
+    def test_not_modified(self):
+        for path in ["/"] + self.page_assets():
+            _, headers, _ = self.get(path)
+            etag = headers["etag"]
+            for sent in (etag, "W/" + etag, '"other", ' + etag, "*"):
+                status, again, body = self.get(path, {"If-None-Match": sent})
+                self.assertEqual(status, 304, (path, sent))
+                self.assertEqual(body, b"")
+                self.assertEqual(again["etag"], etag)
+                self.assertNotIn("content-length", again)
+            status, _, body = self.get(path, {"If-None-Match": '"other"'})
+            self.assertEqual(status, 200)
+            self.assertGreater(len(body), 0)
+
+    def test_unknown_file_and_methods(self):
+        status, headers, body = self.get("/assets/app-nothing.js")
+        self.assertEqual(status, 404)
+        self.assertEqual(json.loads(body), {"error": "no such dashboard file"})
+        status, headers, _ = request(self.tally.http_port, "POST", "/", body=b"")
+        self.assertEqual(status, 405)
+        self.assertEqual(headers["allow"], "GET")
+
+    def test_data_routes_still_want_the_password(self):
+        self.assertEqual(self.get("/v1/status")[0], 401)
+        self.assertEqual(self.get("/v1/definitions")[0], 401)
+        self.assertEqual(self.get("/v1/status", self.tally.auth)[0], 200)
+
+
+@tally_only
+class DashboardBrowserTest(unittest.TestCase):
+    def test_page_in_chromium(self):
+        for path, what in ((CHROMIUM, "chromium (make deps installs it)"),
+                           (os.path.join(DASHBOARD_DIR, "node_modules", "playwright-core"),
+                            "playwright-core (make deps runs npm ci in dashboard/)")):
+            if not os.path.exists(path):
+                self.fail("%s is missing: %s" % (path, what))
+        node = shutil.which("node") or shutil.which("nodejs")
+        self.assertIsNotNone(node, "node is missing (make deps installs nodejs)")
+
+        tally = DashboardServer(self.addCleanup)
+        os.makedirs(ARTIFACTS, exist_ok=True)
+        screenshot = os.path.join(ARTIFACTS, "dashboard.png")
+        if os.path.exists(screenshot):
+            os.remove(screenshot)
+        env = dict(os.environ,
+                   DASHBOARD_URL="http://%s:%d/" % (HOST, tally.http_port),
+                   TALLY_PORT=str(tally.server.port), TALLY_PASSWORD=PASSWORD,
+                   SCREENSHOT=screenshot, TALLY_DASHBOARD_DIR=DASHBOARD_DIR, CHROMIUM=CHROMIUM)
+        # Its own process group, so that a timeout stops chromium with it.
+        proc = subprocess.Popen([node, os.path.join(HERE, "dashboard_browser.mjs")], env=env,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                start_new_session=True)
+        try:
+            output, _ = proc.communicate(timeout=BROWSER_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, 9)
+            output, _ = proc.communicate()
+            self.fail("the browser scenario did not finish in %d s:\n%s" % (
+                BROWSER_TIMEOUT, output))
+        print(output, end="")
+        self.assertEqual(proc.returncode, 0, output + tally.server.log_tail())
+        summary = json.loads(output.strip().splitlines()[-1])
+
+        # What the page showed equals the counters, read here with another client.
+        r = tally.server.client()
+        self.addCleanup(r.close)
+        self.assertEqual(summary["displayed"], {
+            "likes:post:7": int(r.get("likes:post:7")),
+            "blog_posts:7:3": int(r.get("blog_posts:7:3")),
+        })
+        self.assertEqual(summary["live"], "live")
+        self.assertTrue(os.path.getsize(screenshot) > 10000, screenshot)
+        print("dashboard screenshot: %s" % screenshot)
+
+
+if __name__ == "__main__":
+    unittest.main()
