@@ -241,6 +241,7 @@ int main(int argc, char** argv) {
   }
   if (http.bind.empty()) http.bind = server.bind;
   http.password = server.requirepass;
+  derived.StartRetentionSweeper();  // time buckets past their counter's retention go
   http.source_report = source_report;
   tally::http::HttpServer http_server(engine, derived, http);
   if (auto status = http_server.Start(); !status) {
@@ -273,3 +274,4 @@ int main(int argc, char** argv) {
   spdlog::info("all counters committed; bye");
   return 0;
 }
+  derived.StopRetentionSweeper();

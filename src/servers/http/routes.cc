@@ -56,6 +56,7 @@ const Api::Route Api::kRoutes[] = {
     {{"GET", "/v1/list/{counter}/*", "cursor limit"}, &Api::GetList},
     {{"GET", "/v1/top/{counter}/*", "k"}, &Api::GetTop},
     {{"POST", "/v1/definitions", ""}, &Api::PostDefinitions},
+    {{"GET", "/v1/range/{counter}/*", "from to"}, &Api::GetRange},
     {{"GET", "/v1/definitions", ""}, &Api::GetDefinitions},
     {{"DELETE", "/v1/definitions/{counter}", ""}, &Api::DeleteDefinition},
     {{"GET", "/v1/status", ""}, &Api::GetStatus},
@@ -376,6 +377,25 @@ ApiResponse Outcomes(const Result<std::vector<derived::StatementOutcome>>& outco
   for (const auto& outcome : *outcomes) json.String(outcome.message);
   json.EndArray().EndObject();
   ApiResponse response = Ok(json.Take());
+ApiResponse Api::GetRange(const Call& call) {
+  const std::optional<std::string_view> from = call.Query("from");
+  const std::optional<std::string_view> to = call.Query("to");
+  if (!from || !to) {
+    return Fail(400, "a range needs ?from=<instant>&to=<instant> (2024-05-01T00:00:00Z, "
+                     "20240501T000000Z or Unix seconds)");
+  }
+  auto range = derived_.Range(call.params[0], call.Rest(1), *from, *to);
+  if (!range) return Fail(range.error());
+  JsonWriter json;
+  json.BeginObject()
+      .Key("sum")
+      .Int(range->sum)
+      .Key("buckets")
+      .UInt(range->buckets)
+      .EndObject();
+  return Ok(json.Take(), range->required_epoch);
+}
+
   // DROP COUNTER deletes the counter's groups from the keyspace.
   response.wrote = true;
   return response;

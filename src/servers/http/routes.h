@@ -9,6 +9,7 @@
 //   POST   /v1/values                      many values of one counter
 //   GET    /v1/list/{counter}/{part}...    the groups under a key prefix, paged
 //   GET    /v1/top/{counter}/{part}...     the k largest groups under a key prefix
+//   GET    /v1/range/{counter}/{part}...   the sum of a group's time buckets, ?from=&to=
 //   POST   /v1/definitions                 run a script of CREATE/DROP statements
 //   GET    /v1/definitions                 the sources and counters defined
 //   DELETE /v1/definitions/{counter}       DROP COUNTER
@@ -115,4 +116,5 @@ class Api {
   std::unique_ptr<Scratch> scratch_;
 };
 
+  ApiResponse GetRange(const Call& call);
 }  // namespace tally::http

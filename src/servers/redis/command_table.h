@@ -111,6 +111,7 @@ void CounterGet(CommandContext& ctx);
 void CounterScan(CommandContext& ctx);
 void CounterTop(CommandContext& ctx);
 void CounterHold(CommandContext& ctx);
+void CounterRange(CommandContext& ctx);
 void CounterRelease(CommandContext& ctx);
 void CounterRepair(CommandContext& ctx);
 // connection.cc

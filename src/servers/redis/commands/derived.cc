@@ -1,4 +1,4 @@
-// Derived counter commands: COUNTER.DEFINE, DROP, LIST, PUSH, GET, SCAN, TOP. Thin
+// Derived counter commands: COUNTER.DEFINE, DROP, LIST, PUSH, GET, SCAN, TOP, RANGE. Thin
 // adapters over derived::DerivedCounters; replies wait for durability like any other.
 #include <fmt/format.h>
 
@@ -152,6 +152,18 @@ void CounterTop(CommandContext& ctx) {
   if (!page) return ReplyError(ctx, page.error());
   ctx.session.RaiseRequiredEpoch(page->required_epoch);
   ReplyPairs(ctx, page->items);
+}
+
+// COUNTER.RANGE counter from to [part ...]: the sum of the group's time buckets whose start
+// lies in [from, to); the parts are the group's values but the time bucket. The instants
+// come before the parts so that the parts may be any number (the counter decides).
+void CounterRange(CommandContext& ctx) {
+  derived::DerivedCounters* derived = Derived(ctx);
+  if (derived == nullptr) return;
+  auto range = derived->Range(ctx.args[1], ctx.args.subspan(4), ctx.args[2], ctx.args[3]);
+  if (!range) return ReplyError(ctx, range.error());
+  ctx.session.RaiseRequiredEpoch(range->required_epoch);
+  ctx.reply.Integer(range->sum);
 }
 
 // COUNTER.HOLD <lsn> sets a verification hold; COUNTER.HOLD alone reports it as
