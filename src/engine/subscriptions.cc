@@ -294,7 +294,8 @@ void SubscriptionHub::MarkDirty(Subscriber& subscriber) {
 void SubscriptionHub::DropOverflowed() {
   for (Subscriber* subscriber : overflowed_) {
     Drop(*subscriber,
-         fmt::format("too slow: more than {} counters waiting to be sent (subscriber-max-pending)",
+         fmt::format("more than {} counters waiting to be sent at once (subscriber-max-pending): "
+                     "read faster, or follow fewer counters",
                      options_.max_pending));
   }
   overflowed_.clear();
@@ -348,8 +349,7 @@ void SubscriptionHub::OnCommit(const CommitBatch& batch) {
     const std::string_view key = batch.put_key(i);
     if (hidden(key)) continue;
     const int64_t value = batch.put_record(i).value;
-    ForEachMatch(key,
-                 [&](Subscriber& subscriber) { Offer(subscriber, key, value, epoch, false); });
+    ForEachMatch(key, [&](Subscriber& subscriber) { Offer(subscriber, key, value, epoch, false); });
   }
   DropOverflowed();
   RaiseTo(durable_epoch_, epoch);
@@ -421,6 +421,7 @@ SubscriptionStats SubscriptionHub::stats() const {
   stats.pending_keys = pending_keys_;
   stats.updates_sent = updates_sent_;
   stats.disconnects = disconnects_;
+  stats.queue_limit_disconnects = queue_limit_disconnects_.load(std::memory_order_relaxed);
   return stats;
 }
 

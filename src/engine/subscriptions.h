@@ -113,11 +113,12 @@ class SubscriberSink {
 
 // Figures for INFO and metrics.
 struct SubscriptionStats {
-  size_t subscribers = 0;       // registered now
-  size_t subscriptions = 0;     // exact keys plus prefixes, over every subscriber
-  size_t pending_keys = 0;      // updates waiting to be handed to subscribers
-  uint64_t updates_sent = 0;    // handed to subscribers' threads, since start
-  uint64_t disconnects = 0;     // subscribers dropped for max_pending, since start
+  size_t subscribers = 0;                // registered now
+  size_t subscriptions = 0;              // exact keys plus prefixes, over every subscriber
+  size_t pending_keys = 0;               // updates waiting to be handed to subscribers
+  uint64_t updates_sent = 0;             // handed to subscribers' threads, since start
+  uint64_t disconnects = 0;              // subscribers dropped for max_pending, since start
+  uint64_t queue_limit_disconnects = 0;  // closed by their connection for max_queued_bytes
 };
 
 using SubscriberId = uint64_t;
@@ -169,13 +170,18 @@ class SubscriptionHub {
   // The flusher thread calls it once per interval; tests call it directly.
   void Flush();
 
+  // A connection closed its subscriber for max_queued_bytes (counted for stats()).
+  void CountQueueLimitDisconnect() {
+    queue_limit_disconnects_.fetch_add(1, std::memory_order_relaxed);
+  }
+
   size_t subscriber_count() const { return subscriber_count_.load(std::memory_order_relaxed); }
   SubscriptionStats stats() const;
 
  private:
   struct Pending {
     int64_t value = 0;
-    uint64_t epoch = 0;  // the commit epoch the value may depend on
+    uint64_t epoch = 0;   // the commit epoch the value may depend on
     bool forced = false;  // a current value asked for: sent even when unchanged
   };
   struct Subscriber {
@@ -225,12 +231,13 @@ class SubscriptionHub {
   Keyspace* const keyspace_;
   const SubscriptionOptions options_;
   std::atomic<size_t> subscriber_count_{0};
+  std::atomic<uint64_t> queue_limit_disconnects_{0};
   // Values of epochs up to this one are durable. Raised by the committing thread (under
   // mutex_ when anyone subscribes), read under mutex_.
   std::atomic<uint64_t> durable_epoch_{0};
 
   mutable std::mutex mutex_;
-  SubscriberId next_id_ = 1;    // guarded by mutex_
+  SubscriberId next_id_ = 1;  // guarded by mutex_
   // guarded by mutex_:
   absl::flat_hash_map<SubscriberId, std::unique_ptr<Subscriber>> subscribers_;
   absl::flat_hash_map<std::string, std::vector<Subscriber*>> exact_;

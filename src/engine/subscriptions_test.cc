@@ -219,8 +219,8 @@ TEST_F(SubscriptionHubTest, APrefixSendsAtMostSnapshotMaxKeysFirst) {
 TEST_F(SubscriptionHubTest, DeletedAndExpiredCountersBecomeZero) {
   Set("a", 1);
   const HashedKey b("b");
-  keyspace_.Lock(b).Set(b, 2,
-                        SetOptions{.expiry = ExpiryAction::kSetDeadline, .deadline_ms = kStart + 10});
+  keyspace_.Lock(b).Set(
+      b, 2, SetOptions{.expiry = ExpiryAction::kSetDeadline, .deadline_ms = kStart + 10});
   Commit();
   auto [id, sink] = Subscriber();
   ASSERT_TRUE(Subscribe(id, {"a", "b"}));
