@@ -7,6 +7,7 @@
 #include <boost/beast/http/error.hpp>
 #include <boost/beast/http/read.hpp>
 #include <boost/beast/http/status.hpp>
+#include <boost/beast/websocket/rfc6455.hpp>
 
 #include "servers/http/json_writer.h"
 #include "servers/http/worker.h"
@@ -139,6 +140,7 @@ void HttpConnection::Close() {
   boost::system::error_code ignored;
   deadline_.cancel();
   socket_.close(ignored);
+  if (stream_) stream_->Close();
   if (counted_) worker_.shared().connections.fetch_sub(1, std::memory_order_relaxed);
   worker_.Forget(this);
 }
@@ -249,7 +251,8 @@ void HttpConnection::OnRequest(const boost::system::error_code& error) {
   // Requests a pipelining client sent behind this one join the batch, as far as they have
   // arrived: from the buffer, then from the socket without waiting.
   size_t read_ahead = 0;
-  while (keep_alive_ && batch_requests_ < kMaxBatchRequests && output_.size() < kMaxBatchBytes) {
+  while (keep_alive_ && !hand_off_ && batch_requests_ < kMaxBatchRequests &&
+         output_.size() < kMaxBatchBytes) {
     boost::system::error_code parse_error;
     if (ParseBuffered(&parse_error)) {
       Run();
@@ -285,7 +288,19 @@ void HttpConnection::Run() {
   if (const auto tags = request.find(bhttp::field::if_none_match); tags != request.end()) {
     api_request.if_none_match = View(tags->value());
   }
-  const ApiResponse response = worker_.api().Handle(api_request);
+  api_request.websocket_upgrade = beast::websocket::is_upgrade(request);
+  ApiResponse response = worker_.api().Handle(api_request);
+  if (response.subscription) {
+    if (worker_.shared().options.subscriptions != nullptr) {
+      hand_off_.emplace(HandOffRequest{parser_->release(), std::move(*response.subscription)});
+      ++batch_requests_;
+      parser_.reset();
+      return;
+    }
+    response = ApiResponse{};
+    response.status = 503;
+    response.body = ErrorJson("live subscriptions are not enabled on this server");
+  }
   keep_alive_ = request.keep_alive();
   ResponseHead head;
   head.version = request.version();
@@ -369,12 +384,27 @@ void HttpConnection::OnWrite(const boost::system::error_code& error) {
   batch_requests_ = 0;
   batch_epoch_ = 0;
   batch_wrote_ = false;
+  if (hand_off_) {
+    HandOff();
+    return;
+  }
   if (!keep_alive_) {
     Linger(counted_ ? kLinger : kRefusedLinger);
     return;
   }
   if (buffer_.size() == 0 && buffer_.capacity() > kKeptBufferBytes) buffer_.shrink_to_fit();
   ReadRequest();
+}
+
+void HttpConnection::HandOff() {
+  HandOffRequest hand_off = std::move(*hand_off_);
+  hand_off_.reset();
+  stream_ = std::make_shared<SubscriptionStream>(
+      *worker_.shared().options.subscriptions, std::move(socket_),
+      [self = weak_from_this()] {
+        if (auto connection = self.lock()) connection->Close();
+      });
+  stream_->Start(std::move(hand_off.request), hand_off.subscription);
 }
 
 void HttpConnection::Linger(std::chrono::milliseconds linger) {

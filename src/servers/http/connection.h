@@ -26,6 +26,7 @@
 #include <string>
 
 #include "servers/http/routes.h"
+#include "servers/http/subscription_stream.h"
 
 namespace tally::http {
 
@@ -70,6 +71,9 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
   // passes, then closes.
   void Linger(std::chrono::milliseconds linger);
   void Drain();
+  // Gives the socket to a SubscriptionStream for hand_off_; this connection stays (counted)
+  // until the stream ends.
+  void HandOff();
 
   // The deadline of the current read, write or linger; on expiry OnDeadline().
   void Arm(std::chrono::steady_clock::duration timeout);
@@ -93,6 +97,15 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
   bool reading_ = false;    // a request is being read (the deadline means 408 or silence)
   bool timed_out_ = false;  // the deadline cancelled the pending operation
   bool closed_ = false;
+
+  // A subscription route accepted the request: once the batch before it is written, the
+  // socket goes to a SubscriptionStream.
+  struct HandOffRequest {
+    SubscriptionStream::Request request;
+    SubscriptionRequest subscription;
+  };
+  std::optional<HandOffRequest> hand_off_;
+  std::shared_ptr<SubscriptionStream> stream_;
 };
 
 }  // namespace tally::http

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "core/status_report.h"
+#include "engine/subscriptions.h"
 
 namespace tally::http {
 
@@ -29,6 +30,8 @@ struct HttpOptions {
   std::string password;
   // tallyd --source: the PostgreSQL source's figures for GET /v1/status; empty = no source.
   StatusReporter source_report;
+  // tallyd's live subscriptions (GET /v1/events, /v1/subscribe); null = not offered (503).
+  engine::SubscriptionHub* subscriptions = nullptr;
 };
 
 }  // namespace tally::http

@@ -26,7 +26,12 @@ bool IsParameter(std::string_view segment) {
 
 Router::Router(const std::vector<RoutePattern>& routes) {
   for (const RoutePattern& pattern : routes) {
-    Compiled route{pattern, Split(pattern.path, '/'), false, Split(pattern.query, ' ')};
+    Compiled route{pattern, Split(pattern.path, '/'), false, Split(pattern.query, ' '), {}};
+    for (std::string_view& name : route.query_names) {
+      if (!name.ends_with('*')) continue;
+      name.remove_suffix(1);
+      route.repeatable.push_back(name);
+    }
     // The root's target has one empty segment (see RequestTarget).
     if (pattern.path == "/") route.segments = {""};
     if (!route.segments.empty() && route.segments.back() == "*") {
@@ -88,6 +93,8 @@ RouteMatch Router::Match(std::string_view method, const RequestTarget& target) c
                                       fmt::join(names, ", "));
       return match;
     }
+    const auto& repeatable = found->repeatable;
+    if (std::find(repeatable.begin(), repeatable.end(), name) != repeatable.end()) continue;
     for (size_t j = 0; j < i; ++j) {
       if (target.query[j].first == name) {
         match.kind = RouteMatch::Kind::kBadRequest;

@@ -15,7 +15,8 @@ namespace tally::http {
 
 // One route. `path` is '/'-separated segments: a literal ("v1"), "{name}" (any one
 // segment) or, last, "*" (zero or more further segments); "/" alone is the root. `query`
-// lists the query parameters the route takes, space-separated ("cursor limit").
+// lists the query parameters the route takes, space-separated ("cursor limit"); a name
+// ending in "*" may be given more than once ("key* prefix*").
 struct RoutePattern {
   std::string_view method;
   std::string_view path;
@@ -49,7 +50,8 @@ class Router {
     RoutePattern pattern;
     std::vector<std::string_view> segments;  // the path's, without a final "*"
     bool rest = false;                       // ends with "*"
-    std::vector<std::string_view> query_names;
+    std::vector<std::string_view> query_names;  // without the "*"
+    std::vector<std::string_view> repeatable;   // the names that had one
   };
   static bool PathFits(const Compiled& route, const std::vector<std::string_view>& segments);
 

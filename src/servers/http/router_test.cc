@@ -72,6 +72,17 @@ TEST(RouterTest, QueryParametersAreChecked) {
   EXPECT_EQ(match.error, "query parameter \"limit\" given twice");
 }
 
+TEST(RouterTest, ANameWithAStarMayBeRepeated) {
+  const Router router({{"GET", "/v1/events", "key* prefix* token"}});
+  const auto match = [&router](std::string_view target) {
+    return router.Match("GET", *ParseRequestTarget(target));
+  };
+  EXPECT_EQ(match("/v1/events?key=a&key=b&prefix=p&key=c").kind, RouteMatch::Kind::kFound);
+  EXPECT_EQ(match("/v1/events?token=1&token=2").error, "query parameter \"token\" given twice");
+  EXPECT_EQ(match("/v1/events?keys=a").error,
+            "unknown query parameter \"keys\" (this route takes: key, prefix, token)");
+}
+
 TEST(RouterTest, BadPercentEncodingInAParameter) {
   RouteMatch match = Match("GET", "/v1/value/c/%zz");
   EXPECT_EQ(match.kind, RouteMatch::Kind::kBadRequest);

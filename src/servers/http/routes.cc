@@ -4,6 +4,7 @@
 #include <simdjson.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <type_traits>
@@ -61,6 +62,8 @@ const Api::Route Api::kRoutes[] = {
     {{"DELETE", "/v1/definitions/{counter}", ""}, &Api::DeleteDefinition},
     {{"GET", "/v1/status", ""}, &Api::GetStatus},
     {{"GET", "/healthz", ""}, &Api::GetHealth},
+    {{"GET", "/v1/events", "key* prefix* token"}, &Api::GetEvents},
+    {{"GET", "/v1/subscribe", "key* prefix* token"}, &Api::GetSubscribe},
     {{"GET", "/", ""}, &Api::GetPage},
     {{"GET", "/assets/*", ""}, &Api::GetAsset},
 };
@@ -203,7 +206,13 @@ ApiResponse Api::Handle(const ApiRequest& request) {
   // asks for the password, then sends it with its data calls) needs it.
   const bool open =
       handler == &Api::GetHealth || handler == &Api::GetPage || handler == &Api::GetAsset;
-  if (!password_.empty() && !open && request.authorization != expected_authorization_) {
+  // The subscription routes also take it as ?token=: a browser's EventSource cannot set headers.
+  const bool token_given = (handler == &Api::GetEvents || handler == &Api::GetSubscribe) &&
+                           std::ranges::any_of(target->query, [&](const auto& parameter) {
+                             return parameter.first == "token" && parameter.second == password_;
+                           });
+  if (!password_.empty() && !open && !token_given &&
+      request.authorization != expected_authorization_) {
     ApiResponse response =
         Fail(401, request.authorization.empty()
                       ? "authentication required: send Authorization: Bearer <password>"
@@ -476,6 +485,29 @@ ApiResponse Api::GetStatus(const Call& call) {
   }
   body += "}}";
   return Ok(std::move(body));
+}
+
+ApiResponse Api::GetEvents(const Call& call) { return Subscribe(call, /*websocket=*/false); }
+
+ApiResponse Api::GetSubscribe(const Call& call) { return Subscribe(call, /*websocket=*/true); }
+
+ApiResponse Api::Subscribe(const Call& call, bool websocket) {
+  if (websocket && !call.request.websocket_upgrade) {
+    return Fail(426, "this route is a WebSocket: send an upgrade request (or use GET /v1/events "
+                     "for Server-Sent Events)");
+  }
+  SubscriptionRequest subscription;
+  subscription.websocket = websocket;
+  for (const auto& [name, value] : call.target.query) {
+    if (name == "key") subscription.keys.push_back(value);
+    if (name == "prefix") subscription.prefixes.push_back(value);
+  }
+  if (subscription.keys.empty() && subscription.prefixes.empty()) {
+    return Fail(400, "name at least one counter: ?key=<key> or ?prefix=<key prefix> (repeatable)");
+  }
+  ApiResponse response;
+  response.subscription = std::move(subscription);
+  return response;
 }
 
 ApiResponse Api::GetHealth(const Call& call) {

@@ -15,19 +15,24 @@
 //   DELETE /v1/definitions/{counter}       DROP COUNTER
 //   GET    /v1/status                      durability, counters, and the --source figures
 //   GET    /healthz                        liveness (503 while commits fail)
+//   GET    /v1/events?key=&prefix=         live values as Server-Sent Events
+//   GET    /v1/subscribe?key=&prefix=      live values over a WebSocket
 //   GET    /, /assets/...                  the web dashboard (dashboard_assets.h)
 //
 // With a password (tallyd --requirepass) every route but /healthz and the dashboard's files
 // answers 401 unless the request carries "Authorization: Bearer <password>" (the page asks
-// for it and sends it with its data calls).
+// for it and sends it with its data calls). The subscription routes also take it as
+// ?token=<password>, as a browser's EventSource cannot set headers.
 //
 // Every API response body is JSON; an error is {"error": "..."} with a status from its kind.
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "core/status_report.h"
 #include "engine/derived/derived_counters.h"
@@ -44,7 +49,16 @@ struct ApiRequest {
   std::string_view idempotency_key;  // the Idempotency-Key header
   std::string_view body;
   std::string_view authorization;  // the Authorization header; empty when absent
+  bool websocket_upgrade = false;  // the request asks to become a WebSocket
   std::string_view if_none_match;  // the If-None-Match header; empty when absent
+};
+
+// What a subscription route accepted: the connection then streams these keys' values
+// (see SubscriptionStream) instead of sending a response.
+struct SubscriptionRequest {
+  bool websocket = false;  // else Server-Sent Events
+  std::vector<std::string> keys;
+  std::vector<std::string> prefixes;
 };
 
 struct ApiResponse {
@@ -62,6 +76,8 @@ struct ApiResponse {
   // The request changed counters: in async mode they are written to the commit log
   // before the response leaves, so a process crash cannot lose an acknowledged change.
   bool wrote = false;
+  // Set by the subscription routes (status 200): stream instead of responding.
+  std::optional<SubscriptionRequest> subscription;
 };
 
 // One per I/O thread: it keeps that thread's change decoder and JSON parser. Not
@@ -105,6 +121,9 @@ class Api {
   ApiResponse DeleteDefinition(const Call& call);
   ApiResponse GetStatus(const Call& call);
   ApiResponse GetHealth(const Call& call);
+  ApiResponse GetEvents(const Call& call);     // GET /v1/events
+  ApiResponse GetSubscribe(const Call& call);  // GET /v1/subscribe
+  ApiResponse Subscribe(const Call& call, bool websocket);
   ApiResponse GetPage(const Call& call);   // GET /: the dashboard
   ApiResponse GetAsset(const Call& call);  // GET /assets/...: its scripts and styles
 

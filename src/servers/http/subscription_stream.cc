@@ -1,0 +1,363 @@
+#include "servers/http/subscription_stream.h"
+
+#include <fmt/format.h>
+#include <simdjson.h>
+#include <spdlog/spdlog.h>
+
+#include <boost/asio/write.hpp>
+#include <boost/beast/core/buffers_to_string.hpp>
+#include <boost/beast/core/role.hpp>
+#include <boost/beast/http/field.hpp>
+#include <chrono>
+
+#include "core/integer.h"
+#include "servers/http/json_writer.h"
+#include "servers/subscription_sink.h"
+
+namespace tally::http {
+namespace {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace websocket = boost::beast::websocket;
+
+// An idle SSE stream gets a comment line this often (proxies close silent connections);
+// a WebSocket is pinged after half of this idle time, and closed after all of it.
+constexpr std::chrono::seconds kKeepAlive{15};
+constexpr std::chrono::seconds kWebSocketIdle{30};
+// How long a stream that is finishing may take to write its reason before it is closed.
+constexpr std::chrono::seconds kGrace{2};
+// The largest message a WebSocket client may send (a subscribe or unsubscribe request).
+constexpr size_t kMaxClientMessage = size_t{64} << 10;
+// A close frame's reason holds at most 123 bytes.
+constexpr size_t kMaxCloseReason = 123;
+
+// The head of the SSE response. The body ends when the connection does (no length, no
+// chunks); "retry" tells EventSource to reconnect after a second, and the no-cache and
+// X-Accel-Buffering headers keep caches and nginx from holding events back.
+constexpr std::string_view kEventStreamHead =
+    "HTTP/1.1 200 OK\r\n"
+    "Content-Type: text/event-stream\r\n"
+    "Cache-Control: no-cache\r\n"
+    "X-Accel-Buffering: no\r\n"
+    "\r\n"
+    "retry: 1000\n\n";
+
+// {"key":"likes:7","value":42}
+void AppendUpdateJson(const engine::SubscriptionUpdate& update, std::string* out) {
+  out->append(R"({"key":)");
+  AppendJsonString(update.key, out);
+  out->append(R"(,"value":)");
+  char digits[24];
+  out->append(digits, FormatInt64(update.value, digits));
+  out->push_back('}');
+}
+
+// The keys and prefixes of a WebSocket client's {"subscribe"|"unsubscribe": {...}}.
+struct ClientRequest {
+  bool subscribe = true;
+  std::vector<std::string> keys;
+  std::vector<std::string> prefixes;
+};
+
+constexpr std::string_view kClientRequestShape =
+    R"(a message must be {"subscribe": {"keys": [...], "prefixes": [...]}} or {"unsubscribe": {...}})";
+
+Result<std::vector<std::string>> StringList(simdjson::dom::element element, std::string_view name) {
+  simdjson::dom::array array;
+  if (element.get(array))
+    return InvalidArgument(fmt::format("\"{}\" must be an array of strings", name));
+  std::vector<std::string> list;
+  for (const auto item : array) {
+    std::string_view text;
+    if (item.get(text))
+      return InvalidArgument(fmt::format("\"{}\" must be an array of strings", name));
+    list.emplace_back(text);
+  }
+  return list;
+}
+
+Result<ClientRequest> ParseClientRequest(std::string_view text) {
+  thread_local simdjson::dom::parser parser;
+  simdjson::dom::element document;
+  if (auto error = parser.parse(text.data(), text.size()).get(document)) {
+    return InvalidArgument(fmt::format("invalid JSON: {}", simdjson::error_message(error)));
+  }
+  simdjson::dom::object object;
+  if (document.get(object) || object.size() != 1)
+    return InvalidArgument(std::string(kClientRequestShape));
+  ClientRequest request;
+  const auto field = *object.begin();
+  if (field.key == "unsubscribe") {
+    request.subscribe = false;
+  } else if (field.key != "subscribe") {
+    return InvalidArgument(std::string(kClientRequestShape));
+  }
+  simdjson::dom::object lists;
+  if (field.value.get(lists)) return InvalidArgument(std::string(kClientRequestShape));
+  for (const auto list : lists) {
+    if (list.key == "keys") {
+      auto keys = StringList(list.value, "keys");
+      if (!keys) return tl::unexpected(keys.error());
+      request.keys = std::move(*keys);
+    } else if (list.key == "prefixes") {
+      auto prefixes = StringList(list.value, "prefixes");
+      if (!prefixes) return tl::unexpected(prefixes.error());
+      request.prefixes = std::move(*prefixes);
+    } else {
+      return InvalidArgument(
+          fmt::format("unknown field \"{}\": {}", list.key, kClientRequestShape));
+    }
+  }
+  return request;
+}
+
+}  // namespace
+
+SubscriptionStream::SubscriptionStream(engine::SubscriptionHub& hub, asio::ip::tcp::socket socket,
+                                       std::function<void()> on_closed)
+    : hub_(hub),
+      socket_(std::move(socket)),
+      timer_(socket_.get_executor()),
+      on_closed_(std::move(on_closed)) {}
+
+SubscriptionStream::~SubscriptionStream() {
+  if (subscriber_ != 0) hub_.RemoveSubscriber(subscriber_);
+}
+
+void SubscriptionStream::Start(Request request, const SubscriptionRequest& subscription) {
+  subscriber_ = hub_.AddSubscriber(std::make_shared<servers::PostingSink<SubscriptionStream>>(
+      socket_.get_executor(), weak_from_this()));
+  // Updates the hub hands over before the response head is out wait in the queue.
+  const Status subscribed = hub_.Subscribe(subscriber_, subscription.keys, subscription.prefixes);
+  if (!subscription.websocket) {
+    Queue(std::string(kEventStreamHead));
+    open_ = true;
+    Write();
+    if (!subscribed) {
+      Finish(subscribed.error().message);
+      return;
+    }
+    ReadEvents();
+    KeepAlive();
+    return;
+  }
+  ws_.emplace(std::move(socket_));
+  auto timeouts = websocket::stream_base::timeout::suggested(beast::role_type::server);
+  timeouts.idle_timeout = kWebSocketIdle;
+  timeouts.keep_alive_pings = true;
+  ws_->set_option(timeouts);
+  ws_->set_option(websocket::stream_base::decorator([](websocket::response_type& response) {
+    response.set(beast::http::field::server, "tally");
+  }));
+  ws_->read_message_max(kMaxClientMessage);
+  ws_->async_accept(
+      request, [self = shared_from_this(), subscribed](const boost::system::error_code& error) {
+        if (self->closed_) return;
+        if (error) {
+          self->Close();
+          return;
+        }
+        self->open_ = true;
+        if (!subscribed) {
+          self->Finish(subscribed.error().message);
+          return;
+        }
+        self->Write();
+        self->ReadWebSocket();
+      });
+}
+
+void SubscriptionStream::Close() {
+  if (closed_) return;
+  closed_ = true;
+  if (subscriber_ != 0) {
+    hub_.RemoveSubscriber(subscriber_);
+    subscriber_ = 0;
+  }
+  timer_.cancel();
+  boost::system::error_code ignored;
+  socket().close(ignored);
+  queue_.clear();
+  std::string().swap(writing_);
+  if (auto closed = std::move(on_closed_)) closed();
+}
+
+void SubscriptionStream::PushUpdates(const engine::SubscriptionDelivery& delivery) {
+  if (closed_ || finishing_) return;
+  if (websocket()) {
+    for (const engine::SubscriptionUpdate& update : delivery.updates()) {
+      std::string message;
+      AppendUpdateJson(update, &message);
+      Queue(std::move(message));
+    }
+  } else {
+    std::string events;
+    for (const engine::SubscriptionUpdate& update : delivery.updates()) {
+      events.append("data: ");
+      AppendUpdateJson(update, &events);
+      events.append("\n\n");
+    }
+    Queue(std::move(events));
+  }
+  const size_t limit = hub_.options().max_queued_bytes;
+  if (queued_bytes() > limit) {
+    // The client does not read: it could not read a reason either.
+    spdlog::warn(
+        "closing a subscriber on {}: over {} bytes of updates it has not read "
+        "(subscriber-max-queued-bytes)",
+        websocket() ? "a WebSocket" : "an event stream", limit);
+    hub_.CountQueueLimitDisconnect();
+    Close();
+    return;
+  }
+  Write();
+}
+
+void SubscriptionStream::DropSubscriber(std::string reason) {
+  subscriber_ = 0;  // the hub forgot it already
+  Finish(std::move(reason));
+}
+
+void SubscriptionStream::Queue(std::string message) {
+  queued_bytes_ += message.size();
+  queue_.push_back(std::move(message));
+}
+
+void SubscriptionStream::Write() {
+  if (!open_ || writing_now_ || closed_) return;
+  if (queue_.empty()) {
+    if (!finishing_) return;
+    if (!websocket()) {
+      boost::system::error_code ignored;
+      socket_.shutdown(asio::ip::tcp::socket::shutdown_send, ignored);
+      Close();
+      return;
+    }
+    writing_now_ = true;
+    const websocket::close_reason reason(websocket::close_code::try_again_later,
+                                         finish_reason_.substr(0, kMaxCloseReason));
+    ws_->async_close(
+        reason, [self = shared_from_this()](const boost::system::error_code&) { self->Close(); });
+    return;
+  }
+  writing_now_ = true;
+  if (websocket()) {
+    writing_ = std::move(queue_.front());
+    queue_.pop_front();
+    writing_bytes_ = writing_.size();
+    queued_bytes_ -= writing_bytes_;
+    ws_->text(true);
+    ws_->async_write(asio::buffer(writing_),
+                     [self = shared_from_this()](const boost::system::error_code& error, size_t) {
+                       self->OnWrite(error);
+                     });
+    return;
+  }
+  writing_.clear();
+  for (std::string& message : queue_) writing_.append(message);
+  queue_.clear();
+  writing_bytes_ = writing_.size();
+  queued_bytes_ = 0;
+  asio::async_write(socket_, asio::buffer(writing_),
+                    [self = shared_from_this()](const boost::system::error_code& error, size_t) {
+                      self->OnWrite(error);
+                    });
+}
+
+void SubscriptionStream::OnWrite(const boost::system::error_code& error) {
+  writing_now_ = false;
+  writing_bytes_ = 0;
+  if (closed_) return;
+  if (error) {
+    Close();
+    return;
+  }
+  Write();
+}
+
+void SubscriptionStream::Finish(std::string reason) {
+  if (finishing_ || closed_) return;
+  finishing_ = true;
+  finish_reason_ = reason;
+  if (subscriber_ != 0) {
+    hub_.RemoveSubscriber(subscriber_);
+    subscriber_ = 0;
+  }
+  // Updates not written yet are dropped: the reason follows the write in progress.
+  queue_.clear();
+  queued_bytes_ = 0;
+  if (websocket()) {
+    Queue(ErrorJson(reason));
+  } else {
+    std::string event = "event: disconnect\ndata: ";
+    event.append(ErrorJson(reason));
+    event.append("\n\n");
+    Queue(std::move(event));
+  }
+  timer_.expires_after(kGrace);
+  timer_.async_wait([self = shared_from_this()](const boost::system::error_code& error) {
+    if (!error) self->Close();
+  });
+  Write();
+}
+
+void SubscriptionStream::ReadEvents() {
+  // An event-stream client sends nothing more; reading tells when it goes away.
+  socket_.async_read_some(
+      read_buffer_.prepare(512),
+      [self = shared_from_this()](const boost::system::error_code& error, size_t) {
+        if (self->closed_) return;
+        if (error) {
+          self->Close();
+          return;
+        }
+        self->ReadEvents();
+      });
+}
+
+void SubscriptionStream::ReadWebSocket() {
+  ws_->async_read(read_buffer_,
+                  [self = shared_from_this()](const boost::system::error_code& error, size_t) {
+                    if (self->closed_) return;
+                    if (error) {
+                      self->Close();  // closed by the client, timed out, or a protocol error
+                      return;
+                    }
+                    self->OnWebSocketMessage();
+                    self->read_buffer_.consume(self->read_buffer_.size());
+                    self->ReadWebSocket();
+                  });
+}
+
+void SubscriptionStream::OnWebSocketMessage() {
+  if (finishing_) return;
+  auto request = ParseClientRequest(beast::buffers_to_string(read_buffer_.data()));
+  if (!request) {
+    Queue(ErrorJson(request.error().message));
+    Write();
+    return;
+  }
+  if (!request->subscribe) {
+    hub_.Unsubscribe(subscriber_, request->keys, request->prefixes);
+    return;
+  }
+  if (const Status status = hub_.Subscribe(subscriber_, request->keys, request->prefixes);
+      !status) {
+    Finish(status.error().message);
+  }
+}
+
+void SubscriptionStream::KeepAlive() {
+  timer_.expires_after(kKeepAlive);
+  timer_.async_wait([self = shared_from_this()](const boost::system::error_code& error) {
+    if (error || self->closed_ || self->finishing_) return;
+    if (!self->writing_now_ && self->queue_.empty()) {
+      self->Queue(": keep-alive\n\n");
+      self->Write();
+    }
+    self->KeepAlive();
+  });
+}
+
+}  // namespace tally::http
