@@ -28,6 +28,7 @@ enum CommandFlag : uint32_t {
   kIncrement = 1 << 6,   // a plain increment: coalesced in the worker's IncrementBuffer
   kAdmin = 1 << 7,
   kLoading = 1 << 8,  // allowed while loading
+  kPubSub = 1 << 9,   // allowed in RESP2's subscribed mode (not listed by COMMAND INFO)
 };
 
 // What a handler gets: the request, its keys already hashed and locked, and where to reply.
@@ -123,6 +124,11 @@ void Hello(CommandContext& ctx);
 void Auth(CommandContext& ctx);
 void Client(CommandContext& ctx);
 void Reset(CommandContext& ctx);
+// pubsub.cc
+void Subscribe(CommandContext& ctx);
+void PSubscribe(CommandContext& ctx);
+void Unsubscribe(CommandContext& ctx);
+void PUnsubscribe(CommandContext& ctx);
 // server.cc
 void Command(CommandContext& ctx);
 void Info(CommandContext& ctx);

@@ -6,6 +6,7 @@
 #include <boost/asio/post.hpp>
 
 #include "servers/redis/worker.h"
+#include "servers/subscription_sink.h"
 
 namespace tally::redis {
 namespace {
@@ -43,13 +44,19 @@ Connection::Connection(Worker& worker, boost::asio::ip::tcp::socket socket)
 
 Connection::~Connection() = default;
 
-void Connection::Start() { WaitReadable(); }
+void Connection::Start() {
+  session_->set_sink_factory([self = weak_from_this(), executor = socket_.get_executor()] {
+    return std::make_shared<servers::PostingSink<Connection>>(executor, self);
+  });
+  WaitReadable();
+}
 
 void Connection::Close() {
   if (closed_) return;
   closed_ = true;
   boost::system::error_code ignored;
   socket_.close(ignored);
+  session_->EndSubscriptions();
   worker_.core().clients().Remove(session_->info().id);
   worker_.Forget(this);
 }
@@ -170,6 +177,39 @@ bool Connection::RunRequests() {
     if (session_->close_requested()) return false;
   }
   return true;
+}
+
+void Connection::PushUpdates(const engine::SubscriptionDelivery& delivery) {
+  if (closed_) return;
+  std::string& output = session_->output();
+  // Messages may leave at once only when nothing before them still waits: a reply for its
+  // epoch's durability, or an increment's reply not yet filled in (a hole).
+  const bool released = output_ready_ == output.size() && !session_->has_holes();
+  session_->PushUpdates(delivery);
+  if (released) output_ready_ = output.size();
+  engine::SubscriptionHub& hub = *worker_.core().subscriptions();
+  const size_t limit = hub.options().max_queued_bytes;
+  if (output.size() - output_sent_ > limit) {
+    hub.CountQueueLimitDisconnect();
+    spdlog::warn("closing subscriber {}: over {} bytes of messages it has not read "
+                 "(subscriber-max-queued-bytes)",
+                 session_->info().address, limit);
+    Close();
+    return;
+  }
+  TryWrite();
+}
+
+void Connection::DropSubscriber(std::string reason) {
+  if (closed_) return;
+  spdlog::warn("closing subscriber {}: {}", session_->info().address, reason);
+  std::string& output = session_->output();
+  const bool released = output_ready_ == output.size() && !session_->has_holes();
+  ReplyWriter(&output, session_->protocol()).Error("ERR disconnected: " + reason);
+  if (released) output_ready_ = output.size();
+  // One attempt to send the reason, then close: the client is not keeping up.
+  TryWrite();
+  Close();
 }
 
 void Connection::ReleaseOutput() {

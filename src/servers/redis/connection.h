@@ -34,6 +34,12 @@ class Connection : public std::enable_shared_from_this<Connection> {
   bool waiting_for_durability() const { return waiting_for_durability_; }
   void set_waiting_for_durability(bool waiting) { waiting_for_durability_ = waiting; }
 
+  // The subscription hub's updates and drop notice (servers::PostingSink). Messages leave at
+  // once unless replies before them still wait; past the hub's max_queued_bytes of unsent
+  // output the client (which does not read) is closed.
+  void PushUpdates(const engine::SubscriptionDelivery& delivery);
+  void DropSubscriber(std::string reason);
+
  private:
   void WaitReadable();
   void OnReadable();

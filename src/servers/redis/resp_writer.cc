@@ -83,6 +83,10 @@ void ReplyWriter::MapHeader(size_t pairs) {
   }
 }
 
+void ReplyWriter::PushHeader(size_t count) {
+  Header(protocol_ >= 3 ? '>' : '*', static_cast<int64_t>(count));
+}
+
 void ReplyWriter::SetHeader(size_t count) {
   Header(protocol_ >= 3 ? '~' : '*', static_cast<int64_t>(count));
 }

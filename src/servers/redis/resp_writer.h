@@ -51,6 +51,7 @@ class ReplyWriter {
   void ArrayHeader(size_t count);            // *n
   void MapHeader(size_t pairs);              // %n (RESP3) or *2n (RESP2)
   void SetHeader(size_t count);              // ~n (RESP3) or *n (RESP2)
+  void PushHeader(size_t count);             // >n (RESP3) or *n (RESP2): pub/sub messages
   void Verbatim(std::string_view text);      // =n\r\ntxt:... (RESP3) or bulk (RESP2)
 
  private:

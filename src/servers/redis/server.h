@@ -37,6 +37,10 @@ class RedisServer {
 
   uint16_t port() const { return core_.bound_port(); }
 
+  // SUBSCRIBE and PSUBSCRIBE follow counters through `hub`, which must outlive the server
+  // (without one they are refused). REQUIRES: before Start().
+  void set_subscriptions(engine::SubscriptionHub* hub) { core_.set_subscriptions(hub); }
+
   // Adds the server's figures to `registry` (redis_metrics.h). The server must outlive the
   // registry's last Render(). REQUIRES: before Start().
   void RegisterMetrics(metrics::Registry& registry);

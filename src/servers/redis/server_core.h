@@ -15,6 +15,7 @@
 #include "core/status_report.h"
 #include "engine/derived/derived_counters.h"
 #include "engine/engine.h"
+#include "engine/subscriptions.h"
 #include "servers/redis/command_table.h"
 #include "servers/redis/server_options.h"
 
@@ -85,6 +86,10 @@ class ServerCore {
   // source (tallyd without --source). Set before the server starts.
   const StatusReporter& source_report() const { return source_report_; }
   void set_source_report(StatusReporter reporter) { source_report_ = std::move(reporter); }
+  // The live subscriptions (SUBSCRIBE, PSUBSCRIBE), or null when the server offers none.
+  // Set before the server starts.
+  engine::SubscriptionHub* subscriptions() { return subscriptions_; }
+  void set_subscriptions(engine::SubscriptionHub* hub) { subscriptions_ = hub; }
   const ServerOptions& options() const { return options_; }
   ClientRegistry& clients() { return clients_; }
   int64_t start_ms() const { return start_ms_; }
@@ -111,6 +116,7 @@ class ServerCore {
  private:
   engine::Engine& engine_;
   derived::DerivedCounters* derived_ = nullptr;
+  engine::SubscriptionHub* subscriptions_ = nullptr;
   StatusReporter source_report_;
   const ServerOptions options_;
   ClientRegistry clients_;

@@ -30,6 +30,8 @@ Session::Session(ServerCore& core, Worker& worker, std::shared_ptr<ClientInfo> i
   writer_.set_error_tally(&worker_.stats().errors);
 }
 
+Session::~Session() { EndSubscriptions(); }
+
 void Session::set_protocol(int protocol) {
   writer_.set_protocol(protocol);
   info_->protocol.store(protocol, std::memory_order_relaxed);
@@ -79,6 +81,12 @@ void Session::Execute(std::span<const std::string_view> args) {
   }
   if (!authenticated_ && !(spec->flags & kNoAuth)) {
     Reject(*spec, "NOAUTH Authentication required.");
+    return;
+  }
+  if (protocol() == 2 && subscription_count() > 0 && (spec->flags & kPubSub) == 0) {
+    Reject(*spec, fmt::format("ERR Can't execute '{}': only (P)SUBSCRIBE / (P)UNSUBSCRIBE / "
+                              "PING / QUIT / RESET are allowed in this context",
+                              spec->name));
     return;
   }
   WorkerStats::Bump(worker_.stats().calls[spec - AllCommands().data()]);

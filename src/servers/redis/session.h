@@ -9,13 +9,16 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <set>
 #include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "engine/increment_buffer.h"
+#include "engine/subscriptions.h"
 #include "servers/redis/command_table.h"
 #include "servers/redis/resp_writer.h"
 #include "servers/redis/server_core.h"
@@ -24,9 +27,18 @@ namespace tally::redis {
 
 class Worker;
 
+// A session's pub/sub state (commands/pubsub.cc): what it follows, and its subscriber in
+// the server's SubscriptionHub.
+struct PubSubState {
+  engine::SubscriberId subscriber = 0;  // 0 until the first SUBSCRIBE or PSUBSCRIBE
+  std::set<std::string> channels;       // exact keys
+  std::set<std::string> patterns;       // "prefix*"
+};
+
 class Session {
  public:
   Session(ServerCore& core, Worker& worker, std::shared_ptr<ClientInfo> info);
+  ~Session();  // Ends the subscriptions.
 
   // Runs one request (args[0] is the command name); replies are appended to output().
   void Execute(std::span<const std::string_view> args);
@@ -58,6 +70,22 @@ class Session {
   void BeginMulti();
   void ClearMulti();
   void RunExec();
+
+  // Pub/sub. The connection says how to make the sink its updates go to; the subscriber is
+  // registered with the hub on first use (0 when the server offers no subscriptions).
+  void set_sink_factory(std::function<std::shared_ptr<engine::SubscriberSink>()> factory) {
+    sink_factory_ = std::move(factory);
+  }
+  PubSubState& pubsub() { return pubsub_; }
+  engine::SubscriberId EnsureSubscriber();
+  // Channels plus patterns: while not 0, RESP2 takes only pub/sub commands, as in Redis.
+  size_t subscription_count() const {
+    return pubsub_.channels.size() + pubsub_.patterns.size();
+  }
+  // Appends a "message" per followed channel and a "pmessage" per matching pattern.
+  void PushUpdates(const engine::SubscriptionDelivery& delivery);
+  // Forgets every subscription and the hub's subscriber (RESET, the connection's end).
+  void EndSubscriptions();
 
  private:
   struct Hole {
@@ -97,6 +125,8 @@ class Session {
     std::vector<std::string> args;
   };
   std::vector<QueuedCommand> multi_queue_;
+  PubSubState pubsub_;
+  std::function<std::shared_ptr<engine::SubscriberSink>()> sink_factory_;
   // Scratch, reused by every request.
   std::vector<size_t> key_positions_;
   std::vector<engine::HashedKey> keys_;

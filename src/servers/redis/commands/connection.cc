@@ -69,6 +69,11 @@ bool SetName(CommandContext& ctx, std::string_view name) {
 void Ping(CommandContext& ctx) {
   if (ctx.args.size() > 2) {
     ctx.reply.Error("ERR wrong number of arguments for 'ping' command");
+  } else if (ctx.session.protocol() == 2 && ctx.session.subscription_count() > 0) {
+    // As Redis in RESP2's subscribed mode: ["pong", argument or ""].
+    ctx.reply.ArrayHeader(2);
+    ctx.reply.Bulk("pong");
+    ctx.reply.Bulk(ctx.args.size() == 2 ? ctx.args[1] : std::string_view());
   } else if (ctx.args.size() == 2) {
     ctx.reply.Bulk(ctx.args[1]);
   } else {
@@ -218,6 +223,7 @@ void Client(CommandContext& ctx) {
 
 void Reset(CommandContext& ctx) {
   ctx.session.ClearMulti();
+  ctx.session.EndSubscriptions();
   ctx.session.set_protocol(2);
   {
     std::lock_guard lock(ctx.session.info().mutex);

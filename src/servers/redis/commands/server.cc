@@ -154,6 +154,20 @@ void DerivedSection(CommandContext& ctx, std::string& out) {
   }
 }
 
+// Live subscriptions (SUBSCRIBE, /v1/events, /v1/subscribe), from the SubscriptionHub.
+void SubscriptionsSection(CommandContext& ctx, std::string& out) {
+  out += "# Subscriptions\r\n";
+  const engine::SubscriptionHub* hub = ctx.server.subscriptions();
+  if (hub == nullptr) return;
+  const engine::SubscriptionStats stats = hub->stats();
+  fmt::format_to(std::back_inserter(out),
+                 "subscribers:{}\r\nsubscriptions:{}\r\nsubscription_pending_keys:{}\r\n"
+                 "subscription_updates_sent:{}\r\nsubscriber_disconnects_max_pending:{}\r\n"
+                 "subscriber_disconnects_max_queued_bytes:{}\r\n",
+                 stats.subscribers, stats.subscriptions, stats.pending_keys, stats.updates_sent,
+                 stats.disconnects, stats.queue_limit_disconnects);
+}
+
 // tallyd --source: the PostgreSQL source's figures as "source_<name>:<value>". Nothing
 // (not even the header) without a source.
 void SourceSection(CommandContext& ctx, std::string& out) {
@@ -234,6 +248,7 @@ constexpr InfoSection kSections[] = {
     {"memory", true, MemorySection},     {"persistence", true, PersistenceSection},
     {"stats", true, StatsSection},       {"commandstats", false, CommandStatsSection},
     {"keyspace", true, KeyspaceSection}, {"derived", true, DerivedSection},
+    {"subscriptions", true, SubscriptionsSection},
     {"source", true, SourceSection},     {"errorstats", true, ErrorStatsSection},
     {"hotkeys", true, HotKeysSection},
 };

@@ -1,0 +1,152 @@
+// Pub/sub commands: live values of counters, with Redis's own reply shapes, so that
+// redis-cli SUBSCRIBE and every client's pub/sub API work unchanged.
+//
+// A channel is a counter's key; a message's payload is the counter's value in decimal.
+// SUBSCRIBE key... follows counters exactly; PSUBSCRIBE takes only patterns of the form
+// <literal prefix>* and follows every counter under the prefix ("pmessage"). Each followed
+// counter sends its current value first, then its new values, coalesced to at most one per
+// --subscription-interval-ms (see engine::SubscriptionHub). In RESP2 a subscribed
+// connection takes only (P)SUBSCRIBE, (P)UNSUBSCRIBE, PING, QUIT and RESET, as in Redis; in
+// RESP3 messages are push frames and every command keeps working.
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "core/integer.h"
+#include "servers/redis/session.h"
+
+namespace tally::redis {
+namespace {
+
+// The prefix of a PSUBSCRIBE pattern, or an error for a pattern that is not "<prefix>*".
+Result<std::string> PrefixOfPattern(std::string_view pattern) {
+  const std::string_view prefix = pattern.substr(0, pattern.empty() ? 0 : pattern.size() - 1);
+  if (!pattern.ends_with('*') || prefix.find_first_of("*?[\\") != std::string_view::npos) {
+    return InvalidArgument(fmt::format(
+        "ERR tally supports only key-prefix patterns, <prefix>* (a literal prefix, then one "
+        "'*'), got '{}'",
+        pattern));
+  }
+  return std::string(prefix);
+}
+
+// ["subscribe", "likes:7", 1] and the like.
+void Confirm(CommandContext& ctx, std::string_view kind, const std::string* name) {
+  ctx.reply.PushHeader(3);
+  ctx.reply.Bulk(kind);
+  if (name != nullptr) {
+    ctx.reply.Bulk(*name);
+  } else {
+    ctx.reply.Null();
+  }
+  ctx.reply.Integer(static_cast<int64_t>(ctx.session.subscription_count()));
+}
+
+// SUBSCRIBE / PSUBSCRIBE: keys or prefixes to follow, then one confirmation each.
+void Follow(CommandContext& ctx, bool patterns) {
+  std::vector<std::string> names(ctx.args.begin() + 1, ctx.args.end());
+  std::vector<std::string> prefixes;
+  if (patterns) {
+    for (const std::string& pattern : names) {
+      auto prefix = PrefixOfPattern(pattern);
+      if (!prefix) {
+        ctx.reply.Error(prefix.error().message);
+        return;
+      }
+      prefixes.push_back(std::move(*prefix));
+    }
+  }
+  engine::SubscriptionHub* hub = ctx.server.subscriptions();
+  const engine::SubscriberId subscriber = ctx.session.EnsureSubscriber();
+  if (hub == nullptr || subscriber == 0) {
+    ctx.reply.Error("ERR live subscriptions are not enabled on this server");
+    return;
+  }
+  const Status status =
+      patterns ? hub->Subscribe(subscriber, {}, prefixes) : hub->Subscribe(subscriber, names, {});
+  if (!status) {
+    ctx.reply.Error("ERR " + status.error().message);
+    return;
+  }
+  std::set<std::string>& followed =
+      patterns ? ctx.session.pubsub().patterns : ctx.session.pubsub().channels;
+  for (const std::string& name : names) {
+    followed.insert(name);
+    Confirm(ctx, patterns ? "psubscribe" : "subscribe", &name);
+  }
+}
+
+// UNSUBSCRIBE / PUNSUBSCRIBE: the given names, or all; one confirmation each (one with a
+// null name when nothing was followed).
+void Unfollow(CommandContext& ctx, bool patterns) {
+  std::set<std::string>& followed =
+      patterns ? ctx.session.pubsub().patterns : ctx.session.pubsub().channels;
+  std::vector<std::string> names(ctx.args.begin() + 1, ctx.args.end());
+  if (names.empty()) names.assign(followed.begin(), followed.end());
+  std::vector<std::string> stopped;
+  for (const std::string& name : names) {
+    if (followed.erase(name) == 0) continue;
+    stopped.push_back(patterns ? name.substr(0, name.size() - 1) : name);
+  }
+  engine::SubscriptionHub* hub = ctx.server.subscriptions();
+  const engine::SubscriberId subscriber = ctx.session.pubsub().subscriber;
+  if (hub != nullptr && subscriber != 0 && !stopped.empty()) {
+    if (patterns) {
+      hub->Unsubscribe(subscriber, {}, stopped);
+    } else {
+      hub->Unsubscribe(subscriber, stopped, {});
+    }
+  }
+  const std::string_view kind = patterns ? "punsubscribe" : "unsubscribe";
+  if (names.empty()) Confirm(ctx, kind, nullptr);
+  for (const std::string& name : names) Confirm(ctx, kind, &name);
+}
+
+}  // namespace
+
+engine::SubscriberId Session::EnsureSubscriber() {
+  engine::SubscriptionHub* hub = core_.subscriptions();
+  if (pubsub_.subscriber == 0 && hub != nullptr && sink_factory_) {
+    pubsub_.subscriber = hub->AddSubscriber(sink_factory_());
+  }
+  return pubsub_.subscriber;
+}
+
+void Session::EndSubscriptions() {
+  if (pubsub_.subscriber != 0) core_.subscriptions()->RemoveSubscriber(pubsub_.subscriber);
+  pubsub_ = PubSubState{};
+}
+
+void Session::PushUpdates(const engine::SubscriptionDelivery& delivery) {
+  char digits[24];
+  for (const engine::SubscriptionUpdate& update : delivery.updates()) {
+    const std::string_view value(digits, FormatInt64(update.value, digits));
+    if (pubsub_.channels.contains(update.key)) {
+      writer_.PushHeader(3);
+      writer_.Bulk("message");
+      writer_.Bulk(update.key);
+      writer_.Bulk(value);
+    }
+    for (const std::string& pattern : pubsub_.patterns) {
+      if (!update.key.starts_with(std::string_view(pattern).substr(0, pattern.size() - 1))) {
+        continue;
+      }
+      writer_.PushHeader(4);
+      writer_.Bulk("pmessage");
+      writer_.Bulk(pattern);
+      writer_.Bulk(update.key);
+      writer_.Bulk(value);
+    }
+  }
+}
+
+namespace commands {
+
+void Subscribe(CommandContext& ctx) { Follow(ctx, /*patterns=*/false); }
+void PSubscribe(CommandContext& ctx) { Follow(ctx, /*patterns=*/true); }
+void Unsubscribe(CommandContext& ctx) { Unfollow(ctx, /*patterns=*/false); }
+void PUnsubscribe(CommandContext& ctx) { Unfollow(ctx, /*patterns=*/true); }
+
+}  // namespace commands
+
+}  // namespace tally::redis
