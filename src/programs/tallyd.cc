@@ -12,6 +12,7 @@
 
 #include "engine/derived/derived_counters.h"
 #include "engine/engine.h"
+#include "engine/subscriptions.h"
 #include "servers/http/server.h"
 #include "servers/redis/server.h"
 #include "sources/postgres/postgres_source.h"
@@ -58,6 +59,8 @@ int main(int argc, char** argv) {
   int64_t idempotency_window_seconds = 24 * 3600;
   tally::sources::postgres::PostgresSourceOptions pg_source;
   std::string source_lag_warn_bytes = "1gb";
+  tally::engine::SubscriptionOptions subscription_options;
+  std::string subscriber_max_queued_bytes = "8mb";
 
   app.add_option("--bind", server.bind, "Address to listen on")->capture_default_str();
   app.add_option("--port", server.port, "Port for the Redis protocol (0 = any free port)")
@@ -151,6 +154,20 @@ int main(int argc, char** argv) {
   app.add_option("--source-lag-warn-bytes", source_lag_warn_bytes,
                  "Warn when the stream is this far behind the database's WAL (e.g. 1gb)")
       ->capture_default_str();
+  app.add_option("--subscription-interval-ms", subscription_options.interval_ms,
+                 "Live subscriptions (SUBSCRIBE, /v1/events, /v1/subscribe): a subscriber gets "
+                 "at most one value per counter per this many ms, the latest")
+      ->check(CLI::Range(1, 60000))
+      ->capture_default_str();
+  app.add_option("--subscriber-max-pending", subscription_options.max_pending,
+                 "A subscriber with more counters than this waiting to be sent (it does not keep "
+                 "up) is disconnected, told why")
+      ->check(CLI::Range(size_t{1}, size_t{1} << 30))
+      ->capture_default_str();
+  app.add_option("--subscriber-max-queued-bytes", subscriber_max_queued_bytes,
+                 "A subscriber whose connection holds more than this of messages its client has "
+                 "not read is disconnected (e.g. 8mb)")
+      ->capture_default_str();
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error or off")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "off"}))
       ->capture_default_str();
@@ -162,6 +179,8 @@ int main(int argc, char** argv) {
     server.client_output_buffer_limit = ParseBytes(output_buffer_limit);
     http.max_body_bytes = static_cast<uint64_t>(ParseBytes(http_max_body));
     pg_source.lag_warn_bytes = static_cast<uint64_t>(ParseBytes(source_lag_warn_bytes));
+    subscription_options.max_queued_bytes =
+        static_cast<size_t>(ParseBytes(subscriber_max_queued_bytes));
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   } catch (const std::exception& e) {
@@ -232,8 +251,14 @@ int main(int argc, char** argv) {
     source_report = [s = source.get()] { return s->Report(); };
   }
 
+  // Live subscriptions, fed by every durable commit; tally's own records are never sent.
+  subscription_options.hidden = tally::derived::IsInternalKey;
+  tally::engine::SubscriptionHub subscriptions(&engine.keyspace(), subscription_options);
+  subscriptions.Attach(engine.committer());
+
   tally::redis::RedisServer redis(engine, server, &derived);
   redis.set_source_report(source_report);
+  redis.set_subscriptions(&subscriptions);
   if (auto status = redis.Start(); !status) {
     spdlog::critical("{}", status.error().message);
     engine.Stop();
@@ -243,6 +268,7 @@ int main(int argc, char** argv) {
   http.password = server.requirepass;
   derived.StartRetentionSweeper();  // time buckets past their counter's retention go
   http.source_report = source_report;
+  http.subscriptions = &subscriptions;
   tally::http::HttpServer http_server(engine, derived, http);
   if (auto status = http_server.Start(); !status) {
     spdlog::critical("{}", status.error().message);
@@ -259,6 +285,8 @@ int main(int argc, char** argv) {
       return 1;
     }
   }
+  // The flusher hands updates to the servers' threads: it runs only while both serve.
+  subscriptions.Start();
   spdlog::info("tallyd ready: redis-cli -h {} -p {}, HTTP API on http://{}:{}/ (durability={}, "
                "data in {})",
                server.bind, redis.port(), http.bind, http_server.port(), durability,
@@ -267,6 +295,7 @@ int main(int argc, char** argv) {
   int signal = 0;
   sigwait(&stop_signals, &signal);
   spdlog::info("signal {} received: stopping", signal);
+  subscriptions.Stop();
   if (source != nullptr) source->Stop();  // a last acknowledgement of what is durable
   http_server.Stop();
   redis.Stop();
