@@ -52,8 +52,9 @@ function check(condition, message) {
 
 const browser = await chromium.launch({
   executablePath: process.env.CHROMIUM || '/usr/bin/chromium',
-  // As root, chromium runs only without its sandbox.
-  args: process.getuid && process.getuid() === 0 ? ['--no-sandbox'] : [],
+  // As root, chromium runs only without its sandbox; a container's /dev/shm may be tiny.
+  args: ['--disable-dev-shm-usage',
+         ...(process.getuid && process.getuid() === 0 ? ['--no-sandbox'] : [])],
   timeout: 30000,
 });
 const errors = [];
