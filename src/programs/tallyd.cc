@@ -10,9 +10,12 @@
 #include <memory>
 #include <sstream>
 
+#include "core/metrics.h"
 #include "engine/derived/derived_counters.h"
 #include "engine/engine.h"
+#include "engine/engine_metrics.h"
 #include "engine/subscriptions.h"
+#include "programs/monitoring.h"
 #include "servers/http/server.h"
 #include "servers/redis/server.h"
 #include "sources/postgres/postgres_source.h"
@@ -59,6 +62,8 @@ int main(int argc, char** argv) {
   int64_t idempotency_window_seconds = 24 * 3600;
   tally::sources::postgres::PostgresSourceOptions pg_source;
   std::string source_lag_warn_bytes = "1gb";
+  int64_t ready_max_lag_ms = 10000;
+  bool public_metrics = false;
   tally::engine::SubscriptionOptions subscription_options;
   std::string subscriber_max_queued_bytes = "8mb";
 
@@ -154,6 +159,14 @@ int main(int argc, char** argv) {
   app.add_option("--source-lag-warn-bytes", source_lag_warn_bytes,
                  "Warn when the stream is this far behind the database's WAL (e.g. 1gb)")
       ->capture_default_str();
+  app.add_option("--ready-max-lag-ms", ready_max_lag_ms,
+                 "GET /readyz answers 503 while the --source is not streaming or lags more than "
+                 "this many ms behind PostgreSQL")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 40))
+      ->capture_default_str();
+  app.add_flag("--public-metrics", public_metrics,
+               "Serve GET /metrics without the --requirepass password (for a Prometheus that "
+               "does not send one); /healthz and /readyz are always open");
   app.add_option("--subscription-interval-ms", subscription_options.interval_ms,
                  "Live subscriptions (SUBSCRIBE, /v1/events, /v1/subscribe): a subscriber gets "
                  "at most one value per counter per this many ms, the latest")
@@ -215,7 +228,11 @@ int main(int argc, char** argv) {
   engine_options.commit.sync_interval_ms = sync_interval_ms;
   engine_options.commit.checkpoint_interval_ms = checkpoint_interval_ms;
   engine_options.commit.commit_on_waiting_thread = group_commit == "inline";
+  // Before the engine: the committer feeds histograms of the registry until it stops.
+  tally::metrics::Registry metrics;
+  tally::programs::RegisterProcessMetrics(metrics);
   tally::engine::Engine engine(store->get(), engine_options);
+  tally::engine::RegisterEngineMetrics(engine, metrics, tally::derived::IsInternalKey);
   if (auto status = engine.Start(); !status) {
     spdlog::critical("cannot start the engine: {}", status.error().message);
     return 1;
@@ -249,15 +266,22 @@ int main(int argc, char** argv) {
   if (!pg_source.conninfo.empty()) {
     source = std::make_unique<tally::sources::postgres::PostgresSource>(engine, derived, pg_source);
     source_report = [s = source.get()] { return s->Report(); };
+    tally::programs::RegisterSourceMetrics(*source, pg_source.slot, metrics);
+    http.readiness = [s = source.get(), ready_max_lag_ms] {
+      return tally::programs::SourceReadiness(*s, ready_max_lag_ms);
+    };
   }
+  tally::programs::RegisterDerivedMetrics(derived, metrics);
 
   // Live subscriptions, fed by every durable commit; tally's own records are never sent.
   subscription_options.hidden = tally::derived::IsInternalKey;
   tally::engine::SubscriptionHub subscriptions(&engine.keyspace(), subscription_options);
   subscriptions.Attach(engine.committer());
+  tally::programs::RegisterSubscriptionMetrics(subscriptions, metrics);
 
   tally::redis::RedisServer redis(engine, server, &derived);
   redis.set_source_report(source_report);
+  redis.RegisterMetrics(metrics);
   redis.set_subscriptions(&subscriptions);
   if (auto status = redis.Start(); !status) {
     spdlog::critical("{}", status.error().message);
@@ -268,6 +292,8 @@ int main(int argc, char** argv) {
   http.password = server.requirepass;
   derived.StartRetentionSweeper();  // time buckets past their counter's retention go
   http.source_report = source_report;
+  http.metrics = &metrics;
+  http.public_metrics = public_metrics;
   http.subscriptions = &subscriptions;
   tally::http::HttpServer http_server(engine, derived, http);
   if (auto status = http_server.Start(); !status) {

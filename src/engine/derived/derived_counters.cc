@@ -764,6 +764,8 @@ Result<PushOutcome> DerivedCounters::Push(std::string_view body, std::string_vie
   }
   outcome.required_epoch = view.required_epoch();
   changes_applied_.fetch_add(outcome.applied, std::memory_order_relaxed);
+  pushed_changes_applied_.fetch_add(outcome.applied, std::memory_order_relaxed);
+  keys_written_.fetch_add(outcome.increments, std::memory_order_relaxed);
   return outcome;
 }
 
@@ -929,6 +931,8 @@ Result<PushOutcome> DerivedCounters::ApplyParts(std::span<const SourceTransactio
   }
   outcome.required_epoch = view.required_epoch();
   changes_applied_.fetch_add(outcome.applied, std::memory_order_relaxed);
+  source_changes_applied_.fetch_add(outcome.applied, std::memory_order_relaxed);
+  keys_written_.fetch_add(outcome.increments, std::memory_order_relaxed);
   return outcome;
 }
 

@@ -313,6 +313,17 @@ class DerivedCounters {
   // Totals for INFO: changes applied, and pushes refused whole.
   uint64_t changes_applied() const { return changes_applied_.load(std::memory_order_relaxed); }
   uint64_t pushes_refused() const { return pushes_refused_.load(std::memory_order_relaxed); }
+  // Of changes_applied(), those pushed (Push) and those of source streams (ApplyTransaction),
+  // each counted on its own so that both only grow.
+  uint64_t pushed_changes_applied() const {
+    return pushed_changes_applied_.load(std::memory_order_relaxed);
+  }
+  uint64_t source_changes_applied() const {
+    return source_changes_applied_.load(std::memory_order_relaxed);
+  }
+  // Counter keys written by applied changes (PushOutcome::increments, summed): one per
+  // group a change (or transaction) moved, a group back at 0 deleted included.
+  uint64_t keys_written() const { return keys_written_.load(std::memory_order_relaxed); }
 
  private:
   struct Catalog;
@@ -365,6 +376,9 @@ class DerivedCounters {
   bool IsStreamed(std::string_view source) const;
   std::atomic<uint64_t> changes_applied_{0};
   std::atomic<uint64_t> pushes_refused_{0};
+  std::atomic<uint64_t> pushed_changes_applied_{0};
+  std::atomic<uint64_t> source_changes_applied_{0};
+  std::atomic<uint64_t> keys_written_{0};
   std::mutex sweeper_mutex_;
   std::condition_variable sweeper_wake_;
   bool sweeper_stopping_ = false;  // guarded by sweeper_mutex_

@@ -123,6 +123,7 @@ void HttpConnection::Start() { ReadRequest(); }
 
 void HttpConnection::Refuse() {
   keep_alive_ = false;
+  worker_.shared().requests.Count(-1, 503);
   ResponseHead head;
   head.status = 503;
   head.keep_alive = false;
@@ -342,6 +343,7 @@ void HttpConnection::OnReadError(const boost::system::error_code& error) {
 }
 
 void HttpConnection::AppendError(int status, std::string_view message) {
+  worker_.shared().requests.Count(-1, status);
   reading_ = false;
   keep_alive_ = false;
   parser_.reset();

@@ -3,8 +3,11 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 
+#include "core/metrics.h"
+#include "core/status.h"
 #include "core/status_report.h"
 #include "engine/subscriptions.h"
 
@@ -30,6 +33,13 @@ struct HttpOptions {
   std::string password;
   // tallyd --source: the PostgreSQL source's figures for GET /v1/status; empty = no source.
   StatusReporter source_report;
+  // tallyd's metrics: GET /metrics renders them and the server adds its own figures
+  // (tally_http_*); null = no /metrics. The registry must outlive the server.
+  metrics::Registry* metrics = nullptr;
+  // tallyd --public-metrics: GET /metrics without the password.
+  bool public_metrics = false;
+  // GET /readyz's checks beyond the store's health (see Api::GetReady); empty = none.
+  std::function<Status()> readiness;
   // tallyd's live subscriptions (GET /v1/events, /v1/subscribe); null = not offered (503).
   engine::SubscriptionHub* subscriptions = nullptr;
 };

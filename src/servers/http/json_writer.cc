@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
+
 namespace tally::http {
 namespace {
 
@@ -166,6 +168,16 @@ JsonWriter& JsonWriter::UInt(uint64_t value) {
 JsonWriter& JsonWriter::Bool(bool value) {
   BeforeValue();
   out_.append(value ? "true" : "false");
+  return *this;
+}
+
+JsonWriter& JsonWriter::Double(double value) {
+  BeforeValue();
+  if (std::isfinite(value)) {
+    fmt::format_to(std::back_inserter(out_), "{}", value);
+  } else {
+    out_.append("null");
+  }
   return *this;
 }
 

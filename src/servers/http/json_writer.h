@@ -30,6 +30,9 @@ class JsonWriter {
   JsonWriter& Int(int64_t value);
   JsonWriter& UInt(uint64_t value);
   JsonWriter& Bool(bool value);
+  // A finite number in the shortest form that reads back the same ("12.5", "3"); JSON has
+  // no NaN or infinity: those are written as null.
+  JsonWriter& Double(double value);
 
   const std::string& text() const { return out_; }
   std::string Take() { return std::move(out_); }

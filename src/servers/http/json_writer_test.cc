@@ -2,6 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <limits>
+
 namespace tally::http {
 namespace {
 
@@ -70,6 +73,14 @@ TEST(JsonWriterTest, PlacesCommasAndColons) {
   EXPECT_EQ(json.text(),
             R"({"items":[{"key":"a:1","value":-12},{"key":"a:2","value":7}],"empty":[],)"
             R"("n":18446744073709551615,"ok":true,"list":["x",false,0]})");
+}
+
+TEST(JsonWriterTest, DoublesAreShortestAndNeverNanOrInfinity) {
+  JsonWriter json;
+  json.BeginArray().Double(12.5).Double(3).Double(0.1).Double(std::nan("")).Double(
+      std::numeric_limits<double>::infinity());
+  json.EndArray();
+  EXPECT_EQ(json.text(), "[12.5,3,0.1,null,null]");
 }
 
 TEST(JsonWriterTest, ErrorJson) {

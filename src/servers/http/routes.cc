@@ -62,6 +62,9 @@ const Api::Route Api::kRoutes[] = {
     {{"DELETE", "/v1/definitions/{counter}", ""}, &Api::DeleteDefinition},
     {{"GET", "/v1/status", ""}, &Api::GetStatus},
     {{"GET", "/healthz", ""}, &Api::GetHealth},
+    {{"GET", "/readyz", ""}, &Api::GetReady},
+    {{"GET", "/metrics", ""}, &Api::GetMetrics},
+    {{"GET", "/v1/hot", "n"}, &Api::GetHot},
     {{"GET", "/v1/events", "key* prefix* token"}, &Api::GetEvents},
     {{"GET", "/v1/subscribe", "key* prefix* token"}, &Api::GetSubscribe},
     {{"GET", "/", ""}, &Api::GetPage},
@@ -182,6 +185,13 @@ Api::Api(engine::Engine& engine, derived::DerivedCounters& derived, std::string 
 Api::~Api() = default;
 
 ApiResponse Api::Handle(const ApiRequest& request) {
+  int route = -1;
+  ApiResponse response = Dispatch(request, &route);
+  if (monitoring_.requests != nullptr) monitoring_.requests->Count(route, response.status);
+  return response;
+}
+
+ApiResponse Api::Dispatch(const ApiRequest& request, int* route) {
   auto target = ParseRequestTarget(request.target);
   if (!target) return Fail(400, target.error().message);
   RouteMatch match = TheRouter().Match(request.method, *target);
@@ -202,10 +212,13 @@ ApiResponse Api::Handle(const ApiRequest& request) {
       break;
   }
   const Handler handler = kRoutes[match.route].handler;
+  *route = static_cast<int>(match.route);
   // With a password every route but the liveness probe and the dashboard's files (the page
   // asks for the password, then sends it with its data calls) needs it.
-  const bool open =
-      handler == &Api::GetHealth || handler == &Api::GetPage || handler == &Api::GetAsset;
+  // The readiness probe is open too, and /metrics when told so (tallyd --public-metrics).
+  const bool open = handler == &Api::GetHealth || handler == &Api::GetPage ||
+                    handler == &Api::GetAsset || handler == &Api::GetReady ||
+                    (handler == &Api::GetMetrics && monitoring_.public_metrics);
   // The subscription routes also take it as ?token=: a browser's EventSource cannot set headers.
   const bool token_given = (handler == &Api::GetEvents || handler == &Api::GetSubscribe) &&
                            std::ranges::any_of(target->query, [&](const auto& parameter) {
@@ -508,6 +521,82 @@ ApiResponse Api::Subscribe(const Call& call, bool websocket) {
   ApiResponse response;
   response.subscription = std::move(subscription);
   return response;
+}
+
+// Ready: commits to the store succeed and the readiness check (tallyd: every --source
+// streaming, lag within --ready-max-lag-ms) passes. Not ready: 503 with
+// {"status":"not ready","reason":"..."}.
+ApiResponse Api::GetReady(const Call& call) {
+  std::string reason;
+  if (!engine_.committer().stats().healthy) {
+    reason = "commits to the store are failing";
+  } else if (monitoring_.readiness) {
+    if (auto status = monitoring_.readiness(); !status) reason = status.error().message;
+  }
+  if (reason.empty()) return Ok(R"({"status":"ready"})");
+  JsonWriter json;
+  json.BeginObject().Key("status").String("not ready").Key("reason").String(reason).EndObject();
+  ApiResponse response = Ok(json.Take());
+  response.status = 503;
+  return response;
+}
+
+ApiResponse Api::GetMetrics(const Call& call) {
+  if (monitoring_.metrics == nullptr) return Fail(404, "metrics are not served here");
+  ApiResponse response = Ok(monitoring_.metrics->Render());
+  response.content_type = metrics::Registry::kContentType;
+  return response;
+}
+
+// {"window_seconds":60,"counters":[{"key":"..","writes_per_second":12.5,"writes":750},...]},
+// most written first; tally's own records left out.
+ApiResponse Api::GetHot(const Call& call) {
+  auto n = CountParameter(call.Query("n"), "n", kDefaultHotKeys);
+  if (!n) return Fail(n.error());
+  JsonWriter json;
+  json.BeginObject()
+      .Key("window_seconds")
+      .Int(engine::HotKeys::kWindowSeconds)
+      .Key("counters")
+      .BeginArray();
+  for (const engine::HotKey& key : engine_.hot_keys().Top(*n, derived::IsInternalKey)) {
+    json.BeginObject()
+        .Key("key")
+        .String(key.key)
+        .Key("writes_per_second")
+        .Double(key.writes_per_second)
+        .Key("writes")
+        .UInt(key.writes)
+        .EndObject();
+  }
+  json.EndArray().EndObject();
+  return Ok(json.Take());
+}
+
+ApiRequestCounts::ApiRequestCounts()
+    : routes_(std::size(Api::kRoutes)),
+      counts_(std::make_unique<metrics::Counter[]>((routes_ + 1) * kClasses)) {}
+
+ApiRequestCounts::~ApiRequestCounts() = default;
+
+void ApiRequestCounts::Count(int route, int status) {
+  const size_t row = route < 0 ? routes_ : static_cast<size_t>(route);
+  const int status_class = std::clamp(status / 100, 1, kClasses);
+  counts_[row * kClasses + static_cast<size_t>(status_class - 1)].Add();
+}
+
+void ApiRequestCounts::Collect(metrics::SampleWriter& out) const {
+  for (size_t row = 0; row <= routes_; ++row) {
+    for (int status_class = 1; status_class <= kClasses; ++status_class) {
+      const uint64_t count = counts_[row * kClasses + static_cast<size_t>(status_class - 1)].Value();
+      if (count == 0) continue;
+      const bool routed = row < routes_;
+      out.Add({{"method", routed ? std::string(Api::kRoutes[row].pattern.method) : ""},
+               {"route", routed ? std::string(Api::kRoutes[row].pattern.path) : ""},
+               {"code", fmt::format("{}xx", status_class)}},
+              count);
+    }
+  }
 }
 
 ApiResponse Api::GetHealth(const Call& call) {

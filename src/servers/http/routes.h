@@ -15,6 +15,9 @@
 //   DELETE /v1/definitions/{counter}       DROP COUNTER
 //   GET    /v1/status                      durability, counters, and the --source figures
 //   GET    /healthz                        liveness (503 while commits fail)
+//   GET    /readyz                         readiness: 200, or 503 and why (see GetReady)
+//   GET    /metrics                        Prometheus text format 0.0.4 (core/metrics.h)
+//   GET    /v1/hot                         the most-written counters of the last minute
 //   GET    /v1/events?key=&prefix=         live values as Server-Sent Events
 //   GET    /v1/subscribe?key=&prefix=      live values over a WebSocket
 //   GET    /, /assets/...                  the web dashboard (dashboard_assets.h)
@@ -28,12 +31,14 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "core/metrics.h"
 #include "core/status_report.h"
 #include "engine/derived/derived_counters.h"
 #include "engine/engine.h"
@@ -41,6 +46,35 @@
 namespace tally::http {
 
 class Router;
+
+// Responses counted by route and status class, for tally_http_requests_total. One per
+// server, shared by its Apis and connections: Count() from any thread without a lock.
+class ApiRequestCounts {
+ public:
+  ApiRequestCounts();
+  ~ApiRequestCounts();
+  // `route`: the route's index in the Api's table, or -1 when none matched (or the request
+  // never reached the Api: malformed, too large, refused).
+  void Count(int route, int status);
+  // tally_http_requests_total{method,route,code} of every non-zero count; method and route
+  // empty (absent) for -1; code "2xx" and so on.
+  void Collect(metrics::SampleWriter& out) const;
+
+ private:
+  static constexpr int kClasses = 5;  // 1xx .. 5xx
+  const size_t routes_;
+  std::unique_ptr<metrics::Counter[]> counts_;  // (routes_ + 1) * kClasses; the last row: -1
+};
+
+// What the monitoring routes serve and how responses are counted; everything optional.
+struct ApiMonitoring {
+  const metrics::Registry* metrics = nullptr;  // GET /metrics renders it; null: 404
+  bool public_metrics = false;                 // /metrics needs no password
+  // GET /readyz's checks beyond the store's health: an error means not ready, its message
+  // says why. Called from the HTTP threads.
+  std::function<Status()> readiness;
+  ApiRequestCounts* requests = nullptr;  // counts every response Handle() returns
+};
 
 struct ApiRequest {
   std::string_view method;  // "GET", "POST", ... as sent
@@ -95,10 +129,14 @@ class Api {
 
   ApiResponse Handle(const ApiRequest& request);
 
+  // REQUIRES: before the first Handle(). What it points to must outlive the Api.
+  void set_monitoring(ApiMonitoring monitoring) { monitoring_ = std::move(monitoring); }
+
   // Limits of the listing routes.
   static constexpr int64_t kMaxLimit = 10000;    // ?limit= of /v1/list, ?k= of /v1/top
   static constexpr int64_t kDefaultLimit = 100;  // /v1/list
   static constexpr int64_t kDefaultTopK = 10;    // /v1/top
+  static constexpr int64_t kDefaultHotKeys = 10;  // ?n= of /v1/hot
 
  private:
   struct Call;
@@ -121,6 +159,12 @@ class Api {
   ApiResponse DeleteDefinition(const Call& call);
   ApiResponse GetStatus(const Call& call);
   ApiResponse GetHealth(const Call& call);
+  ApiResponse GetReady(const Call& call);    // GET /readyz
+  ApiResponse GetMetrics(const Call& call);  // GET /metrics
+  ApiResponse GetHot(const Call& call);      // GET /v1/hot
+  // Handle() but for the counting: `route` gets the matched route's index (else -1).
+  ApiResponse Dispatch(const ApiRequest& request, int* route);
+  friend class ApiRequestCounts;  // reads kRoutes' names
   ApiResponse GetEvents(const Call& call);     // GET /v1/events
   ApiResponse GetSubscribe(const Call& call);  // GET /v1/subscribe
   ApiResponse Subscribe(const Call& call, bool websocket);
@@ -132,6 +176,7 @@ class Api {
   const std::string password_;
   const std::string expected_authorization_;  // "Bearer <password>", built once
   const StatusReporter source_report_;
+  ApiMonitoring monitoring_;
   std::unique_ptr<Scratch> scratch_;
 };
 

@@ -21,7 +21,24 @@ struct HttpServer::DurableHub {
 HttpServer::HttpServer(engine::Engine& engine, derived::DerivedCounters& derived,
                        HttpOptions options)
     : shared_(std::make_unique<HttpShared>(engine, derived, std::move(options))),
-      hub_(std::make_shared<DurableHub>()) {}
+      hub_(std::make_shared<DurableHub>()) {
+  metrics::Registry* registry = shared_->options.metrics;
+  if (registry == nullptr) return;
+  HttpShared* shared = shared_.get();
+  registry->AddCollector(
+      "tally_http_requests_total",
+      "HTTP responses by route and status class (method and route empty: no route matched, "
+      "or the request was malformed, too large or refused).",
+      metrics::Type::kCounter, [shared](metrics::SampleWriter& out) { shared->requests.Collect(out); });
+  registry->AddGauge("tally_http_connections", "HTTP connections open.", [shared] {
+    return static_cast<double>(shared->connections.load(std::memory_order_relaxed));
+  });
+  registry->AddCollector("tally_http_refused_connections_total",
+                         "HTTP connections refused (--http-max-connections).",
+                         metrics::Type::kCounter, [shared](metrics::SampleWriter& out) {
+                           out.Add(shared->refused.load(std::memory_order_relaxed));
+                         });
+}
 
 HttpServer::~HttpServer() { Stop(); }
 

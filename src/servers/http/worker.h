@@ -35,6 +35,7 @@ struct HttpShared {
   const HttpOptions options;
   std::atomic<int64_t> connections{0};  // open, counted against max_connections
   std::atomic<uint64_t> refused{0};     // refused for max_connections
+  ApiRequestCounts requests;            // every response, by route and status class
 };
 
 class HttpWorker {
