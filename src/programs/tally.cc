@@ -23,7 +23,10 @@
 //   4. tallyd's groups are read with COUNTER.SCAN while the hold stands and compared
 //      with the SELECT's rows, keyed as tally keys them (definitions::EncodeKey over the
 //      rows parsed by pg_types' ParsePgText); groups of value 0 or NULL are absent on
-//      both sides.
+//      both sides. A counter with a retention (WITH (retention = ...)) is compared on its
+//      groups within retention only: those whose time bucket has expired by tallyd's clock
+//      (TIME, read after both sides) are left out on both sides, as tallyd removes them and
+//      skips late changes to them while the source keeps their rows.
 //   5. With --repair, COUNTER.REPAIR sets every differing group to the source's value
 //      (batches of 1000 groups, each one atomic commit), still held; then the counter is
 //      read again and must be equal.
@@ -66,7 +69,10 @@
 #include <utility>
 #include <vector>
 
+#include "engine/definitions/compiler.h"
 #include "engine/definitions/lexer.h"
+#include "engine/definitions/parser.h"
+#include "engine/definitions/time_util.h"
 #include "engine/definitions/value.h"
 #include "sources/postgres/pg_types.h"
 #include "sources/postgres/pgoutput.h"
@@ -487,9 +493,34 @@ struct Counter {
   std::string source;
   std::string select;  // the definition's SELECT
   int64_t groups = 0;  // as COUNTER.LIST saw them
+  // The definition compiled here: its SELECT, and its retention when it has one.
+  std::shared_ptr<const defs::CompiledCounter> compiled;
 };
 
+// The schemas of tallyd's sources (SHOW SOURCES), to compile its counters' definitions.
+std::vector<defs::SourceSchema> ListSources(RespClient& tally) {
+  const Reply reply = tally.Check({"COUNTER.DEFINE", "SHOW SOURCES"});
+  if (reply.kind != Reply::Kind::kArray) Fail("tallyd: SHOW SOURCES answered " + reply.Describe());
+  std::vector<defs::SourceSchema> sources;
+  for (const Reply& item : reply.items) {
+    auto statement = defs::ParseStatement(item.text);
+    const auto* create = statement ? std::get_if<defs::CreateSource>(&*statement) : nullptr;
+    auto schema =
+        create != nullptr ? defs::CompileSource(*create) : tally::Result<defs::SourceSchema>();
+    if (create == nullptr || !schema) {
+      Fail(fmt::format("tallyd: SHOW SOURCES: unexpected source '{}'", item.text));
+    }
+    sources.push_back(std::move(*schema));
+  }
+  return sources;
+}
+
 std::vector<Counter> ListCounters(RespClient& tally) {
+  const std::vector<defs::SourceSchema> sources = ListSources(tally);
+  const defs::Catalog catalog = [&](std::string_view name) -> const defs::SourceSchema* {
+    const auto it = std::ranges::find(sources, name, &defs::SourceSchema::name);
+    return it == sources.end() ? nullptr : &*it;
+  };
   const Reply reply = tally.Check({"COUNTER.LIST"});
   if (reply.kind != Reply::Kind::kArray) Fail("tallyd: COUNTER.LIST answered " + reply.Describe());
   std::vector<Counter> counters;
@@ -507,13 +538,15 @@ std::vector<Counter> ListCounters(RespClient& tally) {
       if (field == "sql") sql = value.text;
       if (field == "groups") c.groups = value.AsInteger().value_or(0);
     }
-    // "CREATE COUNTER <name> AS <select>", the name spelled as the definitions spell it.
-    const std::string prefix = "CREATE COUNTER " + defs::QuoteIdentifier(c.name) + " AS ";
-    if (!sql.starts_with(prefix))
-      Fail(fmt::format("tallyd: counter {}: unexpected SQL '{}'", c.name, sql));
-    c.select = sql.substr(prefix.size());
-    while (!c.select.empty() && (c.select.back() == ';' || c.select.back() == ' '))
-      c.select.pop_back();
+    // The normalised CREATE COUNTER, compiled as tallyd compiled it: its sql() is the SELECT
+    // to run on the source (without the WITH options).
+    auto compiled = defs::CompileSql(sql, catalog);
+    if (!compiled || compiled->name() != c.name) {
+      Fail(fmt::format("tallyd: counter {}: unexpected SQL '{}'{}", c.name, sql,
+                       compiled ? "" : ": " + compiled.error().message));
+    }
+    c.select = compiled->sql();
+    c.compiled = std::make_shared<const defs::CompiledCounter>(std::move(*compiled));
     counters.push_back(std::move(c));
   }
   return counters;
@@ -675,6 +708,29 @@ Groups TallyGroups(RespClient& tally, const Counter& counter, Progress& progress
     if (calls > 100'000'000) Fail("tallyd: COUNTER.SCAN " + counter.name + " does not end");
   }
   return groups;
+}
+
+// tallyd's clock (TIME), in microseconds: the clock its retention follows.
+int64_t ServerMicros(RespClient& tally) {
+  const Reply reply = tally.Check({"TIME"});
+  if (reply.kind != Reply::Kind::kArray || reply.items.size() != 2 ||
+      !reply.items[0].AsInteger() || !reply.items[1].AsInteger()) {
+    Fail("tallyd: TIME answered " + reply.Describe());
+  }
+  return *reply.items[0].AsInteger() * 1'000'000 + *reply.items[1].AsInteger();
+}
+
+// Drops the groups of a counter with a retention whose time bucket is past it at
+// `now_micros`: tallyd removes those groups and skips late changes to them, while the source
+// keeps their rows. Expiry only grows with time, so with `now_micros` read after both sides
+// were, every group kept here was within retention all along and is compared exactly.
+// Returns how many groups it dropped.
+size_t DropExpired(const defs::CompiledCounter& counter, int64_t now_micros, Groups& groups) {
+  if (!counter.retention()) return 0;
+  return std::erase_if(groups, [&](const auto& group) {
+    const std::optional<int64_t> start = counter.BucketOfKey(group.first);
+    return start && counter.Expired(*start, now_micros);
+  });
 }
 
 struct Difference {
@@ -922,9 +978,19 @@ int Verify(const VerifyOptions& options) {
     // A terminal gets a progress bar for large families only; --progress always.
     const bool show = options.progress || (progress_enabled && counter.groups >= 10'000);
     Progress progress(show, counter.name, counter.groups);
-    const Groups source = SourceGroups(sql, counter, progress);
+    Groups source = SourceGroups(sql, counter, progress);
     Groups mine = TallyGroups(tally, counter, progress);
     progress.Finish();
+    if (counter.compiled->retention()) {
+      const int64_t now = ServerMicros(tally);
+      const size_t expired = DropExpired(*counter.compiled, now, source);
+      DropExpired(*counter.compiled, now, mine);
+      if (expired > 0) {
+        fmt::print("{}: {} past its retention of {}, not compared\n", counter.name,
+                   Plural(expired, "source group", "source groups"),
+                   defs::RetentionText(*counter.compiled->retention()));
+      }
+    }
     std::vector<Difference> diffs = Compare(mine, source);
     for (const Difference& d : diffs) {
       fmt::print("{}: tally {}, source {}\n", d.key, d.tally, d.source);
@@ -953,6 +1019,11 @@ int Verify(const VerifyOptions& options) {
     Progress again(show, counter.name, static_cast<int64_t>(source.size()));
     mine = TallyGroups(tally, counter, again);
     again.Finish();
+    if (counter.compiled->retention()) {
+      const int64_t now = ServerMicros(tally);
+      DropExpired(*counter.compiled, now, source);
+      DropExpired(*counter.compiled, now, mine);
+    }
     const std::vector<Difference> left = Compare(mine, source);
     if (left.empty()) {
       repaired += diffs.size();

@@ -14,10 +14,13 @@ counters over `posts`, REPLICA IDENTITY FULL) serve the tests, in order:
   string, a hold already set by someone else (left in place), tallyd never reaching the
   hold (--timeout), and SIGINT while waiting: exit 2 with the message, and the hold
   released every time.
+- test_4_retention: a counter with a retention defined mid-stream: the groups past it
+  (which tallyd never counted) are left out on both sides, the rest is equal.
 
 Environment: TALLYD, TALLY_CLI (the `tally` program).
 """
 
+import calendar
 import os
 import random
 import re
@@ -278,6 +281,41 @@ class VerifyTest(unittest.TestCase):
                             "'tally_verify%'"):
             self.assertLess(time.monotonic(), deadline, "a temporary slot was left behind")
             time.sleep(0.1)
+
+    def test_4_retention(self):
+        # A counter defined mid-stream WITH a retention that cuts the posts' days (2024-05-01
+        # to 05-10) in two by today's clock: its backfill skips the expired days, which the
+        # source still has; verify leaves them out on both sides and finds it equal.
+        self.wait_caught_up()
+        days = int((time.time() - calendar.timegm((2024, 5, 5, 12, 0, 0))) // 86400)
+        with RespConn(self.server.port) as c:
+            reply = c.call("COUNTER.DEFINE", "CREATE COUNTER recent_posts AS SELECT blog_id, "
+                           "date_trunc('day', created_at) AS day, count(*) FROM posts "
+                           "GROUP BY blog_id, day WITH (retention = '%d days')" % days)
+            self.assertEqual(reply, ["CREATE COUNTER recent_posts"])
+        try:
+            deadline = time.monotonic() + 60
+            while True:  # until the backfill is done
+                code, out, err = self.verify("recent_posts")
+                if code == 0 or time.monotonic() > deadline:
+                    break
+                time.sleep(0.2)
+            self.assertEqual(code, 0, out + err)
+            expired = re.search(r"(?m)^recent_posts: (\d+) source groups past its retention of "
+                                r"%d days, not compared$" % days, out)
+            self.assertIsNotNone(expired, out)
+            self.assertGreater(int(expired.group(1)), 0)
+            equal = re.search(r"(?m)^recent_posts: equal \((\d+) groups?\)$", out)
+            self.assertIsNotNone(equal, out)
+            self.assertGreater(int(equal.group(1)), 0)
+            with RespConn(self.server.port) as c:
+                _, flat = c.call("COUNTER.SCAN", "recent_posts", "0", "10000")
+            days_kept = {key.split(":")[2][:8] for key in flat[::2]}
+            self.assertTrue(days_kept and min(days_kept) >= "20240505", days_kept)
+            self.assert_released()
+        finally:
+            with RespConn(self.server.port) as c:
+                c.call("COUNTER.DROP", "recent_posts")
 
 
 if __name__ == "__main__":
