@@ -25,6 +25,9 @@ for (const name of ['esbuild', 'uplot']) {
   }
 }
 const esbuild = await import('esbuild');
+// uPlot's copyright notice is a plain comment, which minifying drops: its MIT licence asks
+// that it travel with the code.
+const uplot = JSON.parse(readFileSync(join(here, 'node_modules', 'uplot', 'package.json'), 'utf8'));
 
 rmSync(out, { recursive: true, force: true });
 mkdirSync(join(out, 'assets'), { recursive: true });
@@ -39,6 +42,9 @@ const result = await esbuild.build({
   entryNames: '[name]-[hash]',
   outdir: join(out, 'assets'),
   metafile: true,
+  banner: {
+    js: `/*! tally dashboard; includes uPlot ${uplot.version}, (c) Leon Sorokin, MIT License */`,
+  },
   logLevel: 'warning',
 });
 
