@@ -90,17 +90,7 @@ SubscriberId SubscriptionHub::AddSubscriber(std::shared_ptr<SubscriberSink> sink
 
 void SubscriptionHub::RemoveSubscriber(SubscriberId id) {
   std::lock_guard lock(mutex_);
-  const auto it = subscribers_.find(id);
-  if (it == subscribers_.end()) return;
-  Subscriber& subscriber = *it->second;
-  for (const std::string& key : subscriber.keys) Unindex(subscriber, key, false);
-  for (const std::string& prefix : subscriber.prefixes) Unindex(subscriber, prefix, true);
-  subscriptions_ -= subscriber.keys.size() + subscriber.prefixes.size();
-  pending_keys_ -= subscriber.pending.size();
-  if (subscriber.dirty) std::erase(dirty_, &subscriber);
-  std::erase(overflowed_, &subscriber);
-  subscribers_.erase(it);
-  subscriber_count_.fetch_sub(1, std::memory_order_relaxed);
+  if (Subscriber* subscriber = Find(id); subscriber != nullptr) Erase(*subscriber);
 }
 
 SubscriptionHub::Subscriber* SubscriptionHub::Find(SubscriberId id) {
@@ -356,61 +346,87 @@ void SubscriptionHub::OnCommit(const CommitBatch& batch) {
 }
 
 void SubscriptionHub::Flush() {
-  std::vector<std::pair<std::shared_ptr<SubscriberSink>, SubscriptionDelivery>> deliveries;
-  std::vector<std::pair<std::shared_ptr<SubscriberSink>, std::string>> dropped;
+  // One subscriber at a time under the lock: the committing thread (OnCommit) waits for at
+  // most one subscriber's updates, however many subscribers there are.
+  std::vector<SubscriberId> due;
   {
     std::lock_guard lock(mutex_);
-    const uint64_t durable = durable_epoch_.load(std::memory_order_acquire);
-    size_t kept = 0;
-    for (size_t i = 0; i < dirty_.size(); ++i) {
-      Subscriber& subscriber = *dirty_[i];
-      if (!subscriber.dropped.empty()) {
-        dropped.emplace_back(std::move(subscriber.sink), std::move(subscriber.dropped));
-        subscribers_.erase(subscriber.id);
-        subscriber_count_.fetch_sub(1, std::memory_order_relaxed);
-        continue;
-      }
-      if (subscriber.priming > 0 || subscriber.in_flight->load(std::memory_order_acquire)) {
-        dirty_[kept++] = &subscriber;  // the next tick, with whatever coalesced meanwhile
-        continue;
-      }
-      std::vector<SubscriptionUpdate> updates;
-      for (auto it = subscriber.pending.begin(); it != subscriber.pending.end();) {
-        const Pending& pending = it->second;
-        if (pending.epoch > durable) {
-          ++it;  // read by Subscribe from an epoch not durable yet
-          continue;
-        }
-        const auto sent = subscriber.sent.find(it->first);
-        const int64_t last = sent == subscriber.sent.end() ? 0 : sent->second;
-        if (pending.forced || pending.value != last) {
-          updates.push_back(SubscriptionUpdate{it->first, pending.value});
-          if (pending.value == 0) {
-            if (sent != subscriber.sent.end()) subscriber.sent.erase(sent);
-          } else if (sent != subscriber.sent.end()) {
-            sent->second = pending.value;
-          } else {
-            subscriber.sent.emplace(it->first, pending.value);
-          }
-        }
-        subscriber.pending.erase(it++);
-        --pending_keys_;
-      }
-      if (subscriber.pending.empty()) {
-        subscriber.dirty = false;
-      } else {
-        dirty_[kept++] = &subscriber;
-      }
-      if (updates.empty()) continue;
-      updates_sent_ += updates.size();
-      subscriber.in_flight->store(true, std::memory_order_release);
-      deliveries.emplace_back(subscriber.sink,
-                              SubscriptionDelivery(std::move(updates), subscriber.in_flight));
+    due.reserve(dirty_.size());
+    for (Subscriber* subscriber : dirty_) {
+      subscriber->dirty = false;
+      due.push_back(subscriber->id);
     }
-    dirty_.resize(kept);
+    dirty_.clear();
   }
-  for (auto& [sink, reason] : dropped) sink->Disconnect(std::move(reason));
-  for (auto& [sink, delivery] : deliveries) sink->Deliver(std::move(delivery));
+  for (const SubscriberId id : due) {
+    std::shared_ptr<SubscriberSink> sink;
+    std::optional<SubscriptionDelivery> delivery;
+    std::string dropped;
+    {
+      std::lock_guard lock(mutex_);
+      Subscriber* subscriber = Find(id);
+      if (subscriber == nullptr) continue;
+      if (!subscriber->dropped.empty()) {
+        sink = std::move(subscriber->sink);
+        dropped = std::move(subscriber->dropped);
+        Erase(*subscriber);
+      } else {
+        delivery = TakeDue(*subscriber);
+        if (delivery) sink = subscriber->sink;
+      }
+    }
+    if (!dropped.empty()) {
+      sink->Disconnect(std::move(dropped));
+    } else if (delivery) {
+      sink->Deliver(std::move(*delivery));
+    }
+  }
+}
+
+std::optional<SubscriptionDelivery> SubscriptionHub::TakeDue(Subscriber& subscriber) {
+  if (subscriber.priming > 0 || subscriber.in_flight->load(std::memory_order_acquire)) {
+    MarkDirty(subscriber);  // the next tick, with whatever coalesced meanwhile
+    return std::nullopt;
+  }
+  const uint64_t durable = durable_epoch_.load(std::memory_order_acquire);
+  std::vector<SubscriptionUpdate> updates;
+  for (auto it = subscriber.pending.begin(); it != subscriber.pending.end();) {
+    const Pending& pending = it->second;
+    if (pending.epoch > durable) {
+      ++it;  // read by Subscribe from an epoch not durable yet
+      continue;
+    }
+    const auto sent = subscriber.sent.find(it->first);
+    const int64_t last = sent == subscriber.sent.end() ? 0 : sent->second;
+    if (pending.forced || pending.value != last) {
+      updates.push_back(SubscriptionUpdate{it->first, pending.value});
+      if (pending.value == 0) {
+        if (sent != subscriber.sent.end()) subscriber.sent.erase(sent);
+      } else if (sent != subscriber.sent.end()) {
+        sent->second = pending.value;
+      } else {
+        subscriber.sent.emplace(it->first, pending.value);
+      }
+    }
+    subscriber.pending.erase(it++);
+    --pending_keys_;
+  }
+  if (!subscriber.pending.empty()) MarkDirty(subscriber);
+  if (updates.empty()) return std::nullopt;
+  updates_sent_ += updates.size();
+  subscriber.in_flight->store(true, std::memory_order_release);
+  return SubscriptionDelivery(std::move(updates), subscriber.in_flight);
+}
+
+void SubscriptionHub::Erase(Subscriber& subscriber) {
+  for (const std::string& key : subscriber.keys) Unindex(subscriber, key, false);
+  for (const std::string& prefix : subscriber.prefixes) Unindex(subscriber, prefix, true);
+  subscriptions_ -= subscriber.keys.size() + subscriber.prefixes.size();
+  pending_keys_ -= subscriber.pending.size();
+  if (subscriber.dirty) std::erase(dirty_, &subscriber);
+  std::erase(overflowed_, &subscriber);
+  subscribers_.erase(subscriber.id);
+  subscriber_count_.fetch_sub(1, std::memory_order_relaxed);
 }
 
 SubscriptionStats SubscriptionHub::stats() const {

@@ -43,6 +43,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -215,6 +216,11 @@ class SubscriptionHub {
   // Drops the subscribers whose pending map outgrew max_pending (Offer lists them).
   void DropOverflowed();
   void Drop(Subscriber& subscriber, std::string reason);
+  // Forgets the subscriber entirely (its indexes, pending values, dirty mark).
+  void Erase(Subscriber& subscriber);
+  // The subscriber's pending values that are durable, as a delivery (marking it in flight);
+  // nothing when it waits (priming, a delivery in flight) or has nothing due.
+  std::optional<SubscriptionDelivery> TakeDue(Subscriber& subscriber);
   // Calls `visit` for each subscriber following `key` (once per matching subscription).
   template <typename Visit>
   void ForEachMatch(std::string_view key, Visit&& visit);

@@ -100,6 +100,8 @@ void Unfollow(CommandContext& ctx, bool patterns) {
   const std::string_view kind = patterns ? "punsubscribe" : "unsubscribe";
   if (names.empty()) Confirm(ctx, kind, nullptr);
   for (const std::string& name : names) Confirm(ctx, kind, &name);
+  // Following nothing: the hub forgets the subscriber until the next SUBSCRIBE.
+  if (ctx.session.subscription_count() == 0) ctx.session.EndSubscriptions();
 }
 
 }  // namespace
