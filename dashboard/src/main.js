@@ -50,6 +50,8 @@ function askPassword() {
       login = null;
       resolve();
     };
+    // Escape would close the dialog with nothing to show behind it: the data needs the password.
+    dialog.oncancel = (event) => event.preventDefault();
     dialog.showModal();
     input.focus();
   });
