@@ -178,7 +178,8 @@ class DashboardBrowserTest(unittest.TestCase):
             "likes:post:7": int(r.get("likes:post:7")),
             "blog_posts:7:3": int(r.get("blog_posts:7:3")),
         })
-        self.assertEqual(summary["live"], "live")
+        self.assertEqual(summary["live"], "live")  # values came over GET /v1/events
+        self.assertTrue(summary["hot"], "GET /v1/hot did not answer")
         self.assertTrue(os.path.getsize(screenshot) > 10000, screenshot)
         print("dashboard screenshot: %s" % screenshot)
 
