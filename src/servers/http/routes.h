@@ -25,7 +25,8 @@
 // With a password (tallyd --requirepass) every route but /healthz and the dashboard's files
 // answers 401 unless the request carries "Authorization: Bearer <password>" (the page asks
 // for it and sends it with its data calls). The subscription routes also take it as
-// ?token=<password>, as a browser's EventSource cannot set headers.
+// ?token=<password>, as a browser's EventSource cannot set headers. /readyz is open too (a
+// probe sends no password), and /metrics when ApiMonitoring::public_metrics says so.
 //
 // Every API response body is JSON; an error is {"error": "..."} with a status from its kind.
 #pragma once
