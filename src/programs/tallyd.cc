@@ -258,6 +258,7 @@ int main(int argc, char** argv) {
     }
     for (const auto& outcome : *outcomes) spdlog::info("{}: {}", definitions_file, outcome.message);
   }
+  derived.StartRetentionSweeper();  // time buckets past their counter's retention go
 
   // The source object first (it connects only in Start, below): INFO and GET /v1/status
   // read its figures, so it outlives both servers.
@@ -290,7 +291,6 @@ int main(int argc, char** argv) {
   }
   if (http.bind.empty()) http.bind = server.bind;
   http.password = server.requirepass;
-  derived.StartRetentionSweeper();  // time buckets past their counter's retention go
   http.source_report = source_report;
   http.metrics = &metrics;
   http.public_metrics = public_metrics;
@@ -325,8 +325,8 @@ int main(int argc, char** argv) {
   if (source != nullptr) source->Stop();  // a last acknowledgement of what is durable
   http_server.Stop();
   redis.Stop();
+  derived.StopRetentionSweeper();
   engine.Stop();
   spdlog::info("all counters committed; bye");
   return 0;
 }
-  derived.StopRetentionSweeper();

@@ -56,8 +56,8 @@ const Api::Route Api::kRoutes[] = {
     {{"POST", "/v1/values", ""}, &Api::PostValues},
     {{"GET", "/v1/list/{counter}/*", "cursor limit"}, &Api::GetList},
     {{"GET", "/v1/top/{counter}/*", "k"}, &Api::GetTop},
-    {{"POST", "/v1/definitions", ""}, &Api::PostDefinitions},
     {{"GET", "/v1/range/{counter}/*", "from to"}, &Api::GetRange},
+    {{"POST", "/v1/definitions", ""}, &Api::PostDefinitions},
     {{"GET", "/v1/definitions", ""}, &Api::GetDefinitions},
     {{"DELETE", "/v1/definitions/{counter}", ""}, &Api::DeleteDefinition},
     {{"GET", "/v1/status", ""}, &Api::GetStatus},
@@ -390,15 +390,6 @@ ApiResponse Api::GetTop(const Call& call) {
   return Ok(json.Take(), page->required_epoch);
 }
 
-namespace {
-
-ApiResponse Outcomes(const Result<std::vector<derived::StatementOutcome>>& outcomes) {
-  if (!outcomes) return Fail(outcomes.error());
-  JsonWriter json;
-  json.BeginObject().Key("results").BeginArray();
-  for (const auto& outcome : *outcomes) json.String(outcome.message);
-  json.EndArray().EndObject();
-  ApiResponse response = Ok(json.Take());
 ApiResponse Api::GetRange(const Call& call) {
   const std::optional<std::string_view> from = call.Query("from");
   const std::optional<std::string_view> to = call.Query("to");
@@ -418,6 +409,15 @@ ApiResponse Api::GetRange(const Call& call) {
   return Ok(json.Take(), range->required_epoch);
 }
 
+namespace {
+
+ApiResponse Outcomes(const Result<std::vector<derived::StatementOutcome>>& outcomes) {
+  if (!outcomes) return Fail(outcomes.error());
+  JsonWriter json;
+  json.BeginObject().Key("results").BeginArray();
+  for (const auto& outcome : *outcomes) json.String(outcome.message);
+  json.EndArray().EndObject();
+  ApiResponse response = Ok(json.Take());
   // DROP COUNTER deletes the counter's groups from the keyspace.
   response.wrote = true;
   return response;

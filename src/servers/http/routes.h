@@ -155,6 +155,7 @@ class Api {
   ApiResponse PostValues(const Call& call);
   ApiResponse GetList(const Call& call);
   ApiResponse GetTop(const Call& call);
+  ApiResponse GetRange(const Call& call);
   ApiResponse PostDefinitions(const Call& call);
   ApiResponse GetDefinitions(const Call& call);
   ApiResponse DeleteDefinition(const Call& call);
@@ -181,5 +182,4 @@ class Api {
   std::unique_ptr<Scratch> scratch_;
 };
 
-  ApiResponse GetRange(const Call& call);
 }  // namespace tally::http

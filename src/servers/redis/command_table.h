@@ -111,8 +111,8 @@ void CounterBackfill(CommandContext& ctx);
 void CounterGet(CommandContext& ctx);
 void CounterScan(CommandContext& ctx);
 void CounterTop(CommandContext& ctx);
-void CounterHold(CommandContext& ctx);
 void CounterRange(CommandContext& ctx);
+void CounterHold(CommandContext& ctx);
 void CounterRelease(CommandContext& ctx);
 void CounterRepair(CommandContext& ctx);
 // connection.cc
