@@ -18,34 +18,26 @@ int64_t SecondOf(int64_t ms) { return ms >= 0 ? ms / 1000 : (ms - 999) / 1000; }
 }  // namespace
 
 HotKeys::HotKeys(Keyspace* keyspace)
-    : keyspace_(keyspace), started_ms_(keyspace->clock()->NowMillis()) {}
+    : keyspace_(keyspace),
+      started_ms_(keyspace->clock()->NowMillis()),
+      ticker_(std::chrono::seconds(1), [this] { Tick(); }) {}
 
 HotKeys::~HotKeys() { Stop(); }
 
 void HotKeys::Start() {
-  std::lock_guard lock(thread_mutex_);
-  if (thread_.joinable()) return;
-  stopping_ = false;
-  thread_ = std::thread([this] { Run(); });
-}
-
-void HotKeys::Stop() {
+  if (ticker_.running()) return;
   {
-    std::lock_guard lock(thread_mutex_);
-    stopping_ = true;
+    std::lock_guard lock(mutex_);
+    scratch_.clear();
+    keyspace_->TakeWriteSamples(&scratch_);  // written before the start: not measured
+    scratch_.clear();
+    windows_.clear();
+    started_ms_ = keyspace_->clock()->NowMillis();
   }
-  wake_.notify_all();
-  if (thread_.joinable()) thread_.join();
+  ticker_.Start();
 }
 
-void HotKeys::Run() {
-  std::unique_lock lock(thread_mutex_);
-  while (!wake_.wait_for(lock, std::chrono::seconds(1), [this] { return stopping_; })) {
-    lock.unlock();
-    Tick();
-    lock.lock();
-  }
-}
+void HotKeys::Stop() { ticker_.Stop(); }
 
 void HotKeys::Tick() {
   const int64_t second = SecondOf(keyspace_->clock()->NowMillis());
@@ -81,8 +73,10 @@ std::vector<HotKey> HotKeys::Top(size_t n, const std::function<bool(std::string_
   const int64_t now_ms = keyspace_->clock()->NowMillis();
   const int64_t second = SecondOf(now_ms);
   absl::flat_hash_map<std::string, uint64_t> sums;
+  int64_t started_ms = 0;
   {
     std::lock_guard lock(mutex_);
+    started_ms = started_ms_;
     for (const Window& window : windows_) {
       if (window.second <= second - kWindowSeconds) continue;
       for (const KeyWrites& key : window.keys) {
@@ -95,8 +89,8 @@ std::vector<HotKey> HotKeys::Top(size_t n, const std::function<bool(std::string_
   for (auto& [key, writes] : sums) ranked.push_back({key, writes});
   const size_t kept = std::min(n, ranked.size());
   std::ranges::partial_sort(ranked, ranked.begin() + static_cast<std::ptrdiff_t>(kept), MoreWrites);
-  // The seconds the windows cover: since construction, at most the window, at least one.
-  const double seconds = std::clamp(static_cast<double>(now_ms - started_ms_) / 1000.0, 1.0,
+  // The seconds the windows cover: since the start, at most the window, at least one.
+  const double seconds = std::clamp(static_cast<double>(now_ms - started_ms) / 1000.0, 1.0,
                                     static_cast<double>(kWindowSeconds));
   std::vector<HotKey> top;
   top.reserve(kept);

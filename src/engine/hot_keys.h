@@ -12,22 +12,24 @@
 // Windows. Tick(), once a second on the HotKeys thread (or by a test), drains every
 // stripe's sketch into the window of the current second of the keyspace's clock, keeping
 // its kKeptPerWindow most-written keys; windows older than kWindowSeconds are dropped.
-// Top() sums the windows of the last kWindowSeconds and divides by the seconds they cover
-// (the time since this object was made, at most kWindowSeconds).
+// Top() sums the windows of the last kWindowSeconds and divides by the seconds they cover:
+// the time since Start() (or, for an object ticked by hand, since it was made), at most
+// kWindowSeconds. Start() is what opens the first window, not construction: the Engine
+// makes its HotKeys before loading the store, which may take long, and the first minute's
+// rates must not be divided by the load's time too.
 //
 // Thread-safety: Tick and Top from any thread; Start and Stop from one.
 #pragma once
 
-#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <functional>
 #include <mutex>
 #include <string>
 #include <string_view>
-#include <thread>
 #include <vector>
 
+#include "core/periodic_thread.h"
 #include "engine/keyspace.h"
 
 namespace tally::engine {
@@ -49,8 +51,10 @@ class HotKeys {
   HotKeys(const HotKeys&) = delete;
   HotKeys& operator=(const HotKeys&) = delete;
 
-  // Starts the thread that calls Tick() once a second.
+  // Starts measuring anew: drops the writes sampled so far and the windows, takes now as
+  // the start of the rates' time, and starts the thread that calls Tick() once a second.
   void Start();
+  // Stops the thread; Top() goes on answering from the windows it left.
   void Stop();
 
   // Drains the stripes' sketches into the current second's window and drops old windows.
@@ -65,18 +69,12 @@ class HotKeys {
     int64_t second = 0;  // of the keyspace's clock
     std::vector<KeyWrites> keys;
   };
-  void Run();
-
   Keyspace* const keyspace_;
-  const int64_t started_ms_;
   mutable std::mutex mutex_;
-  std::deque<Window> windows_;  // guarded by mutex_; oldest first
+  int64_t started_ms_;              // guarded by mutex_; the rates' time starts here
+  std::deque<Window> windows_;      // guarded by mutex_; oldest first
   std::vector<KeyWrites> scratch_;  // Tick's, guarded by mutex_
-
-  std::mutex thread_mutex_;
-  std::condition_variable wake_;
-  bool stopping_ = false;  // guarded by thread_mutex_
-  std::thread thread_;
+  PeriodicThread ticker_;           // calls Tick(); last, so that it stops first
 };
 
 }  // namespace tally::engine

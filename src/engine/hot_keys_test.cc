@@ -139,6 +139,27 @@ TEST(HotKeys, CountsEachIncrementOfABufferFoldAndHidesWhatItIsTold) {
   EXPECT_EQ(hot_keys.Top(0).size(), 0u);
 }
 
+TEST(HotKeys, RatesCountFromTheStartNotFromConstruction) {
+  ManualClock clock(kStart);
+  Keyspace keyspace(&clock);
+  HotKeys hot_keys(&keyspace);
+  // Made, then two minutes go by (the Engine loads the store), with a write before the
+  // start: it is not measured.
+  Write(keyspace, "before", 800);
+  clock.Advance(120'000);
+  hot_keys.Start();
+  Write(keyspace, "hot", 800);
+  clock.Advance(10'000);
+  hot_keys.Tick();
+  const std::vector<HotKey> top = hot_keys.Top(10);
+  ASSERT_EQ(top.size(), 1u);
+  EXPECT_EQ(top[0].key, "hot");
+  EXPECT_EQ(top[0].writes, 800u);
+  // 10 s since the start, not 130 s (which the window would have clamped to 60 s).
+  EXPECT_DOUBLE_EQ(top[0].writes_per_second, 800.0 / 10.0);
+  hot_keys.Stop();
+}
+
 TEST(HotKeys, TheThreadTicks) {
   Keyspace keyspace(SystemClock::Default());
   HotKeys hot_keys(&keyspace);
