@@ -14,9 +14,8 @@
 // its kKeptPerWindow most-written keys; windows older than kWindowSeconds are dropped.
 // Top() sums the windows of the last kWindowSeconds and divides by the seconds they cover:
 // the time since Start() (or, for an object ticked by hand, since it was made), at most
-// kWindowSeconds. Start() is what opens the first window, not construction: the Engine
-// makes its HotKeys before loading the store, which may take long, and the first minute's
-// rates must not be divided by the load's time too.
+// kWindowSeconds. Not since construction: the Engine makes its HotKeys before it loads the
+// store, which may take long, and the first minute's rates must not count the load's time.
 //
 // Thread-safety: Tick and Top from any thread; Start and Stop from one.
 #pragma once
