@@ -4,42 +4,10 @@
 
 #include <cmath>
 
+#include "core/utf8.h"
+
 namespace tally::http {
 namespace {
-
-bool IsContinuation(unsigned char c) { return (c & 0xC0) == 0x80; }
-
-// The length of the well-formed UTF-8 sequence of two or more bytes that starts at
-// `text[i]`, or 0 when there is none there.
-size_t MultiByteSequence(std::string_view text, size_t i) {
-  const auto at = [&](size_t k) -> unsigned char {
-    return i + k < text.size() ? static_cast<unsigned char>(text[i + k]) : 0;
-  };
-  const unsigned char lead = at(0);
-  // The allowed range of the second byte depends on the lead (RFC 3629, table 3-7 of
-  // Unicode): it excludes overlong forms, the surrogates U+D800..DFFF and > U+10FFFF.
-  unsigned char low = 0x80;
-  unsigned char high = 0xBF;
-  size_t length = 0;
-  if (lead >= 0xC2 && lead <= 0xDF) {
-    length = 2;
-  } else if (lead >= 0xE0 && lead <= 0xEF) {
-    length = 3;
-    if (lead == 0xE0) low = 0xA0;
-    if (lead == 0xED) high = 0x9F;
-  } else if (lead >= 0xF0 && lead <= 0xF4) {
-    length = 4;
-    if (lead == 0xF0) low = 0x90;
-    if (lead == 0xF4) high = 0x8F;
-  } else {
-    return 0;
-  }
-  if (at(1) < low || at(1) > high) return 0;
-  for (size_t k = 2; k < length; ++k) {
-    if (!IsContinuation(at(k))) return 0;
-  }
-  return length;
-}
 
 void AppendEscapedByte(unsigned char c, std::string* out) {
   static constexpr char kHex[] = "0123456789abcdef";
@@ -67,7 +35,7 @@ void AppendJsonString(std::string_view text, std::string* out) {
     if (i == text.size()) break;
     const auto c = static_cast<unsigned char>(text[i]);
     if (c >= 0x80) {
-      const size_t length = MultiByteSequence(text, i);
+      const size_t length = Utf8MultiByteLength(text, i);
       if (length == 0) {
         AppendEscapedByte(c, out);
         ++i;

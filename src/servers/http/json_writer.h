@@ -2,10 +2,9 @@
 //
 // Keys and SQL text may hold any bytes. Valid UTF-8 passes through unchanged; `"`, `\`
 // and the control characters U+0000..U+001F are escaped; a byte that is not part of a
-// well-formed UTF-8 sequence (RFC 3629: no overlongs, no surrogates, nothing past
-// U+10FFFF) is written as \u00XX, its Latin-1 reading. The output is therefore always
-// valid JSON, and identical to the input whenever the input is valid UTF-8 without
-// characters that need escaping.
+// well-formed UTF-8 sequence (core/utf8.h) is written as \u00XX, its Latin-1 reading.
+// The output is therefore always valid JSON, and identical to the input whenever the
+// input is valid UTF-8 without characters that need escaping.
 #pragma once
 
 #include <cstdint>
