@@ -6,6 +6,8 @@
 #include <cassert>
 #include <cmath>
 
+#include "core/escape.h"
+
 namespace tally::metrics {
 namespace {
 
@@ -27,56 +29,30 @@ namespace {
   });
 }
 
-// The length of the valid UTF-8 sequence at text[i] (a byte >= 0x80), or 0.
-size_t Utf8Sequence(std::string_view text, size_t i) {
-  const auto byte = [&](size_t k) { return static_cast<unsigned char>(text[k]); };
-  const unsigned char lead = byte(i);
-  size_t length = 0;
-  if (lead >= 0xC2 && lead <= 0xDF) {
-    length = 2;
-  } else if (lead >= 0xE0 && lead <= 0xEF) {
-    length = 3;
-  } else if (lead >= 0xF0 && lead <= 0xF4) {
-    length = 4;
-  }
-  if (length == 0 || i + length > text.size()) return 0;
-  for (size_t k = 1; k < length; ++k) {
-    if ((byte(i + k) & 0xC0) != 0x80) return 0;
-  }
-  const unsigned char second = byte(i + 1);
-  if ((lead == 0xE0 && second < 0xA0) || (lead == 0xED && second >= 0xA0) ||
-      (lead == 0xF0 && second < 0x90) || (lead == 0xF4 && second >= 0x90)) {
-    return 0;  // overlong, a surrogate, or past U+10FFFF
-  }
-  return length;
-}
-
-// Escapes \ and newline (and " when `quote`). The format is UTF-8: any other control byte
-// and any byte that is not part of valid UTF-8 (a binary counter key) is written as the
-// four characters \xNN, with its backslash escaped, so the value reads back as that text.
-void AppendEscaped(std::string_view text, bool quote, std::string* out) {
-  for (size_t i = 0; i < text.size(); ++i) {
-    const char c = text[i];
-    const auto byte = static_cast<unsigned char>(c);
+// HELP text (tally's own): \ and newline escaped as the format asks.
+void AppendHelp(std::string_view text, std::string* out) {
+  for (const char c : text) {
     if (c == '\\') {
       out->append("\\\\");
     } else if (c == '\n') {
       out->append("\\n");
-    } else if (quote && c == '"') {
-      out->append("\\\"");
-    } else if (byte >= 0x80) {
-      const size_t length = Utf8Sequence(text, i);
-      if (length == 0) {
-        fmt::format_to(std::back_inserter(*out), "\\\\x{:02x}", byte);
-      } else {
-        out->append(text.substr(i, length));
-        i += length - 1;
-      }
-    } else if (byte < 0x20 || byte == 0x7F) {
-      fmt::format_to(std::back_inserter(*out), "\\\\x{:02x}", byte);
     } else {
       out->push_back(c);
     }
+  }
+}
+
+// A label value, between its quotes. Values may be counter keys, i.e. any bytes, and two
+// different keys must make two different series (a duplicate series fails the whole
+// scrape): the value is first made printable and unambiguous (core/escape.h: valid UTF-8
+// and printable ASCII as they are, \ and every other byte as \xNN), then its \ and " are
+// escaped as the format asks. The byte 0x80 so reads \x80 and the text "\x80" \x5cx80.
+void AppendLabelValue(std::string_view value, std::string* out) {
+  std::string printable;
+  AppendPrintable(value, KeepUtf8::kYes, &printable);
+  for (const char c : printable) {
+    if (c == '\\' || c == '"') out->push_back('\\');
+    out->push_back(c);
   }
 }
 
@@ -91,7 +67,7 @@ void AppendSeries(std::string_view name, std::string_view suffix, const Labels& 
     if (!first) out->push_back(',');
     first = false;
     out->append(label).append("=\"");
-    AppendEscaped(value, true, out);
+    AppendLabelValue(value, out);
     out->push_back('"');
   }
   if (!le.empty()) {
@@ -250,7 +226,7 @@ std::string Registry::Render() const {
   std::lock_guard lock(mutex_);
   for (const auto& family : families_) {
     out.append("# HELP ").append(family->name).push_back(' ');
-    AppendEscaped(family->help, false, &out);
+    AppendHelp(family->help, &out);
     out.append("\n# TYPE ").append(family->name).push_back(' ');
     out.append(TypeName(family->type)).push_back('\n');
     if (family->collect) {

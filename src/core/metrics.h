@@ -11,7 +11,11 @@
 // The text (Registry::Render), one family after another in registration order:
 //   # HELP <name> <help, with \ and newline escaped as \\ and \n>
 //   # TYPE <name> counter|gauge|histogram
-//   <name>{<label>="<value>",...} <value>        label values escape \ " newline
+//   <name>{<label>="<value>",...} <value>
+// where a label value is any bytes made unambiguous text: valid UTF-8 and printable ASCII
+// as they are, `\` and every other byte as \xNN (core/escape.h), and then, as the format
+// asks, each \ and " escaped with a \ (so the byte 0x80 is written \\x80, the text
+// "\x80" \\x5cx80: different keys never make one series);
 // a histogram's samples being, per label set,
 //   <name>_bucket{...,le="<bound>"} <count of observations <= bound>   each bound, then
 //   <name>_bucket{...,le="+Inf"} <count>, <name>_sum{...} <sum>, <name>_count{...} <count>

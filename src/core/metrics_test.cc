@@ -42,7 +42,8 @@ TEST(Metrics, EscapesHelpAndLabelValues) {
   EXPECT_EQ(registry.Render(),
             "# HELP x_total a \\\\ backslash\\nand a \"quote\"\n"
             "# TYPE x_total counter\n"
-            "x_total{key=\"q\\\"b\\\\s\\nn\",other=\"plain\"} 1\n");
+            // A value's \ is \x5c, its newline \x0a (then each \ escaped as the format asks).
+            "x_total{key=\"q\\\"b\\\\x5cs\\\\x0an\",other=\"plain\"} 1\n");
 }
 
 TEST(Metrics, LabelValuesStayUtf8) {
@@ -58,6 +59,29 @@ TEST(Metrics, LabelValuesStayUtf8) {
             "keys{key=\"\\\\x00pos:\\\\xff\\\\x01\"} 1\n"
             "keys{key=\"caf\xc3\xa9 \xe2\x82\xac\"} 2\n"
             "keys{key=\"cut \\\\xc3\"} 3\n");
+}
+
+// The byte 0x80 and the four characters \x80 once made one series (both \\x80), and
+// Prometheus rejects a whole scrape that has a series twice.
+TEST(Metrics, DifferentKeysNeverMakeOneSeries) {
+  Registry registry;
+  registry.AddCollector("keys", "Keys.", Type::kGauge, [](SampleWriter& out) {
+    out.Add({{"key", "\x80"}}, 1);
+    out.Add({{"key", "\\x80"}}, 2);
+    out.Add({{"key", "\x01"}}, 3);
+    out.Add({{"key", "\\x01"}}, 4);
+    out.Add({{"key", "\\"}}, 5);
+    out.Add({{"key", "\\x5c"}}, 6);
+  });
+  EXPECT_EQ(registry.Render(),
+            "# HELP keys Keys.\n"
+            "# TYPE keys gauge\n"
+            "keys{key=\"\\\\x80\"} 1\n"
+            "keys{key=\"\\\\x5cx80\"} 2\n"
+            "keys{key=\"\\\\x01\"} 3\n"
+            "keys{key=\"\\\\x5cx01\"} 4\n"
+            "keys{key=\"\\\\x5c\"} 5\n"
+            "keys{key=\"\\\\x5cx5c\"} 6\n");
 }
 
 TEST(Metrics, HistogramHasCumulativeBucketsInfSumAndCount) {
