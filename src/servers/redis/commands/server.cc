@@ -6,10 +6,10 @@
 #include <algorithm>
 #include <cctype>
 #include <chrono>
-#include <fstream>
 #include <type_traits>
 #include <variant>
 
+#include "core/escape.h"
 #include "core/glob.h"
 #include "core/process_stats.h"
 #include "servers/redis/command_args.h"
@@ -216,7 +216,8 @@ void ErrorStatsSection(CommandContext& ctx, std::string& out) {
 
 // The most-written counters of the last minute (engine/hot_keys.h), most first:
 // "hotkey_<rank>:writes_per_sec=<rate>,writes=<n>,key=<key>", the key last so that its
-// commas and colons need no quoting (bytes outside printable ASCII as \xNN).
+// commas and colons need no quoting (`\` and bytes outside printable ASCII as \xNN,
+// core/escape.h).
 void HotKeysSection(CommandContext& ctx, std::string& out) {
   fmt::format_to(std::back_inserter(out), "# Hotkeys\r\nhotkeys_window_seconds:{}\r\n",
                  engine::HotKeys::kWindowSeconds);
@@ -225,14 +226,7 @@ void HotKeysSection(CommandContext& ctx, std::string& out) {
   for (size_t i = 0; i < top.size(); ++i) {
     fmt::format_to(std::back_inserter(out), "hotkey_{}:writes_per_sec={:.2f},writes={},key=",
                    i + 1, top[i].writes_per_second, top[i].writes);
-    for (const char c : top[i].key) {
-      const auto byte = static_cast<unsigned char>(c);
-      if (byte < 0x20 || byte >= 0x7F || c == '\\') {
-        fmt::format_to(std::back_inserter(out), "\\x{:02x}", byte);
-      } else {
-        out += c;
-      }
-    }
+    AppendPrintable(top[i].key, KeepUtf8::kNo, &out);
     out += "\r\n";
   }
 }
