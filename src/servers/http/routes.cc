@@ -7,11 +7,12 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <optional>
 #include <type_traits>
 #include <variant>
-#include <optional>
 #include <vector>
 
+#include "core/constant_time.h"
 #include "servers/http/dashboard_assets.h"
 #include "servers/http/json_writer.h"
 #include "servers/http/request_target.h"
@@ -213,19 +214,21 @@ ApiResponse Api::Dispatch(const ApiRequest& request, int* route) {
   }
   const Handler handler = kRoutes[match.route].handler;
   *route = static_cast<int>(match.route);
-  // With a password every route but the liveness probe and the dashboard's files (the page
-  // asks for the password, then sends it with its data calls) needs it.
-  // The readiness probe is open too, and /metrics when told so (tallyd --public-metrics).
-  const bool open = handler == &Api::GetHealth || handler == &Api::GetPage ||
-                    handler == &Api::GetAsset || handler == &Api::GetReady ||
+  // With a password, every route needs it but these: the probes (an orchestrator sends
+  // none), the dashboard's files (the page asks for the password, then sends it with its
+  // data calls), and /metrics when told so (tallyd --public-metrics).
+  const bool open = handler == &Api::GetHealth || handler == &Api::GetReady ||
+                    handler == &Api::GetPage || handler == &Api::GetAsset ||
                     (handler == &Api::GetMetrics && monitoring_.public_metrics);
-  // The subscription routes also take it as ?token=: a browser's EventSource cannot set headers.
+  // The subscription routes also take it as ?token=: a browser's EventSource cannot set
+  // headers. Both checks compare in constant time (core/constant_time.h).
   const bool token_given = (handler == &Api::GetEvents || handler == &Api::GetSubscribe) &&
                            std::ranges::any_of(target->query, [&](const auto& parameter) {
-                             return parameter.first == "token" && parameter.second == password_;
+                             return parameter.first == "token" &&
+                                    ConstantTimeEquals(parameter.second, password_);
                            });
   if (!password_.empty() && !open && !token_given &&
-      request.authorization != expected_authorization_) {
+      !ConstantTimeEquals(request.authorization, expected_authorization_)) {
     ApiResponse response =
         Fail(401, request.authorization.empty()
                       ? "authentication required: send Authorization: Bearer <password>"
@@ -500,27 +503,10 @@ ApiResponse Api::GetStatus(const Call& call) {
   return Ok(std::move(body));
 }
 
-ApiResponse Api::GetEvents(const Call& call) { return Subscribe(call, /*websocket=*/false); }
-
-ApiResponse Api::GetSubscribe(const Call& call) { return Subscribe(call, /*websocket=*/true); }
-
-ApiResponse Api::Subscribe(const Call& call, bool websocket) {
-  if (websocket && !call.request.websocket_upgrade) {
-    return Fail(426, "this route is a WebSocket: send an upgrade request (or use GET /v1/events "
-                     "for Server-Sent Events)");
-  }
-  SubscriptionRequest subscription;
-  subscription.websocket = websocket;
-  for (const auto& [name, value] : call.target.query) {
-    if (name == "key") subscription.keys.push_back(value);
-    if (name == "prefix") subscription.prefixes.push_back(value);
-  }
-  if (subscription.keys.empty() && subscription.prefixes.empty()) {
-    return Fail(400, "name at least one counter: ?key=<key> or ?prefix=<key prefix> (repeatable)");
-  }
-  ApiResponse response;
-  response.subscription = std::move(subscription);
-  return response;
+// Alive: commits to the store succeed. Else 503.
+ApiResponse Api::GetHealth(const Call& call) {
+  if (!engine_.committer().stats().healthy) return Fail(503, "commits to the store are failing");
+  return Ok(R"({"status":"ok"})");
 }
 
 // Ready: commits to the store succeed and the readiness check (tallyd: every --source
@@ -573,38 +559,27 @@ ApiResponse Api::GetHot(const Call& call) {
   return Ok(json.Take());
 }
 
-ApiRequestCounts::ApiRequestCounts()
-    : routes_(std::size(Api::kRoutes)),
-      counts_(std::make_unique<metrics::Counter[]>((routes_ + 1) * kClasses)) {}
+ApiResponse Api::GetEvents(const Call& call) { return Subscribe(call, /*websocket=*/false); }
 
-ApiRequestCounts::~ApiRequestCounts() = default;
+ApiResponse Api::GetSubscribe(const Call& call) { return Subscribe(call, /*websocket=*/true); }
 
-void ApiRequestCounts::Count(int route, int status) {
-  const size_t row = route < 0 ? routes_ : static_cast<size_t>(route);
-  const int status_class = std::clamp(status / 100, 1, kClasses);
-  counts_[row * kClasses + static_cast<size_t>(status_class - 1)].Add();
-}
-
-void ApiRequestCounts::Collect(metrics::SampleWriter& out) const {
-  for (size_t row = 0; row <= routes_; ++row) {
-    for (int status_class = 1; status_class <= kClasses; ++status_class) {
-      const uint64_t count = counts_[row * kClasses + static_cast<size_t>(status_class - 1)].Value();
-      if (count == 0) continue;
-      const bool routed = row < routes_;
-      out.Add({{"method", routed ? std::string(Api::kRoutes[row].pattern.method) : ""},
-               {"route", routed ? std::string(Api::kRoutes[row].pattern.path) : ""},
-               {"code", fmt::format("{}xx", status_class)}},
-              count);
-    }
+ApiResponse Api::Subscribe(const Call& call, bool websocket) {
+  if (websocket && !call.request.websocket_upgrade) {
+    return Fail(426, "this route is a WebSocket: send an upgrade request (or use GET /v1/events "
+                     "for Server-Sent Events)");
   }
-}
-
-ApiResponse Api::GetHealth(const Call& call) {
-  if (!engine_.committer().stats().healthy) {
-    ApiResponse response = Fail(503, "commits to the store are failing");
-    return response;
+  SubscriptionRequest subscription;
+  subscription.websocket = websocket;
+  for (const auto& [name, value] : call.target.query) {
+    if (name == "key") subscription.keys.push_back(value);
+    if (name == "prefix") subscription.prefixes.push_back(value);
   }
-  return Ok(R"({"status":"ok"})");
+  if (subscription.keys.empty() && subscription.prefixes.empty()) {
+    return Fail(400, "name at least one counter: ?key=<key> or ?prefix=<key prefix> (repeatable)");
+  }
+  ApiResponse response;
+  response.subscription = std::move(subscription);
+  return response;
 }
 
 namespace {
@@ -634,6 +609,34 @@ ApiResponse Api::GetAsset(const Call& call) {
   std::string path = "/assets";
   for (const std::string& segment : call.params) path += "/" + segment;
   return Serve(FindDashboardAsset(path), call.request.if_none_match);
+}
+
+// ---- tally_http_requests_total -------------------------------------------------------
+
+ApiRequestCounts::ApiRequestCounts()
+    : routes_(std::size(Api::kRoutes)),
+      counts_(std::make_unique<metrics::Counter[]>((routes_ + 1) * kClasses)) {}
+
+ApiRequestCounts::~ApiRequestCounts() = default;
+
+void ApiRequestCounts::Count(int route, int status) {
+  const size_t row = route < 0 ? routes_ : static_cast<size_t>(route);
+  const int status_class = std::clamp(status / 100, 1, kClasses);
+  counts_[row * kClasses + static_cast<size_t>(status_class - 1)].Add();
+}
+
+void ApiRequestCounts::Collect(metrics::SampleWriter& out) const {
+  for (size_t row = 0; row <= routes_; ++row) {
+    for (int status_class = 1; status_class <= kClasses; ++status_class) {
+      const uint64_t count = counts_[row * kClasses + static_cast<size_t>(status_class - 1)].Value();
+      if (count == 0) continue;
+      const bool routed = row < routes_;
+      out.Add({{"method", routed ? std::string(Api::kRoutes[row].pattern.method) : ""},
+               {"route", routed ? std::string(Api::kRoutes[row].pattern.path) : ""},
+               {"code", fmt::format("{}xx", status_class)}},
+              count);
+    }
+  }
 }
 
 }  // namespace tally::http

@@ -22,11 +22,12 @@
 //   GET    /v1/subscribe?key=&prefix=      live values over a WebSocket
 //   GET    /, /assets/...                  the web dashboard (dashboard_assets.h)
 //
-// With a password (tallyd --requirepass) every route but /healthz and the dashboard's files
-// answers 401 unless the request carries "Authorization: Bearer <password>" (the page asks
-// for it and sends it with its data calls). The subscription routes also take it as
-// ?token=<password>, as a browser's EventSource cannot set headers. /readyz is open too (a
-// probe sends no password), and /metrics when ApiMonitoring::public_metrics says so.
+// With a password (tallyd --requirepass) every route answers 401 unless the request carries
+// "Authorization: Bearer <password>", but these: /healthz and /readyz (a probe sends no
+// password; they reveal nothing), the dashboard's files (the page asks for the password and
+// sends it with its data calls), and /metrics when ApiMonitoring::public_metrics says so.
+// The subscription routes also take it as ?token=<password>, as a browser's EventSource
+// cannot set headers. Passwords are compared in constant time.
 //
 // Every API response body is JSON; an error is {"error": "..."} with a status from its kind.
 #pragma once
@@ -146,7 +147,12 @@ class Api {
   struct Route;
   static const Route kRoutes[];
   static const Router& TheRouter();  // built from kRoutes once
+  friend class ApiRequestCounts;     // reads kRoutes' names
 
+  // Handle() but for the counting: `route` gets the matched route's index (else -1).
+  ApiResponse Dispatch(const ApiRequest& request, int* route);
+
+  // The handlers, in kRoutes' order.
   ApiResponse PostChanges(const Call& call);
   ApiResponse PostBackfill(const Call& call);
   // POST /v1/changes, or with `only_counter` POST /v1/backfill/{counter}.
@@ -160,18 +166,15 @@ class Api {
   ApiResponse GetDefinitions(const Call& call);
   ApiResponse DeleteDefinition(const Call& call);
   ApiResponse GetStatus(const Call& call);
-  ApiResponse GetHealth(const Call& call);
-  ApiResponse GetReady(const Call& call);    // GET /readyz
-  ApiResponse GetMetrics(const Call& call);  // GET /metrics
-  ApiResponse GetHot(const Call& call);      // GET /v1/hot
-  // Handle() but for the counting: `route` gets the matched route's index (else -1).
-  ApiResponse Dispatch(const ApiRequest& request, int* route);
-  friend class ApiRequestCounts;  // reads kRoutes' names
+  ApiResponse GetHealth(const Call& call);     // GET /healthz
+  ApiResponse GetReady(const Call& call);      // GET /readyz
+  ApiResponse GetMetrics(const Call& call);    // GET /metrics
+  ApiResponse GetHot(const Call& call);        // GET /v1/hot
   ApiResponse GetEvents(const Call& call);     // GET /v1/events
   ApiResponse GetSubscribe(const Call& call);  // GET /v1/subscribe
   ApiResponse Subscribe(const Call& call, bool websocket);
-  ApiResponse GetPage(const Call& call);   // GET /: the dashboard
-  ApiResponse GetAsset(const Call& call);  // GET /assets/...: its scripts and styles
+  ApiResponse GetPage(const Call& call);       // GET /: the dashboard
+  ApiResponse GetAsset(const Call& call);      // GET /assets/...: its scripts and styles
 
   engine::Engine& engine_;
   derived::DerivedCounters& derived_;
