@@ -88,18 +88,15 @@ Status SourceReadiness(const sources::postgres::PostgresSource& source, int64_t 
                                  "--ready-max-lag-ms {})",
                                  s.lag_seconds, max_lag_ms));
   }
-  if (s.state == "backfilling") {
-    return MakeError(ErrorCode::kUnavailable,
-                     fmt::format("the source is backfilling ({} of {} rows read)", s.backfill_rows,
-                                 s.backfill_total));
-  }
   if (s.state == "held") {
     return MakeError(ErrorCode::kUnavailable,
                      "the source is held for a verification (tally verify): changes wait");
   }
-  std::string reason = fmt::format("the source is {}", s.state);
-  if (!s.error.empty()) reason += ": " + s.error;
-  return MakeError(ErrorCode::kUnavailable, std::move(reason));
+  // The state only (starting, backfilling, reconnecting, failed), never s.error: /readyz
+  // needs no password, and PostgreSQL's messages name hosts, users and databases. The
+  // error is in the log and in the authenticated GET /v1/status.
+  return MakeError(ErrorCode::kUnavailable,
+                   fmt::format("the source is {} (details: the log, GET /v1/status)", s.state));
 }
 
 }  // namespace tally::programs

@@ -32,8 +32,9 @@ void RegisterSourceMetrics(const sources::postgres::PostgresSource& source, std:
 void RegisterSubscriptionMetrics(const engine::SubscriptionHub& hub, metrics::Registry& registry);
 
 // The readiness of a PostgreSQL source for GET /readyz: OK while it streams with its lag at
-// most `max_lag_ms`; otherwise an error saying why (starting, backfilling, reconnecting
-// after an error, held for a verification, failed, or lagging).
+// most `max_lag_ms`; otherwise an error saying why in generic words (starting, backfilling,
+// reconnecting, held for a verification, failed, or lagging by how much). GET /readyz is
+// open, so the reason never holds the source's error text (hosts, users, databases).
 Status SourceReadiness(const sources::postgres::PostgresSource& source, int64_t max_lag_ms);
 
 }  // namespace tally::programs

@@ -308,6 +308,13 @@ class ReadinessWithSourceTest(TallydCase):
         self.assertTrue(wait_until(lambda: self.ready(server)[0] == 503, timeout=30, interval=0.1))
         status, body = self.ready(server)
         self.assertIn("the source is reconnecting", body["reason"])
+        # /readyz is open: PostgreSQL's error (it names the host, the user) stays out of it,
+        # in the log and the authenticated /v1/status.
+        error = json.loads(http_get(server.http_port, "/v1/status")[2])["source"]["error"]
+        self.assertTrue(error)
+        self.assertNotIn(error, body["reason"])
+        for secret in ("127.0.0.1", str(self.pg.port), self.pg.user):
+            self.assertNotIn(secret, body["reason"])
         self.assertEqual(http_get(server.http_port, "/healthz")[0], 200)
         samples = self.scrape(server)
         self.assertEqual(value(samples, "tally_source_streaming", slot="s_ready"), 0)
