@@ -258,8 +258,6 @@ int main(int argc, char** argv) {
     }
     for (const auto& outcome : *outcomes) spdlog::info("{}: {}", definitions_file, outcome.message);
   }
-  derived.StartRetentionSweeper();  // time buckets past their counter's retention go
-
   // The source object first (it connects only in Start, below): INFO and GET /v1/status
   // read its figures, so it outlives both servers.
   std::unique_ptr<tally::sources::postgres::PostgresSource> source;
@@ -311,6 +309,9 @@ int main(int argc, char** argv) {
       return 1;
     }
   }
+  // After the last early return above, each of which stops the engine: the sweeper deletes
+  // keys, so it must never run past engine.Stop(). (Load swept once already.)
+  derived.StartRetentionSweeper();  // time buckets past their counter's retention go
   // The flusher hands updates to the servers' threads: it runs only while both serve.
   subscriptions.Start();
   spdlog::info("tallyd ready: redis-cli -h {} -p {}, HTTP API on http://{}:{}/ (durability={}, "
