@@ -493,6 +493,9 @@ struct Counter {
   std::string source;
   std::string select;  // the definition's SELECT
   int64_t groups = 0;  // as COUNTER.LIST saw them
+  // "counting", or "pending" / "backfilling": its groups are not whole yet (COUNTER.LIST's
+  // "state"; counting when tallyd does not say).
+  std::string state = "counting";
   // The definition compiled here: its SELECT, and its retention when it has one.
   std::shared_ptr<const defs::CompiledCounter> compiled;
 };
@@ -537,6 +540,7 @@ std::vector<Counter> ListCounters(RespClient& tally) {
       if (field == "source") c.source = value.text;
       if (field == "sql") sql = value.text;
       if (field == "groups") c.groups = value.AsInteger().value_or(0);
+      if (field == "state") c.state = value.text;
     }
     // The normalised CREATE COUNTER, compiled as tallyd compiled it: its sql() is the SELECT
     // to run on the source (without the WITH options).
@@ -727,10 +731,8 @@ int64_t ServerMicros(RespClient& tally) {
 // Returns how many groups it dropped.
 size_t DropExpired(const defs::CompiledCounter& counter, int64_t now_micros, Groups& groups) {
   if (!counter.retention()) return 0;
-  return std::erase_if(groups, [&](const auto& group) {
-    const std::optional<int64_t> start = counter.BucketOfKey(group.first);
-    return start && counter.Expired(*start, now_micros);
-  });
+  return std::erase_if(groups,
+                       [&](const auto& group) { return counter.KeyExpired(group.first, now_micros); });
 }
 
 struct Difference {
@@ -822,6 +824,9 @@ struct VerifyOptions {
 };
 
 constexpr int kMostAttempts = 5;
+// verify's exit status when nothing differs but some counters were not compared (pending or
+// being backfilled). 0 equal, 1 differences, 2 an error.
+constexpr int kExitNotCompared = 3;
 
 // The source at one position: a transaction on `sql` that sees the rows exactly as of the
 // consistent point `at` of a temporary slot (whose connection `repl` must stay open and
@@ -972,9 +977,30 @@ int Verify(const VerifyOptions& options) {
              Plural(chosen.size(), "counter", "counters"), pg::FormatLsn(at));
   std::fflush(stdout);
 
+  // Which counters are whole, read once the hold stands: a pending counter has no groups
+  // and a backfilling one gets its snapshot's rows even under the hold, so comparing them
+  // would report differences that are not drift. They are left out, and the exit status
+  // says that verify could not vouch for them.
+  const std::vector<Counter> listed = ListCounters(tally);
+  const auto state_of = [&](const Counter& counter) -> std::string {
+    const auto it = std::ranges::find(listed, counter.name, &Counter::name);
+    return it == listed.end() ? "dropped" : it->state;
+  };
+
   const bool progress_enabled = options.progress || isatty(STDERR_FILENO);
   uint64_t differing_counters = 0, differences = 0, repaired = 0, still_different = 0;
+  uint64_t not_compared = 0;
   for (const Counter& counter : chosen) {
+    if (const std::string state = state_of(counter); state != "counting") {
+      ++not_compared;
+      fmt::print("{}: {}, not compared\n", counter.name,
+                 state == "pending"       ? "waiting for its backfill"
+                 : state == "backfilling" ? "being backfilled"
+                 : state == "dropped"     ? "dropped meanwhile"
+                                          : "in state " + state);
+      std::fflush(stdout);
+      continue;
+    }
     // A terminal gets a progress bar for large families only; --progress always.
     const bool show = options.progress || (progress_enabled && counter.groups >= 10'000);
     Progress progress(show, counter.name, counter.groups);
@@ -1050,21 +1076,34 @@ int Verify(const VerifyOptions& options) {
   ReleaseHold(&tally);
   Exec(sql, "COMMIT", PGRES_COMMAND_OK);
 
+  // Exit 3 when nothing differs but some counters could not be compared.
+  const std::string skipped =
+      not_compared == 0
+          ? std::string()
+          : fmt::format("; {} not compared (pending or being backfilled: verify again later)",
+                        Plural(not_compared, "counter", "counters"));
+  const uint64_t compared = chosen.size() - not_compared;
+  if (compared == 0) {
+    fmt::print("tally verify: nothing compared at source position {}{}\n", pg::FormatLsn(at),
+               skipped);
+    return kExitNotCompared;
+  }
   if (differences == 0) {
-    fmt::print("tally verify: equal: {} at source position {}\n",
-               Plural(chosen.size(), "counter", "counters"), pg::FormatLsn(at));
-    return 0;
+    fmt::print("tally verify: equal: {} at source position {}{}\n",
+               Plural(compared, "counter", "counters"), pg::FormatLsn(at), skipped);
+    return not_compared == 0 ? 0 : kExitNotCompared;
   }
   if (options.repair && still_different == 0) {
-    fmt::print("tally verify: repaired {} in {}; now equal at source position {}\n",
+    fmt::print("tally verify: repaired {} in {}; now equal at source position {}{}\n",
                Plural(repaired, "group", "groups"),
-               Plural(differing_counters, "counter", "counters"), pg::FormatLsn(at));
-    return 0;
+               Plural(differing_counters, "counter", "counters"), pg::FormatLsn(at), skipped);
+    return not_compared == 0 ? 0 : kExitNotCompared;
   }
-  fmt::print("tally verify: {} in {} of {} at source position {}{}\n",
+  fmt::print("tally verify: {} in {} of {} at source position {}{}{}\n",
              Plural(options.repair ? still_different : differences, "difference", "differences"),
-             Thousands(differing_counters), Plural(chosen.size(), "counter", "counters"),
-             pg::FormatLsn(at), options.repair ? " after the repair" : " (--repair fixes them)");
+             Thousands(differing_counters), Plural(compared, "counter", "counters"),
+             pg::FormatLsn(at), options.repair ? " after the repair" : " (--repair fixes them)",
+             skipped);
   return 1;
 }
 
@@ -1078,7 +1117,8 @@ int main(int argc, char** argv) {
       "verify",
       "Compares derived counters with their definitions' SELECT run on the PostgreSQL source, "
       "exactly, at one source position (tallyd holds there meanwhile). Exit 0 equal (or "
-      "repaired), 1 differences, 2 error.");
+      "repaired), 1 differences, 2 error, 3 no differences but some counters not compared "
+      "(pending or being backfilled).");
   verify
       ->add_option("--source", options.source,
                    "libpq connection string of the source: postgresql://user:pw@host:port/db "

@@ -774,6 +774,12 @@ std::optional<int64_t> CompiledCounter::BucketOfKey(std::string_view key) const 
   return ParseTimestamp(*part);
 }
 
+bool CompiledCounter::KeyExpired(std::string_view key, int64_t now_micros) const {
+  if (!retention_) return false;
+  const std::optional<int64_t> start = BucketOfKey(key);
+  return start && Expired(*start, now_micros);
+}
+
 namespace {
 
 // PostgreSQL's limit of columns in a table.

@@ -159,6 +159,10 @@ class CompiledCounter {
   bool Expired(int64_t bucket_start, int64_t now_micros) const {
     return retention_ && BucketExpired(time_bucket_->unit, bucket_start, *retention_, now_micros);
   }
+  // True when `key`, a canonical key of this counter, is a group whose time bucket is past
+  // retention at `now_micros`: Expired of BucketOfKey. False without a retention (without
+  // reading the key) and for a NULL bucket, which has no time.
+  bool KeyExpired(std::string_view key, int64_t now_micros) const;
   // The normalised definition, "CREATE COUNTER <name> AS <sql()>", and " WITH (retention =
   // '30 days')" when there is one: parsed and compiled against the same source, it gives
   // this counter again (the same plan).

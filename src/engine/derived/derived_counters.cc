@@ -12,6 +12,7 @@
 #include <queue>
 
 #include "core/integer.h"
+#include "core/periodic_thread.h"
 #include "engine/definitions/compiler.h"
 #include "engine/definitions/formula.h"
 #include "engine/definitions/parser.h"
@@ -90,6 +91,8 @@ struct DerivedCounters::Family {
   // kPending until a backfill activates it, then the backfill's consistent point.
   // Written with apply_mutex_ held exclusively, read with it held.
   int64_t start = 0;
+  // A "backfill/<name>" marker stands: activated, the snapshot's rows not all applied yet.
+  std::atomic<bool> backfilling{false};
   std::mutex mutex;
   absl::btree_set<std::string> keys;  // guarded by mutex
   // With a retention: the live groups by the start of their time bucket, oldest first, so
@@ -128,12 +131,6 @@ struct DerivedCounters::Family {
     keys.clear();
     by_bucket.clear();
     top_cache.clear();
-  }
-  // True when `key`'s time bucket is past retention at `now_micros`.
-  bool KeyExpired(std::string_view key, int64_t now_micros) const {
-    if (!counter.retention()) return false;
-    const std::optional<int64_t> start = counter.BucketOfKey(key);
-    return start && counter.Expired(*start, now_micros);
   }
 };
 
@@ -196,7 +193,15 @@ DerivedCounters::DerivedCounters(engine::Engine& engine, engine::Persistence& st
     : engine_(engine),
       store_(store),
       options_(options),
-      catalog_(std::make_shared<Catalog>()) {}
+      catalog_(std::make_shared<Catalog>()) {
+  if (options_.retention_sweep_interval_ms > 0) {
+    sweeper_ = std::make_unique<PeriodicThread>(
+        std::chrono::milliseconds(options_.retention_sweep_interval_ms), [this] {
+          const size_t removed = SweepRetention(options_.retention_sweep_budget);
+          if (removed > 0) spdlog::debug("retention: removed {} expired time buckets", removed);
+        });
+  }
+}
 
 DerivedCounters::~DerivedCounters() {
   StopRetentionSweeper();
@@ -535,8 +540,22 @@ void DerivedCounters::DeleteGroups(Family& family) {
   if (epoch != 0) WaitDurable(epoch);
 }
 
+std::string_view CounterStateName(CounterState state) {
+  switch (state) {
+    case CounterState::kCounting:
+      return "counting";
+    case CounterState::kPending:
+      return "pending";
+    case CounterState::kBackfilling:
+      return "backfilling";
+  }
+  return "counting";
+}
+
 std::vector<CounterListing> DerivedCounters::Counters() const {
   auto catalog = Snapshot();
+  // `start` changes under apply_mutex_ held exclusively: read it under the shared lock.
+  std::shared_lock apply(apply_mutex_);
   std::vector<CounterListing> listing;
   for (const auto& [name, family] : catalog->counters) {
     CounterListing& item = listing.emplace_back();
@@ -545,6 +564,11 @@ std::vector<CounterListing> DerivedCounters::Counters() const {
     item.sql = family->counter.create_sql();
     for (const defs::KeyColumn& column : family->counter.key_columns()) {
       item.key_columns.push_back(fmt::format("{} {}", column.name, defs::TypeName(column.type)));
+    }
+    if (family->start == kPending) {
+      item.state = CounterState::kPending;
+    } else if (family->backfilling.load(std::memory_order_relaxed)) {
+      item.state = CounterState::kBackfilling;
     }
     std::lock_guard lock(family->mutex);
     item.groups = family->keys.size();
@@ -628,7 +652,7 @@ Status DerivedCounters::WriteSums(engine::View& view, PushScratch& scratch,
       // A late change to a bucket past retention would bring it back partial: skipped. The
       // clock is read under the keys' locks, so a sweep cannot slip in between.
       const Family& family = *scratch.families[j];
-      if (family.counter.retention() && family.KeyExpired(increment.key, view.now_ms() * 1000)) {
+      if (family.counter.KeyExpired(increment.key, view.now_ms() * 1000)) {
         ++outcome->expired;
         continue;
       }
@@ -1014,7 +1038,10 @@ Status DerivedCounters::ResetSource(std::string_view source) {
   }
   if (!ops.empty()) {
     if (auto status = store_.WriteCatalog(ops); !status) return status;
-    for (const auto& family : entry->second->counters) family->start = 0;
+    for (const auto& family : entry->second->counters) {
+      family->start = 0;
+      family->backfilling.store(false, std::memory_order_relaxed);
+    }
   }
   const std::string position_key = PositionKey(source);
   const engine::HashedKey hashed(position_key);
@@ -1084,6 +1111,7 @@ Result<bool> DerivedCounters::ActivateCounter(std::string_view name, int64_t pos
   }};
   if (auto status = store_.WriteCatalog(ops); !status) return tl::unexpected(status.error());
   family.start = position;
+  family.backfilling.store(true, std::memory_order_relaxed);
   return true;
 }
 
@@ -1103,7 +1131,12 @@ Result<PushOutcome> DerivedCounters::ApplyBackfill(std::string_view counter,
 Status DerivedCounters::FinishBackfill(std::string_view name) {
   const engine::Persistence::CatalogOp op{std::string(kBackfillRecord) + std::string(name),
                                           std::nullopt};
-  return store_.WriteCatalog({&op, 1});
+  if (auto status = store_.WriteCatalog({&op, 1}); !status) return status;
+  auto catalog = Snapshot();
+  if (const auto it = catalog->counters.find(Absl(name)); it != catalog->counters.end()) {
+    it->second->backfilling.store(false, std::memory_order_relaxed);
+  }
+  return OkStatus();
 }
 
 Status DerivedCounters::ResetCounter(std::string_view name) {
@@ -1121,6 +1154,7 @@ Status DerivedCounters::ResetCounter(std::string_view name) {
   }};
   if (auto status = store_.WriteCatalog(ops); !status) return status;
   family.start = pending ? kPending : 0;
+  family.backfilling.store(false, std::memory_order_relaxed);
   family.version.fetch_add(1, std::memory_order_relaxed);
   return OkStatus();
 }
@@ -1155,10 +1189,19 @@ Result<std::vector<defs::Value>> ParseParts(const defs::CompiledCounter& counter
 }
 
 // An instant of a range read: Unix seconds (an optional '-' and digits only), or a
-// timestamp as ParseKeyPart reads one (ISO 8601 or the key spelling).
+// timestamp as ParseKeyPart reads one (ISO 8601 or the key spelling). Eight digits
+// without a sign are refused: they read as an ISO 8601 basic date ("20240501") as much as
+// Unix seconds (of 1970-1973), and taking them as seconds would silently mean 1970.
 Result<int64_t> ParseInstant(std::string_view name, std::string_view text) {
   const std::string_view digits = text.starts_with('-') ? text.substr(1) : text;
   if (!digits.empty() && std::ranges::all_of(digits, [](char c) { return c >= '0' && c <= '9'; })) {
+    if (text.size() == 8) {
+      return InvalidArgument(fmt::format(
+          "{} \"{}\" is ambiguous: 8 digits read as a date (YYYYMMDD) or as Unix seconds of "
+          "1970-1973; write the date as {}-{}-{} or {}T000000Z, an instant of 1970-1973 in "
+          "ISO 8601",
+          name, text, text.substr(0, 4), text.substr(4, 2), text.substr(6, 2), text));
+    }
     int64_t seconds = 0;
     int64_t micros = 0;
     const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), seconds);
@@ -1368,7 +1411,7 @@ Result<RangeSum> DerivedCounters::Range(std::string_view counter,
          key != family.keys.end() && key->starts_with(prefix); ++key) {
       if (!stop.empty() && *key >= stop) break;
       const std::optional<int64_t> start = compiled.BucketOfKey(*key);
-      if (!start || *start < *from || *start >= *to || compiled.Expired(*start, now)) continue;
+      if (!start || *start < *from || *start >= *to || compiled.KeyExpired(*key, now)) continue;
       // Under the prefix, but another group's when the bucket is not the last column.
       values[bucket->column] = defs::Value::Timestamp(*start);
       expected.clear();
@@ -1396,25 +1439,37 @@ Result<RangeSum> DerivedCounters::Range(std::string_view counter,
 // ---- Retention --------------------------------------------------------------------------
 
 size_t DerivedCounters::SweepRetention(size_t budget) {
+  std::lock_guard sweeping(sweep_mutex_);
   size_t removed = 0;
   uint64_t epoch = 0;
   {
     std::shared_lock apply(apply_mutex_);  // no DDL meanwhile: the families stay
     auto catalog = Snapshot();
     const int64_t now = engine_.keyspace().clock()->NowMillis() * 1000;
+    // The families with a retention by name, taken in turn from the one after the family
+    // the previous sweep last removed from: one with more expired groups than the budget
+    // cannot keep the others waiting.
+    std::vector<Family*> families;
+    for (const auto& [name, family] : catalog->counters) {
+      if (family->counter.retention()) families.push_back(family.get());
+    }
+    std::ranges::sort(families, {}, [](const Family* f) { return f->counter.name(); });
+    const auto after = std::ranges::upper_bound(families, sweep_after_, {},
+                                                [](const Family* f) { return f->counter.name(); });
+    const size_t first = static_cast<size_t>(after - families.begin());
     std::vector<std::string> expired;
     std::vector<engine::HashedKey> hashed;
-    for (const auto& [name, family] : catalog->counters) {
-      if (!family->counter.retention()) continue;
+    for (size_t turn = 0; turn < families.size() && removed < budget; ++turn) {
+      Family& family = *families[(first + turn) % families.size()];
       while (removed < budget) {
         // The oldest groups first, a chunk at a time; the first live bucket ends the family.
         expired.clear();
         {
-          std::lock_guard lock(family->mutex);
+          std::lock_guard lock(family.mutex);
           const size_t most = std::min(kChunk, budget - removed);
-          for (auto it = family->by_bucket.begin();
-               it != family->by_bucket.end() && expired.size() < most; ++it) {
-            if (!family->counter.Expired(it->first, now)) break;
+          for (auto it = family.by_bucket.begin();
+               it != family.by_bucket.end() && expired.size() < most; ++it) {
+            if (!family.counter.Expired(it->first, now)) break;
             expired.push_back(it->second);
           }
         }
@@ -1424,12 +1479,13 @@ size_t DerivedCounters::SweepRetention(size_t budget) {
         engine::View view = engine_.keyspace().Lock(hashed);
         for (const engine::HashedKey& key : hashed) view.Delete(key);
         {
-          std::lock_guard lock(family->mutex);
-          for (const std::string& key : expired) family->RemoveKey(key);
+          std::lock_guard lock(family.mutex);
+          for (const std::string& key : expired) family.RemoveKey(key);
         }
-        family->version.fetch_add(1, std::memory_order_relaxed);
+        family.version.fetch_add(1, std::memory_order_relaxed);
         epoch = std::max(epoch, view.required_epoch());
         removed += expired.size();
+        sweep_after_ = family.counter.name();
       }
     }
   }
@@ -1438,28 +1494,11 @@ size_t DerivedCounters::SweepRetention(size_t budget) {
 }
 
 void DerivedCounters::StartRetentionSweeper() {
-  if (options_.retention_sweep_interval_ms <= 0 || sweeper_.joinable()) return;
-  sweeper_ = std::thread([this] { RunRetentionSweeper(); });
+  if (sweeper_ != nullptr) sweeper_->Start();
 }
 
 void DerivedCounters::StopRetentionSweeper() {
-  {
-    std::lock_guard lock(sweeper_mutex_);
-    sweeper_stopping_ = true;
-  }
-  sweeper_wake_.notify_all();
-  if (sweeper_.joinable()) sweeper_.join();
-}
-
-void DerivedCounters::RunRetentionSweeper() {
-  const auto interval = std::chrono::milliseconds(options_.retention_sweep_interval_ms);
-  std::unique_lock lock(sweeper_mutex_);
-  while (!sweeper_wake_.wait_for(lock, interval, [this] { return sweeper_stopping_; })) {
-    lock.unlock();
-    const size_t removed = SweepRetention(options_.retention_sweep_budget);
-    if (removed > 0) spdlog::debug("retention: removed {} expired time buckets", removed);
-    lock.lock();
-  }
+  if (sweeper_ != nullptr) sweeper_->Stop();
 }
 
 void DerivedCounters::OnFlushAll() {

@@ -53,7 +53,6 @@
 #include <span>
 #include <string>
 #include <string_view>
-#include <thread>
 #include <vector>
 
 #include <absl/container/flat_hash_set.h>
@@ -64,6 +63,10 @@
 #include "engine/definitions/program.h"
 #include "engine/derived/change_json.h"
 #include "engine/engine.h"
+
+namespace tally {
+class PeriodicThread;
+}  // namespace tally
 
 namespace tally::derived {
 
@@ -92,6 +95,15 @@ struct StatementOutcome {
   std::string message;  // "CREATE COUNTER blog_posts", "DROP COUNTER x", "CREATE SOURCE posts (unchanged)"
 };
 
+// Whether a counter's groups are whole (see DerivedCounters::MarkStreamed).
+enum class CounterState : uint8_t {
+  kCounting,     // every change counts: its groups equal its SELECT
+  kPending,      // waits for its backfill: nothing moves it, it has no groups
+  kBackfilling,  // its snapshot's rows are being applied: its groups are partial
+};
+// "counting", "pending", "backfilling".
+std::string_view CounterStateName(CounterState state);
+
 // A counter definition as listed by SHOW COUNTERS.
 struct CounterListing {
   std::string name;
@@ -99,6 +111,7 @@ struct CounterListing {
   std::string sql;                       // the normalised CREATE COUNTER statement
   std::vector<std::string> key_columns;  // "user_id int64", ...
   size_t groups = 0;                     // live keys
+  CounterState state = CounterState::kCounting;
 };
 
 // A source schema as listed by SHOW SOURCES.
@@ -179,6 +192,7 @@ class DerivedCounters {
   // DROP COUNTER `name` (kNotFound when there is none).
   Result<StatementOutcome> Drop(std::string_view name);
 
+  // The counters and sources, by name.
   std::vector<CounterListing> Counters() const;
   std::vector<SourceListing> Sources() const;
 
@@ -284,8 +298,9 @@ class DerivedCounters {
   // `parts` are the values of every key column but the time bucket, in order (ParseKeyPart
   // spellings); `from` and `to` are instants written as ISO 8601 ("2024-05-01T00:00:00Z",
   // with an offset or none for UTC), the key spelling ("20240501T000000Z") or Unix seconds
-  // ("1714521600"). Buckets past retention count as gone. Errors: kNotFound (no such
-  // counter), kInvalidArgument (no single time bucket, wrong parts, a bad instant, from
+  // ("1714521600"; eight digits are refused: "20240501" would be a date as much as seconds).
+  // Buckets past retention count as gone. Errors: kNotFound (no such counter),
+  // kInvalidArgument (no single time bucket, wrong parts, a bad or ambiguous instant, from
   // after to), kOverflow (the sum leaves the int64 range). Costs one step of the family
   // index per bucket of the group within [from, to) (or per bucket of the group when an
   // instant lies outside years 0-9999 or is not a whole second).
@@ -293,7 +308,11 @@ class DerivedCounters {
                          std::string_view from, std::string_view to);
 
   // Removes up to `budget` groups whose time bucket is past retention (see Retention
-  // above), oldest first; waits until the removal is durable. Returns how many it removed.
+  // above); waits until the removal is durable. Returns how many it removed. Within a
+  // counter the oldest buckets go first; the counters with a retention are taken in turn
+  // (by name), starting after the one the previous sweep last removed from, so that one
+  // with more expired groups than the budget does not starve the others. Sweeps run one
+  // at a time.
   size_t SweepRetention(size_t budget);
   // Runs SweepRetention(retention_sweep_budget) every retention_sweep_interval_ms on a
   // thread of its own (none when the interval is 0), until StopRetentionSweeper or
@@ -355,7 +374,6 @@ class DerivedCounters {
   Status WriteSums(engine::View& view, PushScratch& scratch, PushOutcome* outcome);
   // Blocks until `epoch` is durable, committing on this thread when nobody else is.
   void WaitDurable(uint64_t epoch);
-  void RunRetentionSweeper();
 
   engine::Engine& engine_;
   engine::Persistence& store_;
@@ -379,10 +397,10 @@ class DerivedCounters {
   std::atomic<uint64_t> pushed_changes_applied_{0};
   std::atomic<uint64_t> source_changes_applied_{0};
   std::atomic<uint64_t> keys_written_{0};
-  std::mutex sweeper_mutex_;
-  std::condition_variable sweeper_wake_;
-  bool sweeper_stopping_ = false;  // guarded by sweeper_mutex_
-  std::thread sweeper_;
+  std::mutex sweep_mutex_;      // one SweepRetention at a time
+  std::string sweep_after_;     // guarded by sweep_mutex_: the family last swept from
+  // Runs SweepRetention periodically; null when retention_sweep_interval_ms is 0.
+  std::unique_ptr<PeriodicThread> sweeper_;
 };
 
 }  // namespace tally::derived

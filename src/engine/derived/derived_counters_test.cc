@@ -4,12 +4,10 @@
 
 #include <gtest/gtest.h>
 
-#include <filesystem>
 #include <map>
 #include <thread>
 
-#include "core/clock.h"
-#include "storage/rocksdb_store.h"
+#include "engine/derived/derived_test_util.h"
 
 namespace tally::derived {
 namespace {
@@ -45,47 +43,9 @@ std::string Update(const std::string& old_row, const std::string& new_row) {
 
 std::string Delete(const std::string& row) { return R"({"source":"posts","old":)" + row + "}"; }
 
-class DerivedCountersTest : public ::testing::Test {
+class DerivedCountersTest : public DerivedStoreTest {
  protected:
-  void SetUp() override {
-    dir_ = std::filesystem::temp_directory_path() /
-           (std::string("tally_derived_test_") +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    std::filesystem::remove_all(dir_);
-    Open();
-  }
-  void TearDown() override {
-    Close();
-    std::filesystem::remove_all(dir_);
-  }
-
-  void Open() {
-    auto store = storage::RocksDbStore::Open({.path = dir_.string()});
-    ASSERT_TRUE(store) << store.error().message;
-    store_ = std::move(*store);
-    engine::EngineOptions options;
-    options.clock = &clock_;
-    engine_ = std::make_unique<engine::Engine>(store_.get(), options);
-    ASSERT_TRUE(engine_->Start());
-    derived_ = std::make_unique<DerivedCounters>(*engine_, *store_, DerivedOptions{});
-    auto loaded = derived_->Load();
-    ASSERT_TRUE(loaded) << loaded.error().message;
-  }
-  void Close() {
-    derived_.reset();
-    if (engine_) engine_->Stop();
-    engine_.reset();
-    store_.reset();
-  }
-  void Restart() {
-    Close();
-    Open();
-  }
-
-  void Define(std::string_view sql) {
-    auto outcome = derived_->Execute(sql);
-    ASSERT_TRUE(outcome) << outcome.error().message;
-  }
+  DerivedCountersTest() : DerivedStoreTest("tally_derived_test_", 1'700'000'000'000, {}) {}
 
   Result<PushOutcome> Push(const std::string& body, std::string_view id = "") {
     auto outcome = derived_->Push(body, id, decoder_);
@@ -93,9 +53,13 @@ class DerivedCountersTest : public ::testing::Test {
     return outcome;
   }
 
-  int64_t Value(const std::string& key) {
-    uint64_t epoch = 0;
-    return derived_->Get({&key, 1}, &epoch)[0];
+  // The state Counters() lists for `name`.
+  CounterState State(std::string_view name) {
+    for (const CounterListing& counter : derived_->Counters()) {
+      if (counter.name == name) return counter.state;
+    }
+    ADD_FAILURE() << "no counter " << name;
+    return CounterState::kCounting;
   }
 
   // Every live group of every counter, through the family listings.
@@ -114,13 +78,6 @@ class DerivedCountersTest : public ::testing::Test {
     }
     return all;
   }
-
-  std::filesystem::path dir_;
-  ManualClock clock_{1'700'000'000'000};
-  std::unique_ptr<storage::RocksDbStore> store_;
-  std::unique_ptr<engine::Engine> engine_;
-  std::unique_ptr<DerivedCounters> derived_;
-  ChangeDecoder decoder_;
 };
 
 TEST_F(DerivedCountersTest, TheFormulaKeepsCountsAndSums) {
@@ -419,6 +376,8 @@ TEST_F(DerivedCountersTest, ACounterAddedMidStreamWaitsForItsBackfillThenCountsA
   Define("CREATE COUNTER blog_count AS SELECT blog_id, count(*) FROM posts GROUP BY blog_id");
   EXPECT_EQ(*derived_->CounterStart("blog_count"), INT64_MAX);
   EXPECT_EQ(derived_->PendingCounters("posts"), std::vector<std::string>{"blog_count"});
+  EXPECT_EQ(State("blog_count"), CounterState::kPending);
+  EXPECT_EQ(State("blog_posts"), CounterState::kCounting);
 
   // Pending: neither the stream nor a plain backfill chunk moves it; the others count.
   std::vector<SourceRowChange> two(1);
@@ -439,6 +398,7 @@ TEST_F(DerivedCountersTest, ACounterAddedMidStreamWaitsForItsBackfillThenCountsA
   ASSERT_TRUE(activated) << activated.error().message;
   EXPECT_TRUE(*activated);
   EXPECT_TRUE(derived_->PendingCounters("posts").empty());
+  EXPECT_EQ(State("blog_count"), CounterState::kBackfilling);  // partial until FinishBackfill
   std::vector<SourceRowChange> three(1);
   three[0].new_row = PostRow(3, 12, 7, 1, true);
   ASSERT_TRUE(derived_->ApplyTransaction("posts", three, 1150));  // in the snapshot
@@ -456,6 +416,7 @@ TEST_F(DerivedCountersTest, ACounterAddedMidStreamWaitsForItsBackfillThenCountsA
   auto filled = derived_->ApplyBackfill("blog_count", rows);
   ASSERT_TRUE(filled) << filled.error().message;
   ASSERT_TRUE(derived_->FinishBackfill("blog_count"));
+  EXPECT_EQ(State("blog_count"), CounterState::kCounting);
   EXPECT_EQ(Value("blog_count:7"), 3);
   EXPECT_EQ(Value("blog_count:8"), 1);
   EXPECT_EQ(Value("blog_posts:7:10"), 1);  // nobody else counted twice
@@ -464,6 +425,7 @@ TEST_F(DerivedCountersTest, ACounterAddedMidStreamWaitsForItsBackfillThenCountsA
   // The start survives a restart (streaming is marked again by the runner).
   Restart();
   EXPECT_EQ(*derived_->CounterStart("blog_count"), 1200);
+  EXPECT_EQ(State("blog_count"), CounterState::kCounting);
   EXPECT_EQ(Value("blog_count:7"), 3);
   ASSERT_TRUE(derived_->ApplyTransaction("posts", three, 1150));  // replayed: skipped by all
   EXPECT_EQ(Value("blog_count:7"), 3);
@@ -482,9 +444,11 @@ TEST_F(DerivedCountersTest, ABackfillACrashInterruptedIsDoneAgain) {
   rows[0].new_row = PostRow(1, 10, 7, 4, true);
   ASSERT_TRUE(derived_->ApplyBackfill("blog_count", rows));
   EXPECT_EQ(Value("blog_count:7"), 1);
+  EXPECT_EQ(State("blog_count"), CounterState::kBackfilling);
   // No FinishBackfill: the marker says the groups are partial.
   Restart();
   EXPECT_EQ(*derived_->CounterStart("blog_count"), INT64_MAX);
+  EXPECT_EQ(State("blog_count"), CounterState::kPending);
   EXPECT_EQ(Value("blog_count:7"), 0);
   EXPECT_EQ(derived_->PendingCounters("posts"), std::vector<std::string>{"blog_count"});
   derived_->MarkStreamed("posts");
@@ -500,9 +464,15 @@ TEST_F(DerivedCountersTest, ABackfillACrashInterruptedIsDoneAgain) {
   ASSERT_TRUE(derived_->ResetCounter("blog_count"));
   EXPECT_EQ(Value("blog_count:7"), 0);
   EXPECT_EQ(*derived_->CounterStart("blog_count"), INT64_MAX);
+  EXPECT_EQ(State("blog_count"), CounterState::kPending);
+  ASSERT_TRUE(*derived_->ActivateCounter("blog_count", 700));
+  ASSERT_TRUE(derived_->ResetCounter("blog_count"));  // a backfill given up: pending again
+  EXPECT_EQ(State("blog_count"), CounterState::kPending);
   // A whole-source reset (the runner's first backfill) counts every counter again: start 0.
+  ASSERT_TRUE(*derived_->ActivateCounter("blog_count", 800));
   ASSERT_TRUE(derived_->ResetSource("posts"));
   EXPECT_EQ(*derived_->CounterStart("blog_count"), 0);
+  EXPECT_EQ(State("blog_count"), CounterState::kCounting);
   Restart();
   EXPECT_EQ(*derived_->CounterStart("blog_count"), 0);
   // Dropped and created again on a source not streamed (after the restart): start 0.

@@ -4,14 +4,11 @@
 // sums equal a recount of random rows.
 #include <gtest/gtest.h>
 
-#include <filesystem>
 #include <map>
 #include <random>
 
-#include "core/clock.h"
 #include "engine/definitions/time_util.h"
-#include "engine/derived/derived_counters.h"
-#include "storage/rocksdb_store.h"
+#include "engine/derived/derived_test_util.h"
 
 namespace tally::derived {
 namespace {
@@ -54,49 +51,13 @@ std::string Json(const Like& like) {
          "\"}";
 }
 
-class RetentionTest : public ::testing::Test {
+// The tests sweep themselves: no sweeper thread.
+constexpr DerivedOptions kNoSweeper{.retention_sweep_interval_ms = 0};
+
+class RetentionTest : public DerivedStoreTest {
  protected:
-  void SetUp() override {
-    dir_ = std::filesystem::temp_directory_path() /
-           (std::string("tally_retention_test_") +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    std::filesystem::remove_all(dir_);
-    Open();
-  }
-  void TearDown() override {
-    Close();
-    std::filesystem::remove_all(dir_);
-  }
+  RetentionTest() : DerivedStoreTest("tally_retention_test_", At(2024, 5, 10) / 1000, kNoSweeper) {}
 
-  void Open() {
-    auto store = storage::RocksDbStore::Open({.path = dir_.string()});
-    ASSERT_TRUE(store) << store.error().message;
-    store_ = std::move(*store);
-    engine::EngineOptions options;
-    options.clock = &clock_;
-    engine_ = std::make_unique<engine::Engine>(store_.get(), options);
-    ASSERT_TRUE(engine_->Start());
-    DerivedOptions derived_options;
-    derived_options.retention_sweep_interval_ms = 0;  // the tests sweep themselves
-    derived_ = std::make_unique<DerivedCounters>(*engine_, *store_, derived_options);
-    auto loaded = derived_->Load();
-    ASSERT_TRUE(loaded) << loaded.error().message;
-  }
-  void Close() {
-    derived_.reset();
-    if (engine_) engine_->Stop();
-    engine_.reset();
-    store_.reset();
-  }
-  void Restart() {
-    Close();
-    Open();
-  }
-
-  void Define(std::string_view sql) {
-    auto outcome = derived_->Execute(sql);
-    ASSERT_TRUE(outcome) << outcome.error().message;
-  }
   void SetNow(int64_t micros) { clock_.Set(micros / 1000); }
 
   // One source transaction (the PostgreSQL path) of inserts, updates (old, new) and deletes.
@@ -111,11 +72,6 @@ class RetentionTest : public ::testing::Test {
     if (!outcome) return {};
     engine_->committer().WaitDurable(outcome->required_epoch);
     return *outcome;
-  }
-
-  int64_t Value(const std::string& key) {
-    uint64_t epoch = 0;
-    return derived_->Get({&key, 1}, &epoch)[0];
   }
 
   // The groups of `counter` as its family index lists them.
@@ -136,12 +92,6 @@ class RetentionTest : public ::testing::Test {
     return range->sum;
   }
 
-  std::filesystem::path dir_;
-  ManualClock clock_{At(2024, 5, 10) / 1000};
-  std::unique_ptr<storage::RocksDbStore> store_;
-  std::unique_ptr<engine::Engine> engine_;
-  std::unique_ptr<DerivedCounters> derived_;
-  ChangeDecoder decoder_;
   int64_t position_ = 0;
 };
 
@@ -277,6 +227,42 @@ TEST_F(RetentionTest, ASweepRemovesAtMostItsBudgetOldestFirst) {
   EXPECT_EQ(derived_->SweepRetention(4), 0u);
 }
 
+// Counters take turns: with more expired groups than the budget in each, every sweep starts
+// at the counter after the one the previous sweep ended in, so none waits for another to
+// be empty; within each, the oldest go first.
+TEST_F(RetentionTest, SweepsTakeTheCountersInTurn) {
+  Define(kLikes);
+  Define(kPerDay);
+  Define(R"sql(CREATE COUNTER likes_per_day_b AS SELECT post_id, date_trunc('day', created_at)
+               AS day, count(*) FROM likes GROUP BY post_id, day WITH (retention = '20 days'))sql");
+  Define(R"sql(CREATE COUNTER likes_per_day_c AS SELECT post_id, date_trunc('day', created_at)
+               AS day, count(*) FROM likes GROUP BY post_id, day WITH (retention = '20 days'))sql");
+  std::vector<std::pair<std::optional<Like>, std::optional<Like>>> inserts;
+  for (int day = 1; day <= 9; ++day) {
+    inserts.push_back({std::nullopt, Like{day, 7, 1, At(2024, 5, day)}});
+  }
+  Apply(inserts);
+  SetNow(At(2024, 6, 30));  // all nine expired in each of the three
+  const auto left = [&] {
+    return std::vector<size_t>{Groups("likes_per_day").size(), Groups("likes_per_day_b").size(),
+                               Groups("likes_per_day_c").size()};
+  };
+  EXPECT_EQ(derived_->SweepRetention(4), 4u);
+  EXPECT_EQ(left(), (std::vector<size_t>{5, 9, 9}));
+  EXPECT_EQ(derived_->SweepRetention(4), 4u);
+  EXPECT_EQ(left(), (std::vector<size_t>{5, 5, 9}));
+  EXPECT_EQ(Groups("likes_per_day_b").begin()->first, "likes_per_day_b:7:20240505T000000Z");
+  EXPECT_EQ(derived_->SweepRetention(4), 4u);
+  EXPECT_EQ(left(), (std::vector<size_t>{5, 5, 5}));
+  // A budget larger than a counter's rest moves on to the next in the same sweep.
+  EXPECT_EQ(derived_->SweepRetention(7), 7u);
+  EXPECT_EQ(left(), (std::vector<size_t>{0, 3, 5}));
+  EXPECT_EQ(derived_->SweepRetention(4), 4u);  // starts after likes_per_day_b
+  EXPECT_EQ(left(), (std::vector<size_t>{0, 3, 1}));
+  EXPECT_EQ(derived_->SweepRetention(100), 4u);
+  EXPECT_EQ(left(), (std::vector<size_t>{0, 0, 0}));
+}
+
 // A counter without retention keeps everything, and range reads work on it as well; its
 // groups are never swept.
 TEST_F(RetentionTest, RangeReadsNeedOneTimeBucketAndCheckTheirArguments) {
@@ -327,6 +313,19 @@ TEST_F(RetentionTest, RangeReadsNeedOneTimeBucketAndCheckTheirArguments) {
             "20240501T000000Z or Unix seconds");
   EXPECT_EQ(error("per_day", {"7"}, "10", "9"),
             "the range is backwards: from 19700101T000010Z is after to 19700101T000009Z");
+  // Eight digits read as a basic date as much as Unix seconds: refused, never taken as 1970.
+  EXPECT_EQ(error("per_day", {"7"}, "20200101", "20200103"),
+            "from \"20200101\" is ambiguous: 8 digits read as a date (YYYYMMDD) or as Unix "
+            "seconds of 1970-1973; write the date as 2020-01-01 or 20200101T000000Z, an instant "
+            "of 1970-1973 in ISO 8601");
+  EXPECT_EQ(error("per_day", {"7"}, "2020-01-01", "20200103"),
+            "to \"20200103\" is ambiguous: 8 digits read as a date (YYYYMMDD) or as Unix "
+            "seconds of 1970-1973; write the date as 2020-01-03 or 20200103T000000Z, an instant "
+            "of 1970-1973 in ISO 8601");
+  // Other lengths, or with a sign, they are Unix seconds.
+  EXPECT_EQ(Range("per_day", {"7"}, "-20200101", "1577923200"), 1);
+  EXPECT_EQ(error("per_day", {"7"}, "2020-01-01", "020200101"),
+            "the range is backwards: from 20200101T000000Z is after to 19700822T190821Z");
   EXPECT_EQ(error("weight", {}, "2020-01-01", "2020-01-03"),
             "the sum of counter weight from 20200101T000000Z to 20200103T000000Z is out of the "
             "int64 range");

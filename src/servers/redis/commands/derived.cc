@@ -68,7 +68,7 @@ void CounterList(CommandContext& ctx) {
   const std::vector<derived::CounterListing> counters = derived->Counters();
   ctx.reply.ArrayHeader(counters.size());
   for (const derived::CounterListing& counter : counters) {
-    ctx.reply.MapHeader(4);
+    ctx.reply.MapHeader(5);
     ctx.reply.Bulk("name");
     ctx.reply.Bulk(counter.name);
     ctx.reply.Bulk("source");
@@ -77,6 +77,9 @@ void CounterList(CommandContext& ctx) {
     ctx.reply.Bulk(counter.sql);
     ctx.reply.Bulk("groups");
     ctx.reply.Integer(static_cast<int64_t>(counter.groups));
+    // "pending" or "backfilling": its groups are not whole yet (tally verify skips it).
+    ctx.reply.Bulk("state");
+    ctx.reply.Bulk(derived::CounterStateName(counter.state));
   }
 }
 
