@@ -542,3 +542,22 @@ def wait_until(predicate, timeout=10.0, interval=0.02):
         time.sleep(interval)
         value = predicate()
     return value
+
+
+def blog_posts_schema(extra_columns="", extra_counters=""):
+    """The definitions the HTTP and dashboard tests share: a `posts` source (plus
+    `extra_columns`, e.g. ", tag text") and two counters per user_id and blog_id over its
+    published, undeleted rows, blog_posts (count) and author_rating (sum of rating), then
+    `extra_counters` (more CREATE statements)."""
+    return """
+CREATE SOURCE posts (id bigint, user_id bigint, blog_id bigint, rating bigint,
+                     is_published boolean, is_deleted boolean%s);
+CREATE COUNTER blog_posts AS
+  SELECT user_id, blog_id, count(*) FROM posts
+  WHERE is_published AND NOT is_deleted
+  GROUP BY user_id, blog_id;
+CREATE COUNTER author_rating AS
+  SELECT user_id, blog_id, sum(rating) FROM posts
+  WHERE is_published AND NOT is_deleted
+  GROUP BY user_id, blog_id;
+%s""" % (extra_columns, extra_counters)

@@ -17,7 +17,7 @@ import shutil
 import subprocess
 import unittest
 
-from harness import TallyServer, free_port, tally_only
+from harness import TallyServer, blog_posts_schema, free_port, tally_only
 
 HOST = "127.0.0.1"
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -30,18 +30,7 @@ CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
 PASSWORD = "dashboard-secret"
 BROWSER_TIMEOUT = 180  # seconds for the whole browser scenario
 
-SCHEMA = """
-CREATE SOURCE posts (id bigint, user_id bigint, blog_id bigint, rating bigint,
-                     is_published boolean, is_deleted boolean);
-CREATE COUNTER blog_posts AS
-  SELECT user_id, blog_id, count(*) FROM posts
-  WHERE is_published AND NOT is_deleted
-  GROUP BY user_id, blog_id;
-CREATE COUNTER author_rating AS
-  SELECT user_id, blog_id, sum(rating) FROM posts
-  WHERE is_published AND NOT is_deleted
-  GROUP BY user_id, blog_id;
-"""
+SCHEMA = blog_posts_schema()
 
 
 def request(port, method, path, headers=None, body=None):

@@ -16,25 +16,16 @@ import time
 import unittest
 import urllib.parse
 
-from harness import ServerTestCase, TallyServer, free_port, tally_only, wait_until
+from harness import (ServerTestCase, TallyServer, blog_posts_schema, free_port, tally_only,
+                     wait_until)
 
 MIB = 1024 * 1024
 HOST = "127.0.0.1"
 
-SCHEMA = """
-CREATE SOURCE posts (id bigint, user_id bigint, blog_id bigint, rating bigint,
-                     is_published boolean, is_deleted boolean, tag text);
-CREATE COUNTER blog_posts AS
-  SELECT user_id, blog_id, count(*) FROM posts
-  WHERE is_published AND NOT is_deleted
-  GROUP BY user_id, blog_id;
-CREATE COUNTER author_rating AS
-  SELECT user_id, blog_id, sum(rating) FROM posts
-  WHERE is_published AND NOT is_deleted
-  GROUP BY user_id, blog_id;
+SCHEMA = blog_posts_schema(extra_columns=", tag text", extra_counters="""\
 CREATE COUNTER tag_posts AS
   SELECT tag, count(*) FROM posts GROUP BY tag;
-"""
+""")
 
 
 def post(i, user=7, blog=3, rating=1, published=True, deleted=False, tag="t"):
