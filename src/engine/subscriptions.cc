@@ -24,10 +24,60 @@ void RaiseTo(std::atomic<uint64_t>& value, uint64_t at_least) {
   }
 }
 
+// Adds what `more` asked for to `into`.
+void Merge(AskedBy& into, const AskedBy& more) {
+  into.key = into.key || more.key;
+  for (const std::string& prefix : more.prefixes) {
+    if (std::ranges::find(into.prefixes, prefix) == into.prefixes.end()) {
+      into.prefixes.push_back(prefix);
+    }
+  }
+}
+
 }  // namespace
 
+// --- PrefixSet ---------------------------------------------------------------------------
+
+bool SubscriptionHub::PrefixSet::Insert(const std::string& prefix) {
+  if (!prefixes_.insert(prefix).second) return false;
+  ++lengths_[prefix.size()];
+  return true;
+}
+
+bool SubscriptionHub::PrefixSet::Erase(std::string_view prefix) {
+  if (prefixes_.erase(Absl(prefix)) == 0) return false;
+  const auto length = lengths_.find(prefix.size());
+  if (--length->second == 0) lengths_.erase(length);
+  return true;
+}
+
+bool SubscriptionHub::PrefixSet::contains(std::string_view prefix) const {
+  return prefixes_.contains(Absl(prefix));
+}
+
+template <typename Visit>
+void SubscriptionHub::PrefixSet::ForEachMatch(std::string_view key, Visit&& visit) const {
+  for (const auto& [length, count] : lengths_) {
+    if (length > key.size()) break;
+    const auto it = prefixes_.find(Absl(key.substr(0, length)));
+    if (it != prefixes_.end()) visit(*it);
+  }
+}
+
+bool SubscriptionHub::PrefixSet::Matches(std::string_view key) const {
+  for (const auto& [length, count] : lengths_) {
+    if (length > key.size()) break;
+    if (prefixes_.contains(Absl(key.substr(0, length)))) return true;
+  }
+  return false;
+}
+
+// --- SubscriptionHub ---------------------------------------------------------------------
+
 SubscriptionHub::SubscriptionHub(Keyspace* keyspace, SubscriptionOptions options)
-    : keyspace_(keyspace), options_(std::move(options)) {
+    : keyspace_(keyspace),
+      options_(std::move(options)),
+      flusher_(std::chrono::milliseconds(std::max(1, options_.interval_ms)), [this] { Flush(); }) {
   std::lock_guard lock(feed_->mutex);
   feed_->hub = this;
 }
@@ -41,40 +91,14 @@ SubscriptionHub::~SubscriptionHub() {
 void SubscriptionHub::Attach(Committer& committer) {
   SetDurableEpoch(committer.durable_epoch());
   committer.AddCommitObserver([feed = feed_](const CommitBatch& batch, uint64_t) {
+    if (feed->subscribers.load(std::memory_order_acquire) == 0) {
+      // A subscriber registering now reads current values that include this batch.
+      RaiseTo(feed->durable_epoch, batch.epoch());
+      return;
+    }
     std::lock_guard lock(feed->mutex);
     if (feed->hub != nullptr) feed->hub->OnCommit(batch);
   });
-}
-
-void SubscriptionHub::Start() {
-  std::lock_guard lock(flusher_mutex_);
-  if (flusher_.joinable()) return;
-  stopping_ = false;
-  flusher_ = std::thread([this] { RunFlusher(); });
-}
-
-void SubscriptionHub::Stop() {
-  {
-    std::lock_guard lock(flusher_mutex_);
-    stopping_ = true;
-  }
-  flusher_wake_.notify_all();
-  if (flusher_.joinable()) flusher_.join();
-}
-
-void SubscriptionHub::RunFlusher() {
-  const auto interval = std::chrono::milliseconds(std::max(1, options_.interval_ms));
-  auto next = std::chrono::steady_clock::now() + interval;
-  std::unique_lock lock(flusher_mutex_);
-  while (!flusher_wake_.wait_until(lock, next, [this] { return stopping_; })) {
-    lock.unlock();
-    Flush();
-    lock.lock();
-    // The next tick one interval after this one, not after the flush ended; a tick that
-    // fell behind (a long flush) starts the count again rather than catching up in a burst.
-    const auto now = std::chrono::steady_clock::now();
-    next = std::max(next + interval, now);
-  }
 }
 
 SubscriberId SubscriptionHub::AddSubscriber(std::shared_ptr<SubscriberSink> sink) {
@@ -84,13 +108,14 @@ SubscriberId SubscriptionHub::AddSubscriber(std::shared_ptr<SubscriberSink> sink
   subscriber->id = id;
   subscriber->sink = std::move(sink);
   subscribers_.emplace(id, std::move(subscriber));
-  subscriber_count_.fetch_add(1, std::memory_order_relaxed);
+  feed_->subscribers.fetch_add(1, std::memory_order_relaxed);
   return id;
 }
 
 void SubscriptionHub::RemoveSubscriber(SubscriberId id) {
+  Retired retired;  // freed after the lock
   std::lock_guard lock(mutex_);
-  if (Subscriber* subscriber = Find(id); subscriber != nullptr) Erase(*subscriber);
+  if (Subscriber* subscriber = Find(id); subscriber != nullptr) retired = Erase(*subscriber);
 }
 
 SubscriptionHub::Subscriber* SubscriptionHub::Find(SubscriberId id) {
@@ -111,6 +136,24 @@ Status SubscriptionHub::Subscribe(SubscriberId id, std::span<const std::string> 
     std::lock_guard lock(mutex_);
     Subscriber* subscriber = Find(id);
     if (subscriber == nullptr || !subscriber->dropped.empty()) return refused(subscriber);
+    // Counted before anything changes: a refused call follows nothing new.
+    absl::flat_hash_set<absl::string_view> new_keys;
+    absl::flat_hash_set<absl::string_view> new_prefixes;
+    for (const std::string& key : keys) {
+      if (!subscriber->keys.contains(key)) new_keys.insert(Absl(key));
+    }
+    for (const std::string& prefix : prefixes) {
+      if (!subscriber->prefixes.contains(prefix)) new_prefixes.insert(Absl(prefix));
+    }
+    const size_t total = subscriber->keys.size() + subscriber->prefixes.size() + new_keys.size() +
+                         new_prefixes.size();
+    if (total > options_.max_subscriptions) {
+      return MakeError(
+          ErrorCode::kInvalidArgument,
+          fmt::format("too many subscriptions: at most {} keys and prefixes per subscriber "
+                      "(subscriber-max-subscriptions), this would make {}",
+                      options_.max_subscriptions, total));
+    }
     // Registered before the current values are read: no change after the read is missed.
     for (const std::string& key : keys) {
       if (!subscriber->keys.insert(key).second) continue;
@@ -118,7 +161,7 @@ Status SubscriptionHub::Subscribe(SubscriberId id, std::span<const std::string> 
       ++subscriptions_;
     }
     for (const std::string& prefix : prefixes) {
-      if (!subscriber->prefixes.insert(prefix).second) continue;
+      if (!subscriber->prefixes.Insert(prefix)) continue;
       auto& followers = prefixes_[prefix];
       if (followers.empty()) ++prefix_lengths_[prefix.size()];
       followers.push_back(subscriber);
@@ -133,7 +176,10 @@ Status SubscriptionHub::Subscribe(SubscriberId id, std::span<const std::string> 
   Subscriber* subscriber = Find(id);
   if (subscriber == nullptr || !subscriber->dropped.empty()) return refused(subscriber);
   for (const Snapshot& entry : current) {
-    Offer(*subscriber, entry.key, entry.value, entry.epoch, /*forced=*/true);
+    // Only what is still followed: an Unsubscribe() may have come in between.
+    if (Follows(*subscriber, entry.key)) {
+      Offer(*subscriber, entry.key, entry.value, entry.epoch, &entry.asked);
+    }
   }
   --subscriber->priming;
   MarkDirty(*subscriber);
@@ -144,33 +190,51 @@ Status SubscriptionHub::Subscribe(SubscriberId id, std::span<const std::string> 
 
 std::vector<SubscriptionHub::Snapshot> SubscriptionHub::ReadCurrent(
     std::span<const std::string> keys, std::span<const std::string> prefixes) {
-  const auto hidden = [this](std::string_view key) {
-    return options_.hidden && options_.hidden(key);
-  };
   std::vector<Snapshot> current;
   // One key at a time, each under its own lock: the epoch read with a value is the newest
   // its stripe was written in, which is exactly what an update must reach to replace it.
-  const auto read = [&](const std::string& key, bool missing_is_zero) {
+  const auto read = [&](const std::string& key, bool missing_is_zero, AskedBy asked) {
     const HashedKey hashed(key);
     View view = keyspace_->Lock(hashed);
     const std::optional<int64_t> value = view.Get(hashed);
     if (!value && !missing_is_zero) return;
-    current.push_back(Snapshot{key, value.value_or(0), view.required_epoch()});
+    current.push_back(Snapshot{key, value.value_or(0), view.required_epoch(), std::move(asked)});
   };
   for (const std::string& key : keys) {
-    if (!hidden(key)) read(key, /*missing_is_zero=*/true);
+    if (!Hidden(key)) read(key, /*missing_is_zero=*/true, AskedBy{.key = true, .prefixes = {}});
   }
+  if (prefixes.empty() || options_.snapshot_max_keys == 0) return current;
+
+  // One scan for every prefix, within a budget of entries visited: a prefix with few keys
+  // in a large keyspace costs at most snapshot_max_scan steps, however often it is asked.
+  PrefixSet wanted;
+  for (const std::string& prefix : prefixes) wanted.Insert(prefix);
+  absl::flat_hash_map<std::string, size_t> found_per_prefix;
+  size_t prefixes_full = 0;
+  const auto match = [&](std::string_view key) {
+    if (Hidden(key)) return false;
+    bool take = false;
+    wanted.ForEachMatch(key, [&](const std::string& prefix) {
+      size_t& found = found_per_prefix[prefix];
+      if (found == options_.snapshot_max_keys) return;
+      take = true;
+      if (++found == options_.snapshot_max_keys) ++prefixes_full;
+    });
+    return take;
+  };
   std::vector<std::string> found;
-  for (const std::string& prefix : prefixes) {
-    found.clear();
-    uint64_t cursor = 0;
-    do {
-      cursor = keyspace_->Scan(
-          cursor, kSnapshotScanStep,
-          [&](std::string_view key) { return key.starts_with(prefix) && !hidden(key); }, &found);
-    } while (cursor != 0 && found.size() < options_.snapshot_max_keys);
-    if (found.size() > options_.snapshot_max_keys) found.resize(options_.snapshot_max_keys);
-    for (const std::string& key : found) read(key, /*missing_is_zero=*/false);
+  uint64_t cursor = 0;
+  size_t budget = options_.snapshot_max_scan;
+  while (budget > 0 && prefixes_full < wanted.size()) {
+    const size_t step = std::min(budget, kSnapshotScanStep);
+    cursor = keyspace_->Scan(cursor, step, match, &found);
+    budget -= step;
+    if (cursor == 0) break;
+  }
+  for (const std::string& key : found) {
+    AskedBy asked;
+    wanted.ForEachMatch(key, [&](const std::string& prefix) { asked.prefixes.push_back(prefix); });
+    read(key, /*missing_is_zero=*/false, std::move(asked));
   }
   return current;
 }
@@ -184,25 +248,22 @@ void SubscriptionHub::Unsubscribe(SubscriberId id, std::span<const std::string> 
     if (subscriber->keys.erase(key) == 0) continue;
     Unindex(*subscriber, key, false);
     --subscriptions_;
+    Prune(*subscriber, key);
   }
   for (const std::string& prefix : prefixes) {
-    if (subscriber->prefixes.erase(prefix) == 0) continue;
+    if (!subscriber->prefixes.Erase(prefix)) continue;
     Unindex(*subscriber, prefix, true);
     --subscriptions_;
+    PruneRange(*subscriber, prefix);
   }
-  Prune(*subscriber);
 }
 
 void SubscriptionHub::UnsubscribeAll(SubscriberId id) {
+  Retired retired;  // freed after the lock
   std::lock_guard lock(mutex_);
-  Subscriber* subscriber = Find(id);
-  if (subscriber == nullptr) return;
-  for (const std::string& key : subscriber->keys) Unindex(*subscriber, key, false);
-  for (const std::string& prefix : subscriber->prefixes) Unindex(*subscriber, prefix, true);
-  subscriptions_ -= subscriber->keys.size() + subscriber->prefixes.size();
-  subscriber->keys.clear();
-  subscriber->prefixes.clear();
-  Prune(*subscriber);
+  if (Subscriber* subscriber = Find(id); subscriber != nullptr) {
+    retired = UnindexAll(*subscriber);
+  }
 }
 
 void SubscriptionHub::Unindex(Subscriber& subscriber, std::string_view key, bool prefix) {
@@ -218,28 +279,48 @@ void SubscriptionHub::Unindex(Subscriber& subscriber, std::string_view key, bool
   }
 }
 
-bool SubscriptionHub::Follows(const Subscriber& subscriber, std::string_view key) const {
-  if (subscriber.keys.contains(Absl(key))) return true;
-  return std::ranges::any_of(subscriber.prefixes,
-                             [&](const std::string& prefix) { return key.starts_with(prefix); });
+SubscriptionHub::Retired SubscriptionHub::UnindexAll(Subscriber& subscriber) {
+  for (const std::string& key : subscriber.keys) Unindex(subscriber, key, false);
+  for (const std::string& prefix : subscriber.prefixes) Unindex(subscriber, prefix, true);
+  subscriptions_ -= subscriber.keys.size() + subscriber.prefixes.size();
+  pending_keys_ -= subscriber.pending.size();
+  Retired retired;
+  std::swap(retired.keys, subscriber.keys);
+  std::swap(retired.prefixes, subscriber.prefixes);
+  std::swap(retired.pending, subscriber.pending);
+  std::swap(retired.sent, subscriber.sent);
+  return retired;
 }
 
-void SubscriptionHub::Prune(Subscriber& subscriber) {
-  for (auto it = subscriber.pending.begin(); it != subscriber.pending.end();) {
-    if (Follows(subscriber, it->first)) {
-      ++it;
-    } else {
-      subscriber.pending.erase(it++);
-      --pending_keys_;
-    }
+bool SubscriptionHub::Follows(const Subscriber& subscriber, std::string_view key) {
+  return subscriber.keys.contains(Absl(key)) || subscriber.prefixes.Matches(key);
+}
+
+void SubscriptionHub::Prune(Subscriber& subscriber, std::string_view key) {
+  if (Follows(subscriber, key)) return;
+  if (const auto it = subscriber.pending.find(key); it != subscriber.pending.end()) {
+    subscriber.pending.erase(it);
+    --pending_keys_;
   }
-  for (auto it = subscriber.sent.begin(); it != subscriber.sent.end();) {
-    if (Follows(subscriber, it->first)) {
-      ++it;
-    } else {
-      subscriber.sent.erase(it++);
-    }
+  if (const auto it = subscriber.sent.find(key); it != subscriber.sent.end()) {
+    subscriber.sent.erase(it);
   }
+}
+
+void SubscriptionHub::PruneRange(Subscriber& subscriber, std::string_view prefix) {
+  // The keys under a prefix are one range of an ordered map.
+  const auto prune = [&](auto& map, bool pending) {
+    for (auto it = map.lower_bound(prefix); it != map.end() && it->first.starts_with(prefix);) {
+      if (Follows(subscriber, it->first)) {
+        ++it;
+        continue;
+      }
+      it = map.erase(it);
+      if (pending) --pending_keys_;
+    }
+  };
+  prune(subscriber.pending, /*pending=*/true);
+  prune(subscriber.sent, /*pending=*/false);
 }
 
 template <typename Visit>
@@ -256,21 +337,23 @@ void SubscriptionHub::ForEachMatch(std::string_view key, Visit&& visit) {
 }
 
 void SubscriptionHub::Offer(Subscriber& subscriber, std::string_view key, int64_t value,
-                            uint64_t epoch, bool forced) {
-  auto it = subscriber.pending.find(Absl(key));
+                            uint64_t epoch, const AskedBy* asked) {
+  auto it = subscriber.pending.find(key);
   if (it == subscriber.pending.end()) {
-    it = subscriber.pending.emplace(std::string(key), Pending{value, epoch, forced}).first;
+    it = subscriber.pending.emplace(std::string(key), Pending{value, epoch, std::nullopt}).first;
     ++pending_keys_;
     if (subscriber.pending.size() > options_.max_pending && subscriber.dropped.empty() &&
         std::ranges::find(overflowed_, &subscriber) == overflowed_.end()) {
       overflowed_.push_back(&subscriber);
     }
-  } else if (it->second.epoch > epoch) {
-    // A newer value (read by Subscribe) is pending: this one is older, or the same.
-    it->second.forced = it->second.forced || forced;
-    return;
-  } else {
-    it->second = Pending{value, epoch, it->second.forced || forced};
+  } else if (it->second.epoch <= epoch) {
+    it->second.value = value;
+    it->second.epoch = epoch;
+  }
+  // else a newer value (read by Subscribe) is pending: this one is older, or the same.
+  if (asked != nullptr) {
+    if (!it->second.asked) it->second.asked.emplace();
+    Merge(*it->second.asked, *asked);
   }
   MarkDirty(subscriber);
 }
@@ -278,7 +361,7 @@ void SubscriptionHub::Offer(Subscriber& subscriber, std::string_view key, int64_
 void SubscriptionHub::MarkDirty(Subscriber& subscriber) {
   if (subscriber.dirty) return;
   subscriber.dirty = true;
-  dirty_.push_back(&subscriber);
+  dirty_.push_back(subscriber.id);
 }
 
 void SubscriptionHub::DropOverflowed() {
@@ -292,87 +375,75 @@ void SubscriptionHub::DropOverflowed() {
 }
 
 void SubscriptionHub::Drop(Subscriber& subscriber, std::string reason) {
-  for (const std::string& key : subscriber.keys) Unindex(subscriber, key, false);
-  for (const std::string& prefix : subscriber.prefixes) Unindex(subscriber, prefix, true);
-  subscriptions_ -= subscriber.keys.size() + subscriber.prefixes.size();
-  subscriber.keys.clear();
-  subscriber.prefixes.clear();
-  pending_keys_ -= subscriber.pending.size();
-  // Given back at once: a dropped subscriber holds no memory until its sink is told.
-  absl::flat_hash_map<std::string, Pending>().swap(subscriber.pending);
-  absl::flat_hash_map<std::string, int64_t>().swap(subscriber.sent);
+  // Given back at once (by the flusher, after the lock): a dropped subscriber holds no
+  // memory until its sink is told.
+  garbage_.push_back(UnindexAll(subscriber));
   subscriber.dropped = std::move(reason);
   ++disconnects_;
   MarkDirty(subscriber);
 }
 
-void SubscriptionHub::SetDurableEpoch(uint64_t epoch) { RaiseTo(durable_epoch_, epoch); }
+void SubscriptionHub::SetDurableEpoch(uint64_t epoch) { RaiseTo(feed_->durable_epoch, epoch); }
 
 void SubscriptionHub::OnCommit(const CommitBatch& batch) {
   const uint64_t epoch = batch.epoch();
-  if (subscriber_count_.load(std::memory_order_acquire) == 0) {
-    // A subscriber registering now reads current values newer than this batch.
-    RaiseTo(durable_epoch_, epoch);
-    return;
-  }
-  const auto hidden = [this](std::string_view key) {
-    return options_.hidden && options_.hidden(key);
-  };
   std::lock_guard lock(mutex_);
   if (batch.clear_all()) {
     // FLUSHALL comes first in a batch: every value sent or pending before it is now 0.
     for (auto& [id, subscriber] : subscribers_) {
       for (auto& [key, pending] : subscriber->pending) {
-        if (pending.epoch <= epoch) pending = Pending{0, epoch, pending.forced};
+        if (pending.epoch <= epoch) {
+          pending.value = 0;
+          pending.epoch = epoch;
+        }
       }
-      for (const auto& [key, value] : subscriber->sent) {
-        Offer(*subscriber, key, 0, epoch, /*forced=*/false);
-      }
+      for (const auto& [key, value] : subscriber->sent) Offer(*subscriber, key, 0, epoch);
     }
   }
   for (size_t i = 0; i < batch.delete_count(); ++i) {
     const std::string_view key = batch.delete_key(i);
-    if (hidden(key)) continue;
-    ForEachMatch(key, [&](Subscriber& subscriber) { Offer(subscriber, key, 0, epoch, false); });
+    if (Hidden(key)) continue;
+    ForEachMatch(key, [&](Subscriber& subscriber) { Offer(subscriber, key, 0, epoch); });
   }
   for (size_t i = 0; i < batch.put_count(); ++i) {
     const std::string_view key = batch.put_key(i);
-    if (hidden(key)) continue;
+    if (Hidden(key)) continue;
     const int64_t value = batch.put_record(i).value;
-    ForEachMatch(key, [&](Subscriber& subscriber) { Offer(subscriber, key, value, epoch, false); });
+    ForEachMatch(key, [&](Subscriber& subscriber) { Offer(subscriber, key, value, epoch); });
   }
   DropOverflowed();
-  RaiseTo(durable_epoch_, epoch);
+  RaiseTo(feed_->durable_epoch, epoch);
 }
 
 void SubscriptionHub::Flush() {
   // One subscriber at a time under the lock: the committing thread (OnCommit) waits for at
   // most one subscriber's updates, however many subscribers there are.
   std::vector<SubscriberId> due;
+  std::vector<Retired> garbage;  // freed last, after the lock
   {
     std::lock_guard lock(mutex_);
-    due.reserve(dirty_.size());
-    for (Subscriber* subscriber : dirty_) {
-      subscriber->dirty = false;
-      due.push_back(subscriber->id);
-    }
-    dirty_.clear();
+    due.swap(dirty_);
+    garbage.swap(garbage_);
   }
   for (const SubscriberId id : due) {
     std::shared_ptr<SubscriberSink> sink;
     std::optional<SubscriptionDelivery> delivery;
     std::string dropped;
+    Retired retired;  // freed after the lock
     {
       std::lock_guard lock(mutex_);
       Subscriber* subscriber = Find(id);
-      if (subscriber == nullptr) continue;
+      if (subscriber == nullptr) continue;  // removed since it was marked
+      subscriber->dirty = false;
+      if (subscriber->dropped.empty()) {
+        delivery = TakeDue(*subscriber);  // may drop it
+      }
       if (!subscriber->dropped.empty()) {
         sink = std::move(subscriber->sink);
         dropped = std::move(subscriber->dropped);
-        Erase(*subscriber);
-      } else {
-        delivery = TakeDue(*subscriber);
-        if (delivery) sink = subscriber->sink;
+        retired = Erase(*subscriber);
+      } else if (delivery) {
+        sink = subscriber->sink;
       }
     }
     if (!dropped.empty()) {
@@ -388,28 +459,37 @@ std::optional<SubscriptionDelivery> SubscriptionHub::TakeDue(Subscriber& subscri
     MarkDirty(subscriber);  // the next tick, with whatever coalesced meanwhile
     return std::nullopt;
   }
-  const uint64_t durable = durable_epoch_.load(std::memory_order_acquire);
+  const uint64_t durable = feed_->durable_epoch.load(std::memory_order_acquire);
   std::vector<SubscriptionUpdate> updates;
   for (auto it = subscriber.pending.begin(); it != subscriber.pending.end();) {
-    const Pending& pending = it->second;
+    Pending& pending = it->second;
     if (pending.epoch > durable) {
       ++it;  // read by Subscribe from an epoch not durable yet
       continue;
     }
     const auto sent = subscriber.sent.find(it->first);
     const int64_t last = sent == subscriber.sent.end() ? 0 : sent->second;
-    if (pending.forced || pending.value != last) {
-      updates.push_back(SubscriptionUpdate{it->first, pending.value});
+    if (pending.value != last) {
+      updates.push_back(SubscriptionUpdate{it->first, pending.value, std::nullopt});
       if (pending.value == 0) {
-        if (sent != subscriber.sent.end()) subscriber.sent.erase(sent);
+        subscriber.sent.erase(sent);  // `last` was not 0: it was there
       } else if (sent != subscriber.sent.end()) {
         sent->second = pending.value;
       } else {
         subscriber.sent.emplace(it->first, pending.value);
       }
+    } else if (pending.asked) {
+      // Unchanged: only the subscriptions that asked for it want it again.
+      updates.push_back(SubscriptionUpdate{it->first, pending.value, std::move(pending.asked)});
     }
-    subscriber.pending.erase(it++);
+    it = subscriber.pending.erase(it);
     --pending_keys_;
+  }
+  if (subscriber.sent.size() > options_.max_pending) {
+    Drop(subscriber, fmt::format("following more than {} counters that have a value "
+                                 "(subscriber-max-pending): follow fewer counters",
+                                 options_.max_pending));
+    return std::nullopt;
   }
   if (!subscriber.pending.empty()) MarkDirty(subscriber);
   if (updates.empty()) return std::nullopt;
@@ -418,15 +498,13 @@ std::optional<SubscriptionDelivery> SubscriptionHub::TakeDue(Subscriber& subscri
   return SubscriptionDelivery(std::move(updates), subscriber.in_flight);
 }
 
-void SubscriptionHub::Erase(Subscriber& subscriber) {
-  for (const std::string& key : subscriber.keys) Unindex(subscriber, key, false);
-  for (const std::string& prefix : subscriber.prefixes) Unindex(subscriber, prefix, true);
-  subscriptions_ -= subscriber.keys.size() + subscriber.prefixes.size();
-  pending_keys_ -= subscriber.pending.size();
-  if (subscriber.dirty) std::erase(dirty_, &subscriber);
+SubscriptionHub::Retired SubscriptionHub::Erase(Subscriber& subscriber) {
+  Retired retired = UnindexAll(subscriber);
   std::erase(overflowed_, &subscriber);
-  subscribers_.erase(subscriber.id);
-  subscriber_count_.fetch_sub(1, std::memory_order_relaxed);
+  auto node = subscribers_.extract(subscriber.id);
+  retired.subscriber = std::move(node.mapped());
+  feed_->subscribers.fetch_sub(1, std::memory_order_relaxed);
+  return retired;
 }
 
 SubscriptionStats SubscriptionHub::stats() const {

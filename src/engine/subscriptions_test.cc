@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <map>
 #include <string>
@@ -39,6 +41,16 @@ class RecordingSink final : public SubscriberSink {
     }
     held_.clear();
     return values;
+  }
+  // The updates of every delivery so far, as handed over; releases them.
+  std::vector<SubscriptionUpdate> TakeUpdates() {
+    std::lock_guard lock(mutex_);
+    std::vector<SubscriptionUpdate> updates;
+    for (const SubscriptionDelivery& delivery : held_) {
+      updates.insert(updates.end(), delivery.updates().begin(), delivery.updates().end());
+    }
+    held_.clear();
+    return updates;
   }
   size_t held() {
     std::lock_guard lock(mutex_);
@@ -340,6 +352,145 @@ TEST_F(SubscriptionHubTest, NobodySubscribedStillTracksTheDurableEpoch) {
   EXPECT_EQ(sink->Take(), (Values{{"k", {3}}}));
 }
 
+TEST_F(SubscriptionHubTest, ASubscribePastMaxSubscriptionsIsRefusedWhole) {
+  SubscriptionOptions options;
+  options.max_subscriptions = 3;
+  MakeHub(options);
+  auto [id, sink] = Subscriber();
+  ASSERT_TRUE(Subscribe(id, {"a", "b"}));
+  // Already followed ones, and repeats within a call, count once.
+  ASSERT_TRUE(Subscribe(id, {"a", "b", "a"}, {"p:", "p:"}));
+  EXPECT_EQ(hub_->stats().subscriptions, 3u);
+  const Status refused = Subscribe(id, {"c"}, {"q:"});
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error().code, ErrorCode::kInvalidArgument);
+  EXPECT_NE(refused.error().message.find("subscriber-max-subscriptions"), std::string::npos);
+  // Nothing of the refused call is followed; the subscriber goes on.
+  EXPECT_EQ(hub_->stats().subscriptions, 3u);
+  hub_->Flush();
+  sink->Take();
+  Set("c", 1);
+  Set("q:1", 2);
+  Set("a", 3);
+  Commit();
+  hub_->Flush();
+  EXPECT_EQ(sink->Take(), (Values{{"a", {3}}}));
+  EXPECT_TRUE(sink->reasons().empty());
+}
+
+TEST_F(SubscriptionHubTest, ASubscriberFollowingMoreThanMaxPendingLiveKeysIsDropped) {
+  SubscriptionOptions options;
+  options.max_pending = 4;
+  MakeHub(options);
+  auto [id, sink] = Subscriber();
+  ASSERT_TRUE(Subscribe(id, {}, {"f:"}));
+  // Never more than 4 pending at once, but the keys with a value sent add up.
+  for (int i = 0; i < 5; ++i) {
+    Set("f:" + std::to_string(i), 1);
+    Commit();
+    hub_->Flush();
+    sink->Take();
+  }
+  ASSERT_EQ(sink->reasons().size(), 1u);
+  EXPECT_NE(sink->reasons()[0].find("following more than 4 counters that have a value"),
+            std::string::npos);
+  EXPECT_EQ(hub_->stats().disconnects, 1u);
+  EXPECT_EQ(hub_->subscriber_count(), 0u);
+  EXPECT_EQ(hub_->stats().pending_keys, 0u);
+  // Keys that went back to 0 are not held: the same subscriber stays within the limit.
+  auto [other, other_sink] = Subscriber();
+  ASSERT_TRUE(Subscribe(other, {}, {"g:"}));
+  for (int i = 0; i < 10; ++i) {
+    Set("g:" + std::to_string(i), 1);
+    Commit();
+    Delete("g:" + std::to_string(i));
+    Commit();
+    hub_->Flush();
+    other_sink->Take();
+  }
+  EXPECT_TRUE(other_sink->reasons().empty());
+}
+
+TEST_F(SubscriptionHubTest, APrefixScanVisitsAtMostSnapshotMaxScanEntries) {
+  SubscriptionOptions options;
+  options.snapshot_max_keys = 100'000;
+  options.snapshot_max_scan = 1024;
+  MakeHub(options);
+  for (int i = 0; i < 10'000; ++i) Set("f:" + std::to_string(i), 1);
+  Commit();
+  auto [id, sink] = Subscriber();
+  ASSERT_TRUE(Subscribe(id, {"x"}, {"f:", "rare:"}));
+  hub_->Flush();
+  const Values first = sink->Take();
+  // The exact key, and the family's keys the budget reached.
+  EXPECT_EQ(first.at("x"), std::vector<int64_t>{0});
+  EXPECT_GT(first.size(), 1u);
+  EXPECT_LE(first.size(), 1u + 1024u);
+  // The others arrive when they change.
+  Set("rare:1", 5);
+  Commit();
+  hub_->Flush();
+  EXPECT_EQ(sink->Take(), (Values{{"rare:1", {5}}}));
+}
+
+TEST_F(SubscriptionHubTest, AnUnchangedCurrentValueIsOnlyForTheSubscriptionsThatAskedForIt) {
+  Set("p:1", 5);
+  Set("p:2", 6);
+  Commit();
+  auto [id, sink] = Subscriber();
+  ASSERT_TRUE(Subscribe(id, {"p:1"}));
+  hub_->Flush();
+  std::vector<SubscriptionUpdate> updates = sink->TakeUpdates();
+  ASSERT_EQ(updates.size(), 1u);
+  EXPECT_FALSE(updates[0].only_for);  // never sent before: new to every subscription
+
+  ASSERT_TRUE(Subscribe(id, {}, {"p:"}));
+  hub_->Flush();
+  updates = sink->TakeUpdates();
+  ASSERT_EQ(updates.size(), 2u);
+  std::ranges::sort(updates, {}, &SubscriptionUpdate::key);
+  // p:1 was sent already (for the exact key): again only for the prefix that asked.
+  EXPECT_EQ(updates[0].key, "p:1");
+  ASSERT_TRUE(updates[0].only_for);
+  EXPECT_FALSE(updates[0].only_for->key);
+  EXPECT_EQ(updates[0].only_for->prefixes, std::vector<std::string>{"p:"});
+  EXPECT_EQ(updates[1].key, "p:2");
+  EXPECT_FALSE(updates[1].only_for);
+
+  // A value that changed meanwhile is new to every subscription.
+  ASSERT_TRUE(Subscribe(id, {"p:2"}));
+  Set("p:2", 7);
+  Commit();
+  hub_->Flush();
+  updates = sink->TakeUpdates();
+  ASSERT_EQ(updates.size(), 1u);
+  EXPECT_EQ(updates[0].value, 7);
+  EXPECT_FALSE(updates[0].only_for);
+}
+
+TEST_F(SubscriptionHubTest, UnsubscribingAPrefixForgetsOnlyTheKeysNoLongerFollowed) {
+  Set("p:10", 1);
+  Set("p:2", 2);
+  Set("p:3", 3);
+  Set("q", 4);
+  Commit();
+  auto [id, sink] = Subscriber();
+  ASSERT_TRUE(Subscribe(id, {"p:2", "q"}, {"p:", "p:1"}));
+  hub_->Flush();
+  EXPECT_EQ(sink->Take(), (Values{{"p:10", {1}}, {"p:2", {2}}, {"p:3", {3}}, {"q", {4}}}));
+  Set("p:3", 30);  // pending when the prefix goes
+  Commit();
+  hub_->Unsubscribe(id, {}, std::vector<std::string>{"p:"});
+  EXPECT_EQ(hub_->stats().pending_keys, 0u);
+  hub_->Flush();
+  EXPECT_EQ(sink->Take(), Values{});
+  // FLUSHALL zeroes what is still followed (by the exact key, the longer prefix) only.
+  keyspace_.LockAll().FlushAll();
+  Commit();
+  hub_->Flush();
+  EXPECT_EQ(sink->Take(), (Values{{"p:10", {0}}, {"p:2", {0}}, {"q", {0}}}));
+}
+
 // A store that accepts every commit, for a hub fed by a real committer.
 class NullPersistence final : public Persistence {
  public:
@@ -401,6 +552,63 @@ TEST(SubscriptionHubEngineTest, WritersOnManyThreadsEndAtTheFinalValue) {
     }
     EXPECT_EQ(last, kThreads * kIncrements);
   }
+  hub.Stop();
+  engine.Stop();
+}
+
+// Subscribers come and go, subscribe and unsubscribe, on several threads while writers
+// commit and the flusher runs (for TSan); every subscriber left ends at the final value.
+TEST(SubscriptionHubEngineTest, SubscribersComingAndGoingWhileWritersCommit) {
+  NullPersistence persistence;
+  Engine engine(&persistence, EngineOptions{});
+  ASSERT_TRUE(engine.Start());
+  SubscriptionOptions options;
+  options.interval_ms = 2;
+  SubscriptionHub hub(&engine.keyspace(), options);
+  hub.Attach(engine.committer());
+  hub.Start();
+  std::atomic<bool> writing{true};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 3; ++t) {
+    threads.emplace_back([&, t] {
+      std::vector<std::string> keys = {"k:" + std::to_string(t), "k:hot"};
+      std::vector<std::string> prefixes = {"k:", "k:h"};
+      for (int round = 0; writing.load(); ++round) {
+        auto sink = std::make_shared<RecordingSink>();
+        const SubscriberId id = hub.AddSubscriber(sink);
+        EXPECT_TRUE(hub.Subscribe(id, keys, prefixes));
+        hub.Unsubscribe(id, std::span(keys).first(1), std::span(prefixes).first(1));
+        sink->Take();
+        if (round % 2 == 0) hub.UnsubscribeAll(id);
+        hub.RemoveSubscriber(id);
+      }
+    });
+  }
+  auto sink = std::make_shared<RecordingSink>();
+  const SubscriberId id = hub.AddSubscriber(sink);
+  ASSERT_TRUE(hub.Subscribe(id, std::vector<std::string>{}, std::vector<std::string>{"k:"}));
+  constexpr int kIncrements = 3000;
+  const HashedKey key("k:hot");
+  for (int i = 0; i < kIncrements; ++i) {
+    uint64_t epoch;
+    {
+      View view = engine.keyspace().Lock(key);
+      ASSERT_TRUE(view.IncrBy(key, 1));
+      epoch = view.required_epoch();
+    }
+    engine.committer().WaitDurable(epoch);
+    if (i % 100 == 0) sink->Take();
+  }
+  writing = false;
+  for (auto& thread : threads) thread.join();
+  int64_t last = -1;
+  for (int tries = 0; tries < 2000 && last != kIncrements; ++tries) {
+    const Values values = sink->Take();
+    if (auto it = values.find("k:hot"); it != values.end()) last = it->second.back();
+    if (last != kIncrements) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_EQ(last, kIncrements);
+  EXPECT_EQ(hub.subscriber_count(), 1u);
   hub.Stop();
   engine.Stop();
 }

@@ -181,6 +181,13 @@ int main(int argc, char** argv) {
                  "A subscriber whose connection holds more than this of messages its client has "
                  "not read is disconnected (e.g. 8mb)")
       ->capture_default_str();
+  app.add_option("--subscriber-max-subscriptions", subscription_options.max_subscriptions,
+                 "Keys plus prefixes one subscriber may follow; a subscribe past it is refused")
+      ->check(CLI::Range(size_t{1}, size_t{1} << 30))
+      ->capture_default_str();
+  app.add_option("--http-allow-origin", subscription_options.allowed_origins,
+                 "A web origin (https://example.com, or * for any) whose pages may open a "
+                 "WebSocket on /v1/subscribe besides the server's own; repeatable");
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error or off")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "off"}))
       ->capture_default_str();

@@ -4,10 +4,12 @@
 #include <simdjson.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <boost/asio/write.hpp>
 #include <boost/beast/core/buffers_to_string.hpp>
 #include <boost/beast/core/role.hpp>
 #include <boost/beast/http/field.hpp>
+#include <cctype>
 #include <chrono>
 
 #include "core/integer.h"
@@ -112,6 +114,30 @@ Result<ClientRequest> ParseClientRequest(std::string_view text) {
   return request;
 }
 
+bool EqualsIgnoringCase(std::string_view a, std::string_view b) {
+  return std::ranges::equal(a, b, [](char x, char y) {
+    return std::tolower(static_cast<unsigned char>(x)) ==
+           std::tolower(static_cast<unsigned char>(y));
+  });
+}
+
+// Whether a WebSocket upgrade from `origin` (the Origin header) may proceed. A browser names
+// the page that opens a WebSocket there, and holds WebSockets to no same-origin rule: without
+// this check, any web page could read the counters of a server without --requirepass.
+// Allowed: the server's own origin (scheme://<the Host header>), and the `allowed` ones
+// ("*": any).
+bool OriginAllowed(std::string_view origin, std::string_view host,
+                   const std::vector<std::string>& allowed) {
+  for (const std::string& one : allowed) {
+    if (one == "*" || EqualsIgnoringCase(one, origin)) return true;
+  }
+  const size_t scheme_end = origin.find("://");
+  if (scheme_end == std::string_view::npos || host.empty()) return false;
+  return EqualsIgnoringCase(origin.substr(scheme_end + 3), host);
+}
+
+std::string_view View(beast::string_view text) { return {text.data(), text.size()}; }
+
 }  // namespace
 
 SubscriptionStream::SubscriptionStream(engine::SubscriptionHub& hub, asio::ip::tcp::socket socket,
@@ -126,10 +152,24 @@ SubscriptionStream::~SubscriptionStream() {
 }
 
 void SubscriptionStream::Start(Request request, const SubscriptionRequest& subscription) {
+  if (const auto origin = request.find(beast::http::field::origin);
+      subscription.websocket && origin != request.end() &&
+      !OriginAllowed(View(origin->value()), View(request[beast::http::field::host]),
+                     hub_.options().allowed_origins)) {
+    Refuse("403 Forbidden",
+           fmt::format("a WebSocket may be opened only by pages of this server's own origin, or "
+                       "of one given to tallyd --http-allow-origin; not by '{}'",
+                       View(origin->value())));
+    return;
+  }
   subscriber_ = hub_.AddSubscriber(std::make_shared<servers::PostingSink<SubscriptionStream>>(
       socket_.get_executor(), weak_from_this()));
   // Updates the hub hands over before the response head is out wait in the queue.
   const Status subscribed = hub_.Subscribe(subscriber_, subscription.keys, subscription.prefixes);
+  if (!subscribed && subscribed.error().code == ErrorCode::kInvalidArgument) {
+    Refuse("400 Bad Request", subscribed.error().message);  // too many subscriptions
+    return;
+  }
   if (!subscription.websocket) {
     Queue(std::string(kEventStreamHead));
     open_ = true;
@@ -302,6 +342,25 @@ void SubscriptionStream::Finish(std::string reason) {
   Write();
 }
 
+void SubscriptionStream::Refuse(std::string_view status, std::string_view message) {
+  if (subscriber_ != 0) {
+    hub_.RemoveSubscriber(subscriber_);
+    subscriber_ = 0;
+  }
+  const std::string body = ErrorJson(message);
+  Queue(
+      fmt::format("HTTP/1.1 {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n"
+                  "Connection: close\r\n\r\n{}",
+                  status, body.size(), body));
+  open_ = true;
+  finishing_ = true;  // closes once written
+  timer_.expires_after(kGrace);
+  timer_.async_wait([self = shared_from_this()](const boost::system::error_code& error) {
+    if (!error) self->Close();
+  });
+  Write();
+}
+
 void SubscriptionStream::ReadEvents() {
   // An event-stream client sends nothing more; reading tells when it goes away.
   socket_.async_read_some(
@@ -344,7 +403,13 @@ void SubscriptionStream::OnWebSocketMessage() {
   }
   if (const Status status = hub_.Subscribe(subscriber_, request->keys, request->prefixes);
       !status) {
-    Finish(status.error().message);
+    if (status.error().code == ErrorCode::kInvalidArgument) {
+      // Too many subscriptions: refused whole, the stream goes on with what it follows.
+      Queue(ErrorJson(status.error().message));
+      Write();
+    } else {
+      Finish(status.error().message);
+    }
   }
 }
 

@@ -6,6 +6,10 @@
 // Switching Protocols) and writes each update the hub hands it as one JSON object,
 // {"key":"likes:7","value":42}: an SSE "data:" event, or a WebSocket text message.
 //
+// Refused before streaming, with an HTTP error: a WebSocket upgrade whose Origin header
+// names another origin than the server's own (403; tallyd --http-allow-origin allows more),
+// and more keys and prefixes than --subscriber-max-subscriptions (400).
+//
 // Limits. Updates the client has not read yet are held here only up to the hub's
 // max_queued_bytes; past it the stream closes at once (a client that does not read could
 // not read a reason either). When the hub drops the subscriber (max_pending), the stream
@@ -15,7 +19,8 @@
 //
 // A WebSocket client may change what it follows with text messages
 // {"subscribe":{"keys":[...],"prefixes":[...]}} and {"unsubscribe":{...}} (either list may
-// be left out); a bad one gets {"error":...} and the stream goes on. An idle stream stays
+// be left out); a bad one, or one past --subscriber-max-subscriptions, gets {"error":...}
+// and the stream goes on. An idle stream stays
 // alive: SSE with a comment line every 15 s, WebSocket with pings.
 #pragma once
 
@@ -30,6 +35,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include "engine/subscriptions.h"
 #include "servers/http/routes.h"
@@ -72,6 +78,9 @@ class SubscriptionStream : public std::enable_shared_from_this<SubscriptionStrea
 
   // Sends `reason` after whatever is being written, then closes (at most after a grace).
   void Finish(std::string reason);
+  // Answers the request with `status` ("403 Forbidden") and {"error": message} instead of
+  // streaming, then closes.
+  void Refuse(std::string_view status, std::string_view message);
 
   engine::SubscriptionHub& hub_;
   boost::asio::ip::tcp::socket socket_;  // moved into ws_ for a WebSocket

@@ -179,21 +179,25 @@ bool Connection::RunRequests() {
   return true;
 }
 
+template <typename Write>
+void Connection::AppendUnrequested(Write&& write) {
+  std::string& output = session_->output();
+  const bool released = output_ready_ == output.size() && !session_->has_holes();
+  write();
+  if (released) output_ready_ = output.size();
+}
+
 void Connection::PushUpdates(const engine::SubscriptionDelivery& delivery) {
   if (closed_) return;
-  std::string& output = session_->output();
-  // Messages may leave at once only when nothing before them still waits: a reply for its
-  // epoch's durability, or an increment's reply not yet filled in (a hole).
-  const bool released = output_ready_ == output.size() && !session_->has_holes();
-  session_->PushUpdates(delivery);
-  if (released) output_ready_ = output.size();
+  AppendUnrequested([&] { session_->PushUpdates(delivery); });
   engine::SubscriptionHub& hub = *worker_.core().subscriptions();
   const size_t limit = hub.options().max_queued_bytes;
-  if (output.size() - output_sent_ > limit) {
+  if (session_->output().size() - output_sent_ > limit) {
     hub.CountQueueLimitDisconnect();
-    spdlog::warn("closing subscriber {}: over {} bytes of messages it has not read "
-                 "(subscriber-max-queued-bytes)",
-                 session_->info().address, limit);
+    spdlog::warn(
+        "closing subscriber {}: over {} bytes of messages it has not read "
+        "(subscriber-max-queued-bytes)",
+        session_->info().address, limit);
     Close();
     return;
   }
@@ -203,10 +207,9 @@ void Connection::PushUpdates(const engine::SubscriptionDelivery& delivery) {
 void Connection::DropSubscriber(std::string reason) {
   if (closed_) return;
   spdlog::warn("closing subscriber {}: {}", session_->info().address, reason);
-  std::string& output = session_->output();
-  const bool released = output_ready_ == output.size() && !session_->has_holes();
-  ReplyWriter(&output, session_->protocol()).Error("ERR disconnected: " + reason);
-  if (released) output_ready_ = output.size();
+  AppendUnrequested([&] {
+    ReplyWriter(&session_->output(), session_->protocol()).Error("ERR disconnected: " + reason);
+  });
   // One attempt to send the reason, then close: the client is not keeping up.
   TryWrite();
   Close();

@@ -46,6 +46,11 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // Parses and runs every whole request in the input. False when the connection must stop
   // reading (protocol error, QUIT).
   bool RunRequests();
+  // Appends what `write` puts in the session's output — a message no request asked for —
+  // and lets it leave at once unless replies before it still wait (for their epoch's
+  // durability, or an increment's reply not filled in yet: a hole).
+  template <typename Write>
+  void AppendUnrequested(Write&& write);
   void TryWrite();
   void WaitWritable();
   void CompactOutput();

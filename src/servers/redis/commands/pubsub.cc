@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <optional>
 
 #include "core/integer.h"
 #include "servers/redis/session.h"
@@ -66,6 +67,12 @@ void Follow(CommandContext& ctx, bool patterns) {
       patterns ? hub->Subscribe(subscriber, {}, prefixes) : hub->Subscribe(subscriber, names, {});
   if (!status) {
     ctx.reply.Error("ERR " + status.error().message);
+    // Past subscriber-max-subscriptions: refused whole, nothing more followed (a dropped
+    // subscriber instead stays until the hub has told its connection, which closes).
+    if (status.error().code == ErrorCode::kInvalidArgument &&
+        ctx.session.subscription_count() == 0) {
+      ctx.session.EndSubscriptions();
+    }
     return;
   }
   std::set<std::string>& followed =
@@ -119,18 +126,24 @@ void Session::EndSubscriptions() {
   pubsub_ = PubSubState{};
 }
 
+// A new value goes to every channel and pattern that follows its key; a current value sent
+// again (update.only_for) only to the subscriptions that asked for it, so that a PSUBSCRIBE
+// does not repeat a `message` of a key the connection follows exactly, nor the reverse.
 void Session::PushUpdates(const engine::SubscriptionDelivery& delivery) {
   char digits[24];
   for (const engine::SubscriptionUpdate& update : delivery.updates()) {
     const std::string_view value(digits, FormatInt64(update.value, digits));
-    if (pubsub_.channels.contains(update.key)) {
+    const std::optional<engine::AskedBy>& only_for = update.only_for;
+    if (pubsub_.channels.contains(update.key) && (!only_for || only_for->key)) {
       writer_.PushHeader(3);
       writer_.Bulk("message");
       writer_.Bulk(update.key);
       writer_.Bulk(value);
     }
     for (const std::string& pattern : pubsub_.patterns) {
-      if (!update.key.starts_with(std::string_view(pattern).substr(0, pattern.size() - 1))) {
+      const std::string_view prefix = std::string_view(pattern).substr(0, pattern.size() - 1);
+      if (!update.key.starts_with(prefix)) continue;
+      if (only_for && std::ranges::find(only_for->prefixes, prefix) == only_for->prefixes.end()) {
         continue;
       }
       writer_.PushHeader(4);
