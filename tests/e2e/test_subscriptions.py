@@ -27,7 +27,8 @@ import urllib.parse
 
 import redis
 
-from harness import Push, RespError, TallyServer, free_port, tally_only, wait_until
+from harness import (Push, RespError, ServerTestCase, TallyServer, free_port, tally_only,
+                     wait_until)
 
 HOST = "127.0.0.1"
 SETTLE = 20.0  # seconds a subscriber may take to catch up with the final values (bound)
@@ -179,6 +180,11 @@ class WsFollower(Follower):
         if self.status == 101:
             expected = base64.b64encode(hashlib.sha1((key + WS_GUID).encode()).digest()).decode()
             assert self.headers.get("sec-websocket-accept") == expected, self.headers
+        else:
+            length = int(self.headers.get("content-length", "0"))
+            while len(self.buf) < length:
+                self._fill()
+            self.body = json.loads(self.buf[:length])
 
     def _fill(self):
         chunk = self.sock.recv(1 << 16)
@@ -324,32 +330,18 @@ def follows(key, keys, prefixes):
 # ----------------------------------------------------------------------------------------
 
 
-class SubscriptionServerCase(unittest.TestCase):
-    """One tallyd per class, with an HTTP port and a short subscription interval."""
+class SubscriptionServerCase(ServerTestCase):
+    """The harness's one tallyd per class, with an HTTP port and a short subscription
+    interval."""
 
     extra_args = ()
-    server_options = {}
 
     @classmethod
     def setUpClass(cls):
         cls.http_port = free_port()
-        cls.server = TallyServer(options=cls.server_options,
-                                 extra_args=["--http-port", str(cls.http_port),
-                                             "--subscription-interval-ms", "20",
-                                             *cls.extra_args])
-        cls.addClassCleanup(cls.server.cleanup)
-        cls.server.start()
-
-    def setUp(self):
-        if not self.server.alive():
-            self.server.start()
-        self.r = self.server.client()
-        self.addCleanup(self.r.close)
-        self.r.flushall()
-
-    def tearDown(self):
-        if not self.server.alive():
-            raise AssertionError("server exited during the test\n%s" % self.server.log_tail())
+        cls.server_args = ("--http-port", str(cls.http_port), "--subscription-interval-ms", "20",
+                           *cls.extra_args)
+        super().setUpClass()
 
     def follower(self, follower):
         self.addCleanup(follower.close)
@@ -578,6 +570,104 @@ class HttpRoutesTest(SubscriptionServerCase):
         self.r.set("b", 20)
         self.wait_values(ws, {"c:1": 3, "b": 20})
         self.assertEqual(ws.values()["a"], 1)  # no longer followed
+        self.assertFalse(ws.closed.is_set())
+
+
+@tally_only
+class PatternAndChannelTest(SubscriptionServerCase):
+
+    def test_a_new_subscription_does_not_repeat_the_others_messages(self):
+        self.r.set("k", 5)
+        c = self.server.raw()
+        self.addCleanup(c.close)
+        self.assertEqual(c.call("SUBSCRIBE", "k"), ["subscribe", "k", 1])
+        self.assertEqual(c.read_reply(), ["message", "k", "5"])
+        # The pattern's current value, for the pattern only: no second "message k 5".
+        self.assertEqual(c.call("PSUBSCRIBE", "k*"), ["psubscribe", "k*", 2])
+        self.assertEqual(c.read_reply(), ["pmessage", "k*", "k", "5"])
+        self.assertEqual(c.call("PSUBSCRIBE", "*"), ["psubscribe", "*", 3])
+        self.assertEqual(c.read_reply(), ["pmessage", "*", "k", "5"])
+        self.assertEqual(c.call("SUBSCRIBE", "k"), ["subscribe", "k", 3])
+        self.assertEqual(c.read_reply(), ["message", "k", "5"])
+        # A new value goes to every subscription, in order after the ones above.
+        self.r.set("k", 6)
+        self.assertEqual(sorted([c.read_reply(), c.read_reply(), c.read_reply()]),
+                         [["message", "k", "6"], ["pmessage", "*", "k", "6"],
+                          ["pmessage", "k*", "k", "6"]])
+
+
+@tally_only
+class WebSocketOriginTest(SubscriptionServerCase):
+    """Browsers let any page open a WebSocket: only the server's own origin may."""
+
+    def test_a_foreign_origin_is_refused(self):
+        self.r.set("k", 1)
+        for origin in ("http://evil.example", "null", "http://127.0.0.1:1"):
+            f = WsFollower(self.http_port, ["k"], headers=[("Origin", origin)])
+            self.addCleanup(f.close)
+            self.assertEqual(f.status, 403, origin)
+            self.assertIn("--http-allow-origin", f.body["error"])
+            self.assertIn(origin, f.body["error"])
+        # The server's own origin (as the Host header names it), any scheme and case; and
+        # no Origin at all (not a browser).
+        for origin in ("http://127.0.0.1:%d" % self.http_port,
+                       "HTTPS://127.0.0.1:%d" % self.http_port):
+            ws = self.ws(["k"], headers=[("Origin", origin)])
+            self.wait_values(ws, {"k": 1})
+        self.wait_values(self.ws(["k"]), {"k": 1})
+        # EventSource is held to CORS by the browser: the event stream does not check.
+        self.wait_values(self.sse(["k"], headers=[("Origin", "http://evil.example")]), {"k": 1})
+
+
+@tally_only
+class WebSocketAllowedOriginTest(SubscriptionServerCase):
+    extra_args = ("--http-allow-origin", "https://dash.example",
+                  "--http-allow-origin", "http://other.example:8080")
+
+    def test_allowed_origins(self):
+        for origin in ("https://dash.example", "http://other.example:8080",
+                       "http://127.0.0.1:%d" % self.http_port):
+            self.ws(["k"], headers=[("Origin", origin)])
+        f = WsFollower(self.http_port, ["k"], headers=[("Origin", "http://dash.example")])
+        self.addCleanup(f.close)
+        self.assertEqual(f.status, 403)
+
+
+@tally_only
+class MaxSubscriptionsTest(SubscriptionServerCase):
+    extra_args = ("--subscriber-max-subscriptions", "3")
+
+    def test_every_transport_refuses_past_the_limit(self):
+        self.r.set("a", 1)
+        self.r.set("d", 4)
+        c = self.server.raw()
+        self.addCleanup(c.close)
+        reply = c.call("SUBSCRIBE", "a", "b", "c", "d")
+        self.assertIsInstance(reply, RespError)
+        self.assertIn("subscriber-max-subscriptions", reply.message)
+        self.assertEqual(c.call("GET", "a"), "1")  # nothing subscribed: not in subscribed mode
+        self.assertEqual(c.call("SUBSCRIBE", "a", "b"), ["subscribe", "a", 1])
+        self.assertEqual(c.read_reply(), ["subscribe", "b", 2])
+        self.assertEqual(sorted([c.read_reply(), c.read_reply()]),
+                         [["message", "a", "1"], ["message", "b", "0"]])
+        self.assertIsInstance(c.call("PSUBSCRIBE", "x*", "y*"), RespError)
+        self.assertEqual(c.call("PSUBSCRIBE", "d*"), ["psubscribe", "d*", 3])
+
+        for follower in (SseFollower, WsFollower):
+            f = follower(self.http_port, ["a", "b"], ["c", "d"])
+            self.addCleanup(f.close)
+            self.assertEqual(f.status, 400, follower.__name__)
+            self.assertIn("subscriber-max-subscriptions", f.body["error"])
+
+        ws = self.ws(["a", "b"])
+        self.wait_values(ws, {"a": 1})
+        ws.send_json({"subscribe": {"keys": ["c"], "prefixes": ["d", "e"]}})
+        wait_until(lambda: ws.errors, timeout=10)
+        self.assertIn("subscriber-max-subscriptions", ws.errors[0])
+        ws.send_json({"subscribe": {"prefixes": ["d"]}})  # within the limit: the stream goes on
+        self.wait_values(ws, {"d": 4})
+        self.r.set("a", 2)
+        self.wait_values(ws, {"a": 2})
         self.assertFalse(ws.closed.is_set())
 
 
