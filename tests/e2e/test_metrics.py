@@ -45,8 +45,9 @@ def parse_exposition(test, text):
     """Checks the text format 0.0.4 and returns {(name, ((label, value), ...)): float}.
 
     Every sample belongs to a family announced by # HELP and # TYPE just before it (a
-    histogram's samples are <name>_bucket/_sum/_count); a histogram's buckets grow and its
-    +Inf bucket equals its _count."""
+    histogram's samples are <name>_bucket/_sum/_count); no series comes twice (Prometheus
+    rejects the whole scrape then); a histogram's buckets grow and its +Inf bucket equals
+    its _count."""
     samples = {}
     family, kind = None, None
     helped = set()
@@ -68,6 +69,7 @@ def parse_exposition(test, text):
         test.assertIn(name, allowed, "sample outside its family: " + line)
         labels = tuple(LABEL.findall(labels_text))
         test.assertEqual("".join('%s="%s",' % kv for kv in labels).rstrip(","), labels_text)
+        test.assertNotIn((name, labels), samples, "a series twice: " + line)
         samples[(name, labels)] = float(value)
     test.assertTrue(text.endswith("\n"))
     for (name, labels), value in samples.items():
@@ -223,6 +225,32 @@ class MetricsTest(TallydCase):
         self.assertIn("hammered", keys)
         self.assertEqual(max(keys, key=lambda k: value(samples, "tally_hot_key_writes_per_second",
                                                        key=k)), "hammered")
+
+    def test_keys_that_escape_alike_stay_apart(self):
+        # The byte 0x80 and the text \x80 were once both written \\x80: one series twice.
+        server = self.tallyd()
+        server.start()
+        r = server.client()
+        self.addCleanup(r.close)
+        pipe = r.pipeline(transaction=False)
+        for _ in range(640):
+            pipe.incr(b"\x80")
+            pipe.incr(b"\\x80")
+        pipe.execute()
+
+        def hot_labels():
+            text = http_get(server.http_port, "/metrics")[2]
+            return sorted(line.split(" ")[0] for line in text.split("\n")
+                          if line.startswith("tally_hot_key_writes_per_second{"))
+        # The sampler drains every second: a bounded wait for both keys.
+        wait_until(lambda: len(hot_labels()) == 2, timeout=10, interval=0.1)
+        self.assertEqual(hot_labels(),
+                         ['tally_hot_key_writes_per_second{key="\\\\x5cx80"}',
+                          'tally_hot_key_writes_per_second{key="\\\\x80"}'])
+        self.scrape(server)  # well-formed, no series twice
+        # INFO writes keys the same way (without the format's escaping).
+        self.assertEqual(sorted(key for key, _ in hot_keys_from_info(server.port)),
+                         ["\\x5cx80", "\\x80"])
 
     def test_probes_are_open_and_metrics_need_the_password(self):
         server = self.tallyd(options={"requirepass": "s3cret"})
