@@ -69,7 +69,8 @@ void HotKeys::Tick() {
   }
 }
 
-std::vector<HotKey> HotKeys::Top(size_t n, const std::function<bool(std::string_view)>& hide) const {
+std::vector<HotKey> HotKeys::Top(size_t n,
+                                 const std::function<bool(std::string_view)>& hide) const {
   const int64_t now_ms = keyspace_->clock()->NowMillis();
   const int64_t second = SecondOf(now_ms);
   absl::flat_hash_map<std::string, uint64_t> sums;

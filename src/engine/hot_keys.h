@@ -35,7 +35,7 @@ namespace tally::engine {
 
 struct HotKey {
   std::string key;
-  uint64_t writes = 0;            // over the window
+  uint64_t writes = 0;           // over the window
   double writes_per_second = 0;  // writes / the seconds the window covers
 };
 

@@ -222,11 +222,11 @@ ApiResponse Api::Dispatch(const ApiRequest& request, int* route) {
                     (handler == &Api::GetMetrics && monitoring_.public_metrics);
   // The subscription routes also take it as ?token=: a browser's EventSource cannot set
   // headers. Both checks compare in constant time (core/constant_time.h).
-  const bool token_given = (handler == &Api::GetEvents || handler == &Api::GetSubscribe) &&
-                           std::ranges::any_of(target->query, [&](const auto& parameter) {
-                             return parameter.first == "token" &&
-                                    ConstantTimeEquals(parameter.second, password_);
-                           });
+  const bool token_given =
+      (handler == &Api::GetEvents || handler == &Api::GetSubscribe) &&
+      std::ranges::any_of(target->query, [&](const auto& parameter) {
+        return parameter.first == "token" && ConstantTimeEquals(parameter.second, password_);
+      });
   if (!password_.empty() && !open && !token_given &&
       !ConstantTimeEquals(request.authorization, expected_authorization_)) {
     ApiResponse response =

@@ -173,8 +173,8 @@ class Api {
   ApiResponse GetEvents(const Call& call);     // GET /v1/events
   ApiResponse GetSubscribe(const Call& call);  // GET /v1/subscribe
   ApiResponse Subscribe(const Call& call, bool websocket);
-  ApiResponse GetPage(const Call& call);       // GET /: the dashboard
-  ApiResponse GetAsset(const Call& call);      // GET /assets/...: its scripts and styles
+  ApiResponse GetPage(const Call& call);   // GET /: the dashboard
+  ApiResponse GetAsset(const Call& call);  // GET /assets/...: its scripts and styles
 
   engine::Engine& engine_;
   derived::DerivedCounters& derived_;
