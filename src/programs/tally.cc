@@ -731,8 +731,8 @@ int64_t ServerMicros(RespClient& tally) {
 // Returns how many groups it dropped.
 size_t DropExpired(const defs::CompiledCounter& counter, int64_t now_micros, Groups& groups) {
   if (!counter.retention()) return 0;
-  return std::erase_if(groups,
-                       [&](const auto& group) { return counter.KeyExpired(group.first, now_micros); });
+  return std::erase_if(
+      groups, [&](const auto& group) { return counter.KeyExpired(group.first, now_micros); });
 }
 
 struct Difference {

@@ -3,8 +3,9 @@
 RangeTest: COUNTER.RANGE and GET /v1/range/... sum a group's buckets in [from, to), equal to
 a recount of random likes pushed over both protocols (instants as ISO 8601, the key spelling
 and Unix seconds); a change dated in a bucket already past retention is skipped (its push
-reports no increment); every error's exact message on both protocols; the definitions,
-normalised with their retention, and the sums survive a restart.
+reports no increment); every error's exact message on both protocols (8 digits refused as
+ambiguous, not read as seconds); the definitions, normalised with their retention, and the
+sums survive a restart.
 
 DefinitionTest: each refusal of WITH (retention = ...) with its exact message, over Redis and
 HTTP, and nothing defined by a refused statement.
@@ -218,6 +219,11 @@ class RangeTest(RetentionCase):
              "20240501T000000Z or Unix seconds"),
             (("likes_per_day", "10", "9"), ["7"], 400,
              "the range is backwards: from 19700101T000010Z is after to 19700101T000009Z"),
+            # A basic date is not taken for Unix seconds of 1970.
+            (("likes_per_day", "20240501", "20240508"), ["7"], 400,
+             "from \"20240501\" is ambiguous: 8 digits read as a date (YYYYMMDD) or as Unix "
+             "seconds of 1970-1973; write the date as 2024-05-01 or 20240501T000000Z, an "
+             "instant of 1970-1973 in ISO 8601"),
             (("weight_per_hour", "0", str(now)), ["7"], 409,
              "the sum of counter weight_per_hour from 19700101T000000Z to %s is out of the "
              "int64 range" % basic(now)),

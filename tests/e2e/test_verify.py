@@ -16,6 +16,9 @@ counters over `posts`, REPLICA IDENTITY FULL) serve the tests, in order:
   released every time.
 - test_4_retention: a counter with a retention defined mid-stream: the groups past it
   (which tallyd never counted) are left out on both sides, the rest is equal.
+- test_5_pending_counter_not_compared: a counter on a table without REPLICA IDENTITY FULL
+  stays pending (COUNTER.LIST's state): verify leaves it out with its reason and exits 3,
+  the others equal; once the table has it, the counter is backfilled and compared (exit 0).
 
 Environment: TALLYD, TALLY_CLI (the `tally` program).
 """
@@ -316,6 +319,65 @@ class VerifyTest(unittest.TestCase):
         finally:
             with RespConn(self.server.port) as c:
                 c.call("COUNTER.DROP", "recent_posts")
+
+    def test_5_pending_counter_not_compared(self):
+        # A counter on a table without REPLICA IDENTITY FULL: tallyd --source does not follow
+        # the table, so the counter stays pending (no groups) for as long as it lacks it.
+        # verify leaves it out with its reason and exits 3 (it could not vouch for it); the
+        # others are compared as usual. Once the table is followable the counter is
+        # backfilled, COUNTER.LIST says counting, and verify compares it: exit 0.
+        self.wait_caught_up()
+        self.pg.sql("DROP TABLE IF EXISTS notes; CREATE TABLE notes (id bigint PRIMARY KEY, "
+                    "blog_id bigint); INSERT INTO notes SELECT i, i % 7 FROM "
+                    "generate_series(1, 300) i;")
+
+        def state(name):
+            with RespConn(self.server.port) as c:
+                for entry in c.call("COUNTER.LIST"):
+                    fields = dict(zip(entry[::2], entry[1::2]))
+                    if fields["name"] == name:
+                        return fields["state"]
+            return None
+
+        with RespConn(self.server.port) as c:
+            reply = c.call("COUNTER.DEFINE", "CREATE SOURCE notes (id bigint, blog_id bigint); "
+                           "CREATE COUNTER notes_per_blog AS SELECT blog_id, count(*) FROM notes "
+                           "GROUP BY blog_id")
+            self.assertEqual(reply, ["CREATE SOURCE notes", "CREATE COUNTER notes_per_blog"])
+        try:
+            self.assertEqual(state("notes_per_blog"), "pending")
+            self.assertEqual(state("blog_posts"), "counting")
+            time.sleep(1.5)  # the runner looked at the table at least once, and refused it
+            self.assertEqual(state("notes_per_blog"), "pending")
+
+            code, out, err = self.verify()
+            self.assertEqual(code, 3, out + err)
+            self.assertRegex(out, r"(?m)^notes_per_blog: waiting for its backfill, "
+                                  r"not compared$")
+            for name in bm.COUNTER_NAMES:
+                self.assertRegex(out, r"(?m)^%s: equal \(\d+ groups?\)$" % name)
+            self.assertRegex(out, r"(?m)^tally verify: equal: 6 counters at source position "
+                                  r"[0-9A-F]+/[0-9A-F]{8}; 1 counter not compared \(pending or "
+                                  r"being backfilled: verify again later\)$")
+            self.assert_released()
+
+            code, out, err = self.verify("notes_per_blog")
+            self.assertEqual(code, 3, out + err)
+            self.assertRegex(out, r"(?m)^tally verify: nothing compared at source position "
+                                  r"[0-9A-F]+/[0-9A-F]{8}; 1 counter not compared ")
+            self.assert_released()
+
+            self.pg.sql("ALTER TABLE notes REPLICA IDENTITY FULL;")
+            deadline = time.monotonic() + 60
+            while state("notes_per_blog") != "counting":
+                self.assertLess(time.monotonic(), deadline, self.server.log_tail())
+                time.sleep(0.1)
+            code, out, err = self.verify("notes_per_blog")
+            self.assertEqual(code, 0, out + err)
+            self.assertRegex(out, r"(?m)^notes_per_blog: equal \(7 groups\)$")
+        finally:
+            with RespConn(self.server.port) as c:
+                c.call("COUNTER.DROP", "notes_per_blog")
 
 
 if __name__ == "__main__":

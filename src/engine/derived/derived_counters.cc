@@ -567,7 +567,7 @@ std::vector<CounterListing> DerivedCounters::Counters() const {
     }
     if (family->start == kPending) {
       item.state = CounterState::kPending;
-    } else if (family->backfilling.load(std::memory_order_relaxed)) {
+    } else if (family->backfilling.load(std::memory_order_acquire)) {
       item.state = CounterState::kBackfilling;
     }
     std::lock_guard lock(family->mutex);
@@ -1134,7 +1134,8 @@ Status DerivedCounters::FinishBackfill(std::string_view name) {
   if (auto status = store_.WriteCatalog({&op, 1}); !status) return status;
   auto catalog = Snapshot();
   if (const auto it = catalog->counters.find(Absl(name)); it != catalog->counters.end()) {
-    it->second->backfilling.store(false, std::memory_order_relaxed);
+    // Release: whoever sees the counter counting sees every backfilled row applied.
+    it->second->backfilling.store(false, std::memory_order_release);
   }
   return OkStatus();
 }
