@@ -29,6 +29,7 @@
 #include <cstring>
 #include <limits>
 
+#include "core/utf8.h"
 #include "engine/definitions/time_util.h"
 
 namespace tally::derived {
@@ -261,28 +262,6 @@ std::optional<int64_t> ParseKeyTimestamp(std::string_view text) {
 
 // ---- Where invalid JSON is -------------------------------------------------------------
 
-// The length of the UTF-8 sequence at text[at] (a byte >= 0x80), or 0 when it is invalid
-// (overlong forms, surrogates and code points past U+10FFFF included).
-size_t Utf8SequenceLength(std::string_view text, size_t at) {
-  auto byte = [&](size_t i) -> unsigned {
-    return at + i < text.size() ? static_cast<unsigned char>(text[at + i]) : 0;
-  };
-  auto continuation = [&](size_t i) { return (byte(i) & 0xC0) == 0x80; };
-  const unsigned lead = byte(0);
-  if (lead >= 0xC2 && lead <= 0xDF) return continuation(1) ? 2 : 0;
-  if (lead >= 0xE0 && lead <= 0xEF) {
-    const unsigned low = lead == 0xE0 ? 0xA0 : 0x80;
-    const unsigned high = lead == 0xED ? 0x9F : 0xBF;
-    return byte(1) >= low && byte(1) <= high && continuation(2) ? 3 : 0;
-  }
-  if (lead >= 0xF0 && lead <= 0xF4) {
-    const unsigned low = lead == 0xF0 ? 0x90 : 0x80;
-    const unsigned high = lead == 0xF4 ? 0x8F : 0xBF;
-    return byte(1) >= low && byte(1) <= high && continuation(2) && continuation(3) ? 4 : 0;
-  }
-  return 0;
-}
-
 // The offset of the first byte that is not UTF-8, or nullopt.
 std::optional<size_t> FindInvalidUtf8(std::string_view text) {
   for (size_t at = 0; at < text.size();) {
@@ -290,7 +269,7 @@ std::optional<size_t> FindInvalidUtf8(std::string_view text) {
       ++at;
       continue;
     }
-    const size_t length = Utf8SequenceLength(text, at);
+    const size_t length = Utf8MultiByteLength(text, at);
     if (length == 0) return at;
     at += length;
   }
@@ -430,7 +409,7 @@ class ErrorLocator {
       }
       if (c < 0x20) return Fail(at_);
       if (c >= 0x80) {
-        const size_t length = Utf8SequenceLength(text_, at_);
+        const size_t length = Utf8MultiByteLength(text_, at_);
         if (length == 0) return Fail(at_);
         at_ += length;
         continue;

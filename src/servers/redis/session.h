@@ -82,7 +82,9 @@ class Session {
   size_t subscription_count() const {
     return pubsub_.channels.size() + pubsub_.patterns.size();
   }
-  // Appends a "message" per followed channel and a "pmessage" per matching pattern.
+  // Appends a "message" per followed channel and a "pmessage" per matching pattern; an
+  // unchanged current value a new subscription asked for (delivery's only_for) goes to
+  // that subscription alone.
   void PushUpdates(const engine::SubscriptionDelivery& delivery);
   // Forgets every subscription and the hub's subscriber (RESET, the connection's end).
   void EndSubscriptions();

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "core/constant_time.h"
 #include "core/integer.h"
 #include "servers/redis/command_args.h"
 #include "servers/redis/session.h"
@@ -15,14 +16,8 @@ constexpr std::string_view kWrongPass =
 
 // Checks a password (and user, which must be "default") against --requirepass.
 bool CheckPassword(CommandContext& ctx, std::string_view user, std::string_view password) {
-  const std::string& expected = ctx.server.options().requirepass;
-  // Compare in time independent of where the strings differ.
-  bool equal = password.size() == expected.size();
-  unsigned char difference = 0;
-  for (size_t i = 0; i < expected.size(); ++i) {
-    difference |= static_cast<unsigned char>(expected[i] ^ (i < password.size() ? password[i] : 0));
-  }
-  equal = equal && difference == 0 && user == "default";
+  const bool equal =
+      ConstantTimeEquals(password, ctx.server.options().requirepass) && user == "default";
   ctx.session.set_authenticated(equal);
   return equal;
 }
