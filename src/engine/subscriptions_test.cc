@@ -506,15 +506,51 @@ class NullPersistence final : public Persistence {
   }
 };
 
-TEST(SubscriptionHubEngineTest, WritersOnManyThreadsEndAtTheFinalValue) {
-  NullPersistence persistence;
-  Engine engine(&persistence, EngineOptions{});
-  ASSERT_TRUE(engine.Start());
-  SubscriptionOptions options;
-  options.interval_ms = 5;
-  SubscriptionHub hub(&engine.keyspace(), options);
-  hub.Attach(engine.committer());
-  hub.Start();
+// A hub fed by a real engine's committer.
+class SubscriptionHubEngineTest : public ::testing::Test {
+ protected:
+  void StartHub(int interval_ms) {
+    ASSERT_TRUE(engine_.Start());
+    SubscriptionOptions options;
+    options.interval_ms = interval_ms;
+    hub_ = std::make_unique<SubscriptionHub>(&engine_.keyspace(), options);
+    hub_->Attach(engine_.committer());
+    hub_->Start();
+  }
+  void TearDown() override {
+    if (hub_) hub_->Stop();
+    engine_.Stop();
+  }
+  // One increment, returned once durable.
+  void IncrementDurably(const HashedKey& key) {
+    uint64_t epoch;
+    {
+      View view = engine_.keyspace().Lock(key);
+      ASSERT_TRUE(view.IncrBy(key, 1));
+      epoch = view.required_epoch();
+    }
+    engine_.committer().WaitDurable(epoch);
+  }
+  // The last value `sink` received for `key` once it is `expected` (bounded wait for the
+  // flusher), or the last one seen.
+  static int64_t LastValue(RecordingSink& sink, const std::string& key, int64_t expected) {
+    int64_t last = -1;
+    for (int tries = 0; tries < 2000 && last != expected; ++tries) {
+      const Values values = sink.Take();
+      if (auto it = values.find(key); it != values.end()) last = it->second.back();
+      if (last != expected) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    return last;
+  }
+
+  NullPersistence persistence_;
+  Engine engine_{&persistence_, EngineOptions{}};
+  std::unique_ptr<SubscriptionHub> hub_;
+};
+
+TEST_F(SubscriptionHubEngineTest, WritersOnManyThreadsEndAtTheFinalValue) {
+  StartHub(5);
+  SubscriptionHub& hub = *hub_;
   std::vector<std::shared_ptr<RecordingSink>> sinks;
   std::vector<SubscriberId> ids;
   for (int i = 0; i < 8; ++i) {
@@ -530,43 +566,19 @@ TEST(SubscriptionHubEngineTest, WritersOnManyThreadsEndAtTheFinalValue) {
   for (int t = 0; t < kThreads; ++t) {
     writers.emplace_back([&] {
       const HashedKey key("hot");
-      for (int i = 0; i < kIncrements; ++i) {
-        uint64_t epoch;
-        {
-          View view = engine.keyspace().Lock(key);
-          ASSERT_TRUE(view.IncrBy(key, 1));
-          epoch = view.required_epoch();
-        }
-        engine.committer().WaitDurable(epoch);
-      }
+      for (int i = 0; i < kIncrements; ++i) IncrementDurably(key);
     });
   }
   for (auto& writer : writers) writer.join();
-  // Every subscriber's last value is the final one (bounded wait for the flusher).
-  for (auto& sink : sinks) {
-    int64_t last = -1;
-    for (int tries = 0; tries < 2000 && last != kThreads * kIncrements; ++tries) {
-      const Values values = sink->Take();
-      if (auto it = values.find("hot"); it != values.end()) last = it->second.back();
-      if (last != kThreads * kIncrements) std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    }
-    EXPECT_EQ(last, kThreads * kIncrements);
-  }
-  hub.Stop();
-  engine.Stop();
+  for (auto& sink : sinks)
+    EXPECT_EQ(LastValue(*sink, "hot", kThreads * kIncrements), kThreads * kIncrements);
 }
 
 // Subscribers come and go, subscribe and unsubscribe, on several threads while writers
 // commit and the flusher runs (for TSan); every subscriber left ends at the final value.
-TEST(SubscriptionHubEngineTest, SubscribersComingAndGoingWhileWritersCommit) {
-  NullPersistence persistence;
-  Engine engine(&persistence, EngineOptions{});
-  ASSERT_TRUE(engine.Start());
-  SubscriptionOptions options;
-  options.interval_ms = 2;
-  SubscriptionHub hub(&engine.keyspace(), options);
-  hub.Attach(engine.committer());
-  hub.Start();
+TEST_F(SubscriptionHubEngineTest, SubscribersComingAndGoingWhileWritersCommit) {
+  StartHub(2);
+  SubscriptionHub& hub = *hub_;
   std::atomic<bool> writing{true};
   std::vector<std::thread> threads;
   for (int t = 0; t < 3; ++t) {
@@ -590,27 +602,13 @@ TEST(SubscriptionHubEngineTest, SubscribersComingAndGoingWhileWritersCommit) {
   constexpr int kIncrements = 3000;
   const HashedKey key("k:hot");
   for (int i = 0; i < kIncrements; ++i) {
-    uint64_t epoch;
-    {
-      View view = engine.keyspace().Lock(key);
-      ASSERT_TRUE(view.IncrBy(key, 1));
-      epoch = view.required_epoch();
-    }
-    engine.committer().WaitDurable(epoch);
+    IncrementDurably(key);
     if (i % 100 == 0) sink->Take();
   }
   writing = false;
   for (auto& thread : threads) thread.join();
-  int64_t last = -1;
-  for (int tries = 0; tries < 2000 && last != kIncrements; ++tries) {
-    const Values values = sink->Take();
-    if (auto it = values.find("k:hot"); it != values.end()) last = it->second.back();
-    if (last != kIncrements) std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  EXPECT_EQ(last, kIncrements);
+  EXPECT_EQ(LastValue(*sink, "k:hot", kIncrements), kIncrements);
   EXPECT_EQ(hub.subscriber_count(), 1u);
-  hub.Stop();
-  engine.Stop();
 }
 
 }  // namespace

@@ -94,27 +94,28 @@ class Follower:
             return dict(self.first)
 
 
-class SseFollower(Follower):
-    """GET /v1/events on a plain socket; parses "data:" events and "disconnect" events."""
+class StreamFollower(Follower):
+    """A follower on a plain socket: sends one GET with `request_headers`, reads the response
+    head (status, headers; an error's JSON body into .body), then the stream."""
 
-    def __init__(self, port, keys=(), prefixes=(), token=None, headers=()):
+    def __init__(self, port, path, keys, prefixes, token, request_headers, headers):
         super().__init__()
         self.sock = socket.create_connection((HOST, port), timeout=30)
-        request = "GET /v1/events?%s HTTP/1.1\r\nHost: %s:%d\r\nAccept: text/event-stream\r\n" % (
-            query(keys, prefixes, token), HOST, port)
+        request = "GET %s?%s HTTP/1.1\r\nHost: %s:%d\r\n%s" % (
+            path, query(keys, prefixes, token), HOST, port, request_headers)
         request += "".join("%s: %s\r\n" % h for h in headers) + "\r\n"
         self.sock.sendall(request.encode())
         self.buf = b""
-        head = self._until(b"\r\n\r\n")
-        lines = head.decode().split("\r\n")
+        lines = self._until(b"\r\n\r\n").decode().split("\r\n")
         self.status = int(lines[0].split()[1])
         self.headers = {l.split(":", 1)[0].lower(): l.split(":", 1)[1].strip()
                         for l in lines[1:] if ":" in l}
-        if self.status != 200:
-            length = int(self.headers.get("content-length", "0"))
-            while len(self.buf) < length:
-                self._fill()
-            self.body = json.loads(self.buf[:length])
+
+    def read_error_body(self):
+        length = int(self.headers.get("content-length", "0"))
+        while len(self.buf) < length:
+            self._fill()
+        self.body = json.loads(self.buf[:length])
 
     def _fill(self):
         chunk = self.sock.recv(1 << 16)
@@ -127,6 +128,28 @@ class SseFollower(Follower):
             self._fill()
         data, _, self.buf = self.buf.partition(marker)
         return data
+
+    def _exact(self, n):
+        while len(self.buf) < n:
+            self._fill()
+        data, self.buf = self.buf[:n], self.buf[n:]
+        return data
+
+    def close(self):
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+
+
+class SseFollower(StreamFollower):
+    """GET /v1/events; parses "data:" events and "disconnect" events."""
+
+    def __init__(self, port, keys=(), prefixes=(), token=None, headers=()):
+        super().__init__(port, "/v1/events", keys, prefixes, token,
+                         "Accept: text/event-stream\r\n", headers)
+        if self.status != 200:
+            self.read_error_body()
 
     def read_loop(self):
         while True:
@@ -145,58 +168,25 @@ class SseFollower(Follower):
             else:
                 self.record(payload["key"], payload["value"])
 
-    def close(self):
-        try:
-            self.sock.close()
-        except OSError:
-            pass
-
 
 WS_GUID = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
 
 
-class WsFollower(Follower):
-    """GET /v1/subscribe as a WebSocket (RFC 6455) on a plain socket."""
+class WsFollower(StreamFollower):
+    """GET /v1/subscribe as a WebSocket (RFC 6455)."""
 
     def __init__(self, port, keys=(), prefixes=(), token=None, headers=()):
-        super().__init__()
-        self.sock = socket.create_connection((HOST, port), timeout=30)
         key = base64.b64encode(os.urandom(16)).decode()
-        request = ("GET /v1/subscribe?%s HTTP/1.1\r\nHost: %s:%d\r\nUpgrade: websocket\r\n"
-                   "Connection: Upgrade\r\nSec-WebSocket-Key: %s\r\n"
-                   "Sec-WebSocket-Version: 13\r\n" % (query(keys, prefixes, token), HOST, port, key))
-        request += "".join("%s: %s\r\n" % h for h in headers) + "\r\n"
-        self.sock.sendall(request.encode())
-        self.buf = b""
-        while b"\r\n\r\n" not in self.buf:
-            self._fill()
-        head, _, self.buf = self.buf.partition(b"\r\n\r\n")
-        lines = head.decode().split("\r\n")
-        self.status = int(lines[0].split()[1])
-        self.headers = {l.split(":", 1)[0].lower(): l.split(":", 1)[1].strip()
-                        for l in lines[1:] if ":" in l}
+        super().__init__(port, "/v1/subscribe", keys, prefixes, token,
+                         "Upgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: %s\r\n"
+                         "Sec-WebSocket-Version: 13\r\n" % key, headers)
         self.close_code = None
         self.send_lock = threading.Lock()
         if self.status == 101:
             expected = base64.b64encode(hashlib.sha1((key + WS_GUID).encode()).digest()).decode()
             assert self.headers.get("sec-websocket-accept") == expected, self.headers
         else:
-            length = int(self.headers.get("content-length", "0"))
-            while len(self.buf) < length:
-                self._fill()
-            self.body = json.loads(self.buf[:length])
-
-    def _fill(self):
-        chunk = self.sock.recv(1 << 16)
-        if not chunk:
-            raise ConnectionError("closed")
-        self.buf += chunk
-
-    def _exact(self, n):
-        while len(self.buf) < n:
-            self._fill()
-        data, self.buf = self.buf[:n], self.buf[n:]
-        return data
+            self.read_error_body()
 
     def recv_frame(self):
         b0, b1 = self._exact(2)
@@ -256,10 +246,7 @@ class WsFollower(Follower):
             self.send_frame(0x8, (1000).to_bytes(2, "big"))
         except OSError:
             pass
-        try:
-            self.sock.close()
-        except OSError:
-            pass
+        super().close()
 
 
 class RedisFollower(Follower):
