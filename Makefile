@@ -55,6 +55,8 @@ BENCH_ARGS        ?=
 DERIVED_BENCH_ARGS ?=
 # make bench: SOURCE_BENCH_ARGS go to bench/source_compare.py (e.g. --quick, --skip-half).
 SOURCE_BENCH_ARGS ?=
+# make bench: SUBSCRIBERS_BENCH_ARGS go to bench/subscribers_cost.py (e.g. --quick).
+SUBSCRIBERS_BENCH_ARGS ?=
 ENGINE_BENCH_ARGS ?= --benchmark_min_time=1
 
 # make fuzz
@@ -161,6 +163,7 @@ bench: build
 	$(PYTHON) bench/redis_compare.py --tally-binary $(BUILD_DIR)/bin/tallyd $(BENCH_ARGS)
 	$(PYTHON) bench/derived_compare.py --tally-binary $(BUILD_DIR)/bin/tallyd $(DERIVED_BENCH_ARGS)
 	$(PYTHON) bench/source_compare.py --tally-binary $(BUILD_DIR)/bin/tallyd $(SOURCE_BENCH_ARGS)
+	$(PYTHON) bench/subscribers_cost.py --tally-binary $(BUILD_DIR)/bin/tallyd $(SUBSCRIBERS_BENCH_ARGS)
 	@if [ -x $(BUILD_DIR)/bin/engine_bench ]; then \
 	  echo "+ $(BUILD_DIR)/bin/engine_bench $(ENGINE_BENCH_ARGS)"; \
 	  $(BUILD_DIR)/bin/engine_bench $(ENGINE_BENCH_ARGS); \
