@@ -106,7 +106,8 @@ Histogram::Histogram(std::vector<double> bounds)
 
 void Histogram::Observe(double value) {
   // The first bound >= value: "le" buckets hold the observations at or below their bound.
-  const auto bucket = static_cast<size_t>(std::ranges::lower_bound(bounds_, value) - bounds_.begin());
+  const auto bucket =
+      static_cast<size_t>(std::ranges::lower_bound(bounds_, value) - bounds_.begin());
   counts_[bucket].fetch_add(1, std::memory_order_relaxed);
   sum_.fetch_add(value, std::memory_order_relaxed);
 }

@@ -98,7 +98,7 @@ std::vector<double> ExponentialBuckets(double start, double factor, size_t count
 class SampleWriter {
  public:
   template <typename T>
-    requires std::is_arithmetic_v<T>
+  requires std::is_arithmetic_v<T>
   void Add(const Labels& labels, T value) {
     if constexpr (std::is_floating_point_v<T>) {
       AddText(labels, FormatDouble(static_cast<double>(value)));
@@ -109,10 +109,8 @@ class SampleWriter {
     }
   }
   template <typename T>
-    requires std::is_arithmetic_v<T>
-  void Add(T value) {
-    Add(Labels{}, value);
-  }
+  requires std::is_arithmetic_v<T>
+  void Add(T value) { Add(Labels{}, value); }
 
   // A value as the format spells it: integers exactly, +Inf, -Inf, NaN.
   static std::string FormatDouble(double value);
@@ -139,8 +137,8 @@ class Registry {
   Counter& AddCounter(std::string_view name, std::string_view help, Labels labels = {});
 
   // The same for a histogram with the given bounds (see Histogram).
-  Histogram& AddHistogram(std::string_view name, std::string_view help,
-                          std::vector<double> bounds, Labels labels = {});
+  Histogram& AddHistogram(std::string_view name, std::string_view help, std::vector<double> bounds,
+                          Labels labels = {});
 
   // A family whose samples `collect` writes at scrape time: the way to expose figures a
   // component keeps anyway. REQUIRES: `type` is kCounter or kGauge; `name` is new;

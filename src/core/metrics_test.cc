@@ -13,17 +13,17 @@ namespace {
 TEST(Metrics, CountersRenderWithHelpTypeAndLabels) {
   Registry registry;
   registry.AddCounter("tally_things_total", "Things done.").Add(3);
-  Counter& get = registry.AddCounter("tally_commands_total", "Commands run, by name.",
-                                     {{"command", "get"}});
-  Counter& incr = registry.AddCounter("tally_commands_total", "Commands run, by name.",
-                                      {{"command", "incr"}});
+  Counter& get =
+      registry.AddCounter("tally_commands_total", "Commands run, by name.", {{"command", "get"}});
+  Counter& incr =
+      registry.AddCounter("tally_commands_total", "Commands run, by name.", {{"command", "incr"}});
   incr.Add();
   incr.Add(41);
   get.Add(0);
   // The same name and labels: the same counter.
-  EXPECT_EQ(&registry.AddCounter("tally_commands_total", "Commands run, by name.",
-                                 {{"command", "incr"}}),
-            &incr);
+  EXPECT_EQ(
+      &registry.AddCounter("tally_commands_total", "Commands run, by name.", {{"command", "incr"}}),
+      &incr);
   EXPECT_EQ(registry.Render(),
             "# HELP tally_things_total Things done.\n"
             "# TYPE tally_things_total counter\n"
@@ -36,8 +36,9 @@ TEST(Metrics, CountersRenderWithHelpTypeAndLabels) {
 
 TEST(Metrics, EscapesHelpAndLabelValues) {
   Registry registry;
-  registry.AddCounter("x_total", "a \\ backslash\nand a \"quote\"",
-                      {{"key", "q\"b\\s\nn"}, {"other", "plain"}})
+  registry
+      .AddCounter("x_total", "a \\ backslash\nand a \"quote\"",
+                  {{"key", "q\"b\\s\nn"}, {"other", "plain"}})
       .Add();
   EXPECT_EQ(registry.Render(),
             "# HELP x_total a \\\\ backslash\\nand a \"quote\"\n"
@@ -119,14 +120,13 @@ TEST(Metrics, CollectorsAndGaugesAreReadAtScrapeTime) {
   registry.AddCollector("tally_calls_total", "Calls.", Type::kCounter, [&](SampleWriter& out) {
     for (const auto& [name, count] : calls) out.Add({{"command", name}}, count);
   });
-  registry.AddCollector("tally_temperature", "Signed values.", Type::kGauge,
-                        [](SampleWriter& out) {
-                          out.Add({{"where", "low"}}, int64_t{-3});
-                          out.Add({{"where", "inf"}}, std::numeric_limits<double>::infinity());
-                          out.Add({{"where", "-inf"}}, -std::numeric_limits<double>::infinity());
-                          out.Add({{"where", "nan"}}, std::nan(""));
-                          out.Add({{"where", "big"}}, uint64_t{18446744073709551615u});
-                        });
+  registry.AddCollector("tally_temperature", "Signed values.", Type::kGauge, [](SampleWriter& out) {
+    out.Add({{"where", "low"}}, int64_t{-3});
+    out.Add({{"where", "inf"}}, std::numeric_limits<double>::infinity());
+    out.Add({{"where", "-inf"}}, -std::numeric_limits<double>::infinity());
+    out.Add({{"where", "nan"}}, std::nan(""));
+    out.Add({{"where", "big"}}, uint64_t{18446744073709551615u});
+  });
   resident = 4096;
   calls.push_back({"set", 7});
   EXPECT_EQ(registry.Render(),

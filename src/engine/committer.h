@@ -134,7 +134,7 @@ class Committer {
   const CommitterOptions options_;
   std::mutex listeners_mutex_;
   std::vector<std::function<void(uint64_t)>> listeners_;  // guarded by listeners_mutex_
-  std::vector<CommitObserver> observers_;                  // guarded by listeners_mutex_
+  std::vector<CommitObserver> observers_;                 // guarded by listeners_mutex_
 
   std::mutex mutex_;
   std::condition_variable wake_;             // the commit thread

@@ -39,22 +39,26 @@ void RegisterEngineMetrics(Engine& engine, metrics::Registry& registry,
                         stat(&CommitStats::checkpoints));
   registry.AddCollector("tally_checkpoint_failures_total", "Checkpoints that failed.",
                         Type::kCounter, stat(&CommitStats::checkpoint_failures));
-  registry.AddGauge("tally_checkpoint_backlog_counters",
-                    "Counters changed since the last checkpoint (replayed from the log on restart).",
-                    [&keyspace] { return static_cast<double>(keyspace.checkpoint_backlog()); });
-  registry.AddGauge("tally_commit_log_bytes",
-                    "Bytes of commit log written since the last checkpoint began.",
-                    [&engine] { return static_cast<double>(engine.persistence_stats().log_bytes); });
+  registry.AddGauge(
+      "tally_checkpoint_backlog_counters",
+      "Counters changed since the last checkpoint (replayed from the log on restart).",
+      [&keyspace] { return static_cast<double>(keyspace.checkpoint_backlog()); });
+  registry.AddGauge(
+      "tally_commit_log_bytes", "Bytes of commit log written since the last checkpoint began.",
+      [&engine] { return static_cast<double>(engine.persistence_stats().log_bytes); });
   registry.AddGauge("tally_store_table_bytes", "Bytes of the store's tables.", [&engine] {
     return static_cast<double>(engine.persistence_stats().disk_bytes);
   });
-  registry.AddGauge("tally_counters", "Counters resident in memory (expired, not yet reclaimed, included).",
+  registry.AddGauge("tally_counters",
+                    "Counters resident in memory (expired, not yet reclaimed, included).",
                     [&keyspace] { return static_cast<double>(keyspace.size()); });
-  registry.AddGauge("tally_counters_expiring", "Counters with an expiry deadline: the expiry backlog.",
+  registry.AddGauge("tally_counters_expiring",
+                    "Counters with an expiry deadline: the expiry backlog.",
                     [&keyspace] { return static_cast<double>(keyspace.expiring_count()); });
   registry.AddCollector("tally_expired_counters_total", "Expired counters reclaimed.",
                         Type::kCounter, stat(&CommitStats::reclaimed));
-  registry.AddGauge("tally_counters_memory_bytes", "Bytes of the in-memory counter maps and indexes.",
+  registry.AddGauge("tally_counters_memory_bytes",
+                    "Bytes of the in-memory counter maps and indexes.",
                     [&keyspace] { return static_cast<double>(keyspace.memory_bytes()); });
   registry.AddCollector(
       "tally_increments_total",
@@ -62,8 +66,8 @@ void RegisterEngineMetrics(Engine& engine, metrics::Registry& registry,
       Type::kCounter, [&keyspace](SampleWriter& out) { out.Add(keyspace.increments_applied()); });
   registry.AddCollector(
       "tally_hot_key_writes_per_second",
-      "The most-written counters over the last minute (sampled; see INFO hotkeys).",
-      Type::kGauge, [&engine, hide = std::move(hide)](SampleWriter& out) {
+      "The most-written counters over the last minute (sampled; see INFO hotkeys).", Type::kGauge,
+      [&engine, hide = std::move(hide)](SampleWriter& out) {
         for (const HotKey& key : engine.hot_keys().Top(kHotKeyMetricSeries, hide)) {
           out.Add({{"key", key.key}}, key.writes_per_second);
         }

@@ -14,9 +14,8 @@ using metrics::Type;
 void RegisterProcessMetrics(metrics::Registry& registry) {
   registry.AddGauge("tally_resident_memory_bytes", "Resident memory (RSS) of tallyd.",
                     [] { return static_cast<double>(ResidentBytes()); });
-  const double started = std::chrono::duration<double>(
-                             std::chrono::system_clock::now().time_since_epoch())
-                             .count();
+  const double started =
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
   registry.AddGauge("tally_start_time_seconds", "When tallyd started, in Unix seconds.",
                     [started] { return started; });
 }
@@ -59,11 +58,11 @@ void RegisterSourceMetrics(const sources::postgres::PostgresSource& source, std:
       Type::kGauge, [](const Stats& s) { return static_cast<double>(s.applied_lsn); });
   add("tally_source_received_lsn", "The start LSN of the last change received, as a number.",
       Type::kGauge, [](const Stats& s) { return static_cast<double>(s.received_lsn); });
-  add("tally_source_lag_bytes", "Bytes of the server's WAL not yet applied by tally.",
-      Type::kGauge, [](const Stats& s) { return static_cast<double>(s.lag_bytes); });
+  add("tally_source_lag_bytes", "Bytes of the server's WAL not yet applied by tally.", Type::kGauge,
+      [](const Stats& s) { return static_cast<double>(s.lag_bytes); });
   add("tally_source_lag_seconds",
-      "Age of the last applied transaction's commit while behind (0 when caught up).",
-      Type::kGauge, [](const Stats& s) { return s.lag_seconds; });
+      "Age of the last applied transaction's commit while behind (0 when caught up).", Type::kGauge,
+      [](const Stats& s) { return s.lag_seconds; });
   add("tally_source_transactions_total", "Source transactions applied.", Type::kCounter,
       [](const Stats& s) { return static_cast<double>(s.transactions); });
   add("tally_source_rows_total", "Row changes applied from the stream (backfills not included).",

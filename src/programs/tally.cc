@@ -717,8 +717,8 @@ Groups TallyGroups(RespClient& tally, const Counter& counter, Progress& progress
 // tallyd's clock (TIME), in microseconds: the clock its retention follows.
 int64_t ServerMicros(RespClient& tally) {
   const Reply reply = tally.Check({"TIME"});
-  if (reply.kind != Reply::Kind::kArray || reply.items.size() != 2 ||
-      !reply.items[0].AsInteger() || !reply.items[1].AsInteger()) {
+  if (reply.kind != Reply::Kind::kArray || reply.items.size() != 2 || !reply.items[0].AsInteger() ||
+      !reply.items[1].AsInteger()) {
     Fail("tallyd: TIME answered " + reply.Describe());
   }
   return *reply.items[0].AsInteger() * 1'000'000 + *reply.items[1].AsInteger();

@@ -321,10 +321,10 @@ int main(int argc, char** argv) {
   derived.StartRetentionSweeper();  // time buckets past their counter's retention go
   // The flusher hands updates to the servers' threads: it runs only while both serve.
   subscriptions.Start();
-  spdlog::info("tallyd ready: redis-cli -h {} -p {}, HTTP API on http://{}:{}/ (durability={}, "
-               "data in {})",
-               server.bind, redis.port(), http.bind, http_server.port(), durability,
-               server.data_dir);
+  spdlog::info(
+      "tallyd ready: redis-cli -h {} -p {}, HTTP API on http://{}:{}/ (durability={}, "
+      "data in {})",
+      server.bind, redis.port(), http.bind, http_server.port(), durability, server.data_dir);
 
   int signal = 0;
   sigwait(&stop_signals, &signal);

@@ -190,10 +190,7 @@ struct DerivedCounters::NameSet {
 
 DerivedCounters::DerivedCounters(engine::Engine& engine, engine::Persistence& store,
                                  DerivedOptions options)
-    : engine_(engine),
-      store_(store),
-      options_(options),
-      catalog_(std::make_shared<Catalog>()) {
+    : engine_(engine), store_(store), options_(options), catalog_(std::make_shared<Catalog>()) {
   if (options_.retention_sweep_interval_ms > 0) {
     sweeper_ = std::make_unique<PeriodicThread>(
         std::chrono::milliseconds(options_.retention_sweep_interval_ms), [this] {
@@ -260,9 +257,11 @@ Status DerivedCounters::Load() {
     if (!name.starts_with(kSourceRecord)) continue;
     auto statement = defs::ParseStatement(sql);
     const auto* create = statement ? std::get_if<defs::CreateSource>(&*statement) : nullptr;
-    if (create == nullptr) return Corruption(fmt::format("catalog record {} is not a CREATE SOURCE", name));
+    if (create == nullptr)
+      return Corruption(fmt::format("catalog record {} is not a CREATE SOURCE", name));
     auto schema = defs::CompileSource(*create);
-    if (!schema) return Corruption(fmt::format("catalog record {}: {}", name, schema.error().message));
+    if (!schema)
+      return Corruption(fmt::format("catalog record {}: {}", name, schema.error().message));
     auto entry = std::make_shared<SourceEntry>();
     entry->schema = std::move(*schema);
     entry->sql = sql;
@@ -287,7 +286,8 @@ Status DerivedCounters::Load() {
   std::vector<std::shared_ptr<Family>> interrupted;  // backfills to redo
   for (const auto& [name, value] : *records) {
     if (name.starts_with(kStartRecord)) {
-      const auto it = catalog->counters.find(Absl(std::string_view(name).substr(kStartRecord.size())));
+      const auto it =
+          catalog->counters.find(Absl(std::string_view(name).substr(kStartRecord.size())));
       if (it == catalog->counters.end()) continue;
       if (value == kPendingValue) {
         it->second->start = kPending;
@@ -534,9 +534,9 @@ void DerivedCounters::DeleteGroups(Family& family) {
     keys.assign(family.keys.begin(), family.keys.end());
     family.ClearKeys();
   }
-  const uint64_t epoch = VisitInChunks(
-      engine_.keyspace(), keys,
-      [](engine::View& view, const engine::HashedKey& key) { view.Delete(key); });
+  const uint64_t epoch =
+      VisitInChunks(engine_.keyspace(), keys,
+                    [](engine::View& view, const engine::HashedKey& key) { view.Delete(key); });
   if (epoch != 0) WaitDurable(epoch);
 }
 
@@ -601,7 +601,7 @@ struct DerivedCounters::PushScratch {
   };
   absl::flat_hash_map<absl::string_view, Sum> sums;
   absl::flat_hash_set<absl::string_view> seen_ids;
-  std::vector<bool> skip;                   // changes not to apply (duplicates)
+  std::vector<bool> skip;                     // changes not to apply (duplicates)
   std::vector<DecodedChange> stream_changes;  // ApplyTransaction's changes as pushes
 };
 
@@ -635,8 +635,7 @@ Status DerivedCounters::RunFormula(const Catalog& catalog, std::span<const Decod
   return OkStatus();
 }
 
-Status DerivedCounters::WriteSums(engine::View& view, PushScratch& scratch,
-                                  PushOutcome* outcome) {
+Status DerivedCounters::WriteSums(engine::View& view, PushScratch& scratch, PushOutcome* outcome) {
   // One sum per key.
   scratch.sums.clear();
   size_t begin = 0;
@@ -656,8 +655,8 @@ Status DerivedCounters::WriteSums(engine::View& view, PushScratch& scratch,
         ++outcome->expired;
         continue;
       }
-      auto [it, inserted] = scratch.sums.try_emplace(Absl(increment.key),
-                                                     PushScratch::Sum{0, scratch.families[j]});
+      auto [it, inserted] =
+          scratch.sums.try_emplace(Absl(increment.key), PushScratch::Sum{0, scratch.families[j]});
       const std::optional<int64_t> sum = CheckedAdd(it->second.delta, increment.delta);
       if (!sum) {
         return MakeError(ErrorCode::kOverflow,
@@ -927,8 +926,7 @@ Result<PushOutcome> DerivedCounters::ApplyParts(std::span<const SourceTransactio
       if (end < changes.size() && !changes[end].truncate) continue;
       scratch.stream_changes.clear();
       as_pushes(i, begin, end);
-      if (auto status =
-              RunFormula(*catalog, scratch.stream_changes, only_counter, limit, scratch);
+      if (auto status = RunFormula(*catalog, scratch.stream_changes, only_counter, limit, scratch);
           !status) {
         return tl::unexpected(status.error());
       }
@@ -1236,8 +1234,8 @@ Result<std::string> DerivedCounters::KeyOf(std::string_view counter,
   if (family == nullptr) return tl::unexpected(UnknownCounter(counter));
   const size_t columns = family->counter.key_columns().size();
   if (parts.size() != columns) {
-    return InvalidArgument(fmt::format("counter {} has {} key parts; {} given", counter, columns,
-                                       parts.size()));
+    return InvalidArgument(
+        fmt::format("counter {} has {} key parts; {} given", counter, columns, parts.size()));
   }
   auto values = ParseParts(family->counter, parts);
   if (!values) return tl::unexpected(values.error());
@@ -1251,9 +1249,9 @@ Result<std::string> DerivedCounters::PrefixOf(std::string_view counter,
   if (family == nullptr) return tl::unexpected(UnknownCounter(counter));
   const size_t columns = family->counter.key_columns().size();
   if (parts.size() >= columns && columns > 0) {
-    return InvalidArgument(fmt::format(
-        "counter {} has {} key parts: a prefix names fewer ({} given)", counter, columns,
-        parts.size()));
+    return InvalidArgument(
+        fmt::format("counter {} has {} key parts: a prefix names fewer ({} given)", counter,
+                    columns, parts.size()));
   }
   auto values = ParseParts(family->counter, parts);
   if (!values) return tl::unexpected(values.error());
@@ -1265,10 +1263,10 @@ std::vector<int64_t> DerivedCounters::Get(std::span<const std::string> keys,
                                           uint64_t* required_epoch) {
   std::vector<int64_t> values;
   values.reserve(keys.size());
-  const uint64_t epoch = VisitInChunks(
-      engine_.keyspace(), keys, [&](engine::View& view, const engine::HashedKey& key) {
-        values.push_back(view.Get(key).value_or(0));
-      });
+  const uint64_t epoch = VisitInChunks(engine_.keyspace(), keys,
+                                       [&](engine::View& view, const engine::HashedKey& key) {
+                                         values.push_back(view.Get(key).value_or(0));
+                                       });
   *required_epoch = std::max(*required_epoch, epoch);
   return values;
 }
@@ -1286,7 +1284,8 @@ Result<Page> DerivedCounters::List(std::string_view counter, std::string_view pr
   Page page;
   {
     std::lock_guard lock(family.mutex);
-    auto key = cursor.empty() ? family.keys.lower_bound(Absl(prefix)) : family.keys.upper_bound(Absl(cursor));
+    auto key = cursor.empty() ? family.keys.lower_bound(Absl(prefix))
+                              : family.keys.upper_bound(Absl(cursor));
     for (; key != family.keys.end() && key->starts_with(prefix); ++key) {
       if (keys.size() == limit) {
         page.next_cursor = keys.back();
@@ -1374,10 +1373,10 @@ Result<RangeSum> DerivedCounters::Range(std::string_view counter,
       if (i == bucket->column) continue;
       names += fmt::format("{}{}", names.empty() ? "" : ", ", columns[i].name);
     }
-    return InvalidArgument(fmt::format(
-        "counter {} has {} key part{} besides its time bucket {}{}{}; {} given", counter,
-        columns.size() - 1, columns.size() == 2 ? "" : "s", columns[bucket->column].name,
-        names.empty() ? "" : ": ", names, parts.size()));
+    return InvalidArgument(
+        fmt::format("counter {} has {} key part{} besides its time bucket {}{}{}; {} given",
+                    counter, columns.size() - 1, columns.size() == 2 ? "" : "s",
+                    columns[bucket->column].name, names.empty() ? "" : ": ", names, parts.size()));
   }
   // The group's values, the bucket's slot filled per candidate below.
   std::vector<defs::Value> values(columns.size());
@@ -1426,10 +1425,10 @@ Result<RangeSum> DerivedCounters::Range(std::string_view counter,
     if (value == 0) continue;
     const std::optional<int64_t> sum = CheckedAdd(out.sum, value);
     if (!sum) {
-      return MakeError(ErrorCode::kOverflow,
-                       fmt::format("the sum of counter {} from {} to {} is out of the int64 range",
-                                   counter, defs::FormatTimestamp(*from),
-                                   defs::FormatTimestamp(*to)));
+      return MakeError(
+          ErrorCode::kOverflow,
+          fmt::format("the sum of counter {} from {} to {} is out of the int64 range", counter,
+                      defs::FormatTimestamp(*from), defs::FormatTimestamp(*to)));
     }
     out.sum = *sum;
     ++out.buckets;

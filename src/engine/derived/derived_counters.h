@@ -44,6 +44,8 @@
 // for its duration (a shared mutex), so a definition appears or disappears between batches.
 #pragma once
 
+#include <absl/container/flat_hash_set.h>
+
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
@@ -54,8 +56,6 @@
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include <absl/container/flat_hash_set.h>
 
 #include "core/status.h"
 #include "engine/commit_batch.h"
@@ -92,7 +92,8 @@ struct DerivedOptions {
 
 // What one statement of a DDL script did.
 struct StatementOutcome {
-  std::string message;  // "CREATE COUNTER blog_posts", "DROP COUNTER x", "CREATE SOURCE posts (unchanged)"
+  std::string
+      message;  // "CREATE COUNTER blog_posts", "DROP COUNTER x", "CREATE SOURCE posts (unchanged)"
 };
 
 // Whether a counter's groups are whole (see DerivedCounters::MarkStreamed).
@@ -122,11 +123,11 @@ struct SourceListing {
 
 // The outcome of one push.
 struct PushOutcome {
-  size_t changes = 0;     // changes in the request
-  size_t applied = 0;     // changes applied now
-  size_t duplicates = 0;  // changes skipped: their id (or the batch's) was seen before
-  size_t increments = 0;  // counter keys written
-  size_t expired = 0;     // increments skipped: their time bucket is past retention
+  size_t changes = 0;           // changes in the request
+  size_t applied = 0;           // changes applied now
+  size_t duplicates = 0;        // changes skipped: their id (or the batch's) was seen before
+  size_t increments = 0;        // counter keys written
+  size_t expired = 0;           // increments skipped: their time bucket is past retention
   uint64_t required_epoch = 0;  // the reply may leave once this epoch is durable
 };
 
@@ -203,8 +204,8 @@ class DerivedCounters {
   // With `only_counter`, the changes move that counter alone: a backfill. A counter
   // created on a server that already counts starts at zero; pushing the existing rows as
   // inserts this way gives it their counts without counting them again in the others.
-  Result<PushOutcome> Push(std::string_view body, std::string_view batch_id,
-                           ChangeDecoder& decoder, std::string_view only_counter = {});
+  Result<PushOutcome> Push(std::string_view body, std::string_view batch_id, ChangeDecoder& decoder,
+                           std::string_view only_counter = {});
 
   // Applies one transaction of `source`'s change stream atomically *together with* the
   // source's new `position` (its commit LSN): one commit epoch holds the increments and
@@ -214,8 +215,7 @@ class DerivedCounters {
   // overflow) applies nothing; the stream must stop there. With `position` 0 no position
   // is written (a backfill chunk).
   Result<PushOutcome> ApplyTransaction(std::string_view source,
-                                       std::span<const SourceRowChange> changes,
-                                       int64_t position);
+                                       std::span<const SourceRowChange> changes, int64_t position);
   // The same for a transaction that touched several sources: all parts, and every part's
   // source position, in one commit. A part whose source is already at or past `position`
   // is skipped.
@@ -277,7 +277,8 @@ class DerivedCounters {
   std::optional<definitions::SourceSchema> SourceSchemaOf(std::string_view source) const;
 
   // The canonical key of `counter`'s group given as parts (ParseKeyPart), all of them.
-  Result<std::string> KeyOf(std::string_view counter, std::span<const std::string_view> parts) const;
+  Result<std::string> KeyOf(std::string_view counter,
+                            std::span<const std::string_view> parts) const;
   // The key prefix "counter:part:...:" of the first parts.size() key columns.
   Result<std::string> PrefixOf(std::string_view counter,
                                std::span<const std::string_view> parts) const;
@@ -387,9 +388,9 @@ class DerivedCounters {
   std::vector<std::unique_ptr<const NameSet>> retired_names_;  // guarded by catalog_mutex_
   mutable std::mutex hold_mutex_;
   std::condition_variable hold_changed_;
-  HoldState hold_;  // guarded by hold_mutex_
+  HoldState hold_;                             // guarded by hold_mutex_
   absl::flat_hash_set<std::string> streamed_;  // guarded by apply_mutex_
-  bool every_source_streamed_ = false;          // guarded by apply_mutex_
+  bool every_source_streamed_ = false;         // guarded by apply_mutex_
   // MarkStreamed(source) or MarkEverySourceStreamed(). REQUIRES: apply_mutex_ held.
   bool IsStreamed(std::string_view source) const;
   std::atomic<uint64_t> changes_applied_{0};
@@ -397,8 +398,8 @@ class DerivedCounters {
   std::atomic<uint64_t> pushed_changes_applied_{0};
   std::atomic<uint64_t> source_changes_applied_{0};
   std::atomic<uint64_t> keys_written_{0};
-  std::mutex sweep_mutex_;      // one SweepRetention at a time
-  std::string sweep_after_;     // guarded by sweep_mutex_: the family last swept from
+  std::mutex sweep_mutex_;   // one SweepRetention at a time
+  std::string sweep_after_;  // guarded by sweep_mutex_: the family last swept from
   // Runs SweepRetention periodically; null when retention_sweep_interval_ms is 0.
   std::unique_ptr<PeriodicThread> sweeper_;
 };

@@ -94,12 +94,11 @@ TEST_F(DerivedCountersTest, TheFormulaKeepsCountsAndSums) {
   ASSERT_TRUE(moved) << moved.error().message;
   EXPECT_EQ(moved->applied, 2u);
   ASSERT_TRUE(Push(Delete(Post(2, 10, 7, 5, true))));
-  const std::map<std::string, int64_t> expected{{"blog_posts:7:11", 1},
-                                                {"blog_posts:8:10", 1},
-                                                {"blog_rating:7", 3},
-                                                {"blog_rating:8", 4}};
+  const std::map<std::string, int64_t> expected{
+      {"blog_posts:7:11", 1}, {"blog_posts:8:10", 1}, {"blog_rating:7", 3}, {"blog_rating:8", 4}};
   EXPECT_EQ(All(), expected);  // blog_posts:7:10 went back to 0 and is gone
-  EXPECT_FALSE(engine_->keyspace().Lock(engine::HashedKey("blog_posts:7:10"))
+  EXPECT_FALSE(engine_->keyspace()
+                   .Lock(engine::HashedKey("blog_posts:7:10"))
                    .Exists(engine::HashedKey("blog_posts:7:10")));
 }
 
@@ -110,8 +109,7 @@ TEST_F(DerivedCountersTest, ABadChangeRefusesTheWholeBatch) {
   auto refused = Push("[" + Insert(Post(2, 10, 7, 4, true)) +
                       R"(,{"source":"posts","new":{"id":3,"user_id":1,"blog_id":"seven"}}])");
   ASSERT_FALSE(refused);
-  EXPECT_NE(refused.error().message.find("change 2"), std::string::npos)
-      << refused.error().message;
+  EXPECT_NE(refused.error().message.find("change 2"), std::string::npos) << refused.error().message;
   EXPECT_EQ(All(), before);
   EXPECT_EQ(derived_->pushes_refused(), 1u);
 }
@@ -124,8 +122,7 @@ TEST_F(DerivedCountersTest, AnOverflowRefusesTheBatchAndChangesNothing) {
                           {"source":"t","new":{"k":1,"v":1000}}])");
   ASSERT_FALSE(refused);
   EXPECT_EQ(refused.error().code, ErrorCode::kOverflow);
-  EXPECT_NE(refused.error().message.find("total:1"), std::string::npos)
-      << refused.error().message;
+  EXPECT_NE(refused.error().message.find("total:1"), std::string::npos) << refused.error().message;
   EXPECT_EQ(Value("total:1"), 9223372036854775000);
   EXPECT_EQ(Value("total:2"), 0);
 }
@@ -222,8 +219,8 @@ TEST_F(DerivedCountersTest, AnInterruptedDropFinishesAtStart) {
 
 TEST_F(DerivedCountersTest, ABackfillMovesOneCounterOnly) {
   Define(kBlogModel);
-  const std::string rows = "[" + Insert(Post(1, 10, 7, 4, true)) + "," +
-                           Insert(Post(2, 11, 7, 2, true)) + "]";
+  const std::string rows =
+      "[" + Insert(Post(1, 10, 7, 4, true)) + "," + Insert(Post(2, 11, 7, 2, true)) + "]";
   ASSERT_TRUE(Push(rows));
   Define("CREATE COUNTER blog_count AS SELECT blog_id, count(*) FROM posts GROUP BY blog_id");
   EXPECT_EQ(Value("blog_count:7"), 0);  // a new counter starts empty
@@ -238,8 +235,12 @@ TEST_F(DerivedCountersTest, ABackfillMovesOneCounterOnly) {
 // A row of the blog model's source in schema order.
 std::vector<definitions::Value> PostRow(int id, int user, int blog, int rating, bool published) {
   using definitions::Value;
-  return {Value::Int(id),     Value::Int(user),          Value::Int(blog),
-          Value::Int(rating), Value::Bool(published),    Value::Bool(false),
+  return {Value::Int(id),
+          Value::Int(user),
+          Value::Int(blog),
+          Value::Int(rating),
+          Value::Bool(published),
+          Value::Bool(false),
           Value::Timestamp(1'714'557'600'000'000)};
 }
 
@@ -280,10 +281,8 @@ TEST_F(DerivedCountersTest, ATruncateZeroesTheSourcesCountersInOrder) {
   txn[3].new_row = PostRow(3, 11, 9, 5, true);
   auto applied = derived_->ApplyTransaction("posts", txn, 500);
   ASSERT_TRUE(applied) << applied.error().message;
-  const std::map<std::string, int64_t> expected{{"blog_posts:7:11", 1},
-                                                {"blog_posts:9:11", 1},
-                                                {"blog_rating:7", 2},
-                                                {"blog_rating:9", 5}};
+  const std::map<std::string, int64_t> expected{
+      {"blog_posts:7:11", 1}, {"blog_posts:9:11", 1}, {"blog_rating:7", 2}, {"blog_rating:9", 5}};
   EXPECT_EQ(All(), expected);
   std::vector<SourceRowChange> truncate(1);
   truncate[0].truncate = true;
@@ -493,8 +492,8 @@ TEST_F(DerivedCountersTest, PlainCountersMayNotBeTakenOver) {
       << refused.error().message;
   EXPECT_TRUE(derived_->IsProtectedKey(std::string("\0id:x", 5)));
   EXPECT_FALSE(derived_->IsProtectedKey(std::string("\0", 1)));  // a binary key
-  EXPECT_FALSE(derived_->IsProtectedKey("blog_posts:1:1"));  // the counter was not created
-  EXPECT_FALSE(derived_->IsProtectedKey("blog_rating:1"));   // the script stopped before
+  EXPECT_FALSE(derived_->IsProtectedKey("blog_posts:1:1"));      // the counter was not created
+  EXPECT_FALSE(derived_->IsProtectedKey("blog_rating:1"));       // the script stopped before
 }
 
 TEST_F(DerivedCountersTest, ReadsByPartsPrefixesAndTopK) {
@@ -526,7 +525,7 @@ TEST_F(DerivedCountersTest, ReadsByPartsPrefixesAndTopK) {
   EXPECT_EQ(top->items[2].key, "blog_posts:7:2");
 
   // Within the staleness bound a changed family may answer from the cache; past it, not.
-  ASSERT_TRUE(Push(Insert(Post(99, 1, 7, 1, true)) ));
+  ASSERT_TRUE(Push(Insert(Post(99, 1, 7, 1, true))));
   for (int i = 0; i < 5; ++i) ASSERT_TRUE(Push(Insert(Post(100 + i, 1, 7, 1, true))));
   auto cached = derived_->Top("blog_posts", *blog7, 3);
   ASSERT_TRUE(cached);

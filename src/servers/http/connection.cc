@@ -401,11 +401,11 @@ void HttpConnection::OnWrite(const boost::system::error_code& error) {
 void HttpConnection::HandOff() {
   HandOffRequest hand_off = std::move(*hand_off_);
   hand_off_.reset();
-  stream_ = std::make_shared<SubscriptionStream>(
-      *worker_.shared().options.subscriptions, std::move(socket_),
-      [self = weak_from_this()] {
-        if (auto connection = self.lock()) connection->Close();
-      });
+  stream_ = std::make_shared<SubscriptionStream>(*worker_.shared().options.subscriptions,
+                                                 std::move(socket_), [self = weak_from_this()] {
+                                                   if (auto connection = self.lock())
+                                                     connection->Close();
+                                                 });
   stream_->Start(std::move(hand_off.request), hand_off.subscription);
 }
 

@@ -77,8 +77,12 @@ TEST(JsonWriterTest, PlacesCommasAndColons) {
 
 TEST(JsonWriterTest, DoublesAreShortestAndNeverNanOrInfinity) {
   JsonWriter json;
-  json.BeginArray().Double(12.5).Double(3).Double(0.1).Double(std::nan("")).Double(
-      std::numeric_limits<double>::infinity());
+  json.BeginArray()
+      .Double(12.5)
+      .Double(3)
+      .Double(0.1)
+      .Double(std::nan(""))
+      .Double(std::numeric_limits<double>::infinity());
   json.EndArray();
   EXPECT_EQ(json.text(), "[12.5,3,0.1,null,null]");
 }

@@ -48,8 +48,8 @@ class Router {
  private:
   struct Compiled {
     RoutePattern pattern;
-    std::vector<std::string_view> segments;  // the path's, without a final "*"
-    bool rest = false;                       // ends with "*"
+    std::vector<std::string_view> segments;     // the path's, without a final "*"
+    bool rest = false;                          // ends with "*"
     std::vector<std::string_view> query_names;  // without the "*"
     std::vector<std::string_view> repeatable;   // the names that had one
   };

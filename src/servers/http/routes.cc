@@ -397,18 +397,14 @@ ApiResponse Api::GetRange(const Call& call) {
   const std::optional<std::string_view> from = call.Query("from");
   const std::optional<std::string_view> to = call.Query("to");
   if (!from || !to) {
-    return Fail(400, "a range needs ?from=<instant>&to=<instant> (2024-05-01T00:00:00Z, "
-                     "20240501T000000Z or Unix seconds)");
+    return Fail(400,
+                "a range needs ?from=<instant>&to=<instant> (2024-05-01T00:00:00Z, "
+                "20240501T000000Z or Unix seconds)");
   }
   auto range = derived_.Range(call.params[0], call.Rest(1), *from, *to);
   if (!range) return Fail(range.error());
   JsonWriter json;
-  json.BeginObject()
-      .Key("sum")
-      .Int(range->sum)
-      .Key("buckets")
-      .UInt(range->buckets)
-      .EndObject();
+  json.BeginObject().Key("sum").Int(range->sum).Key("buckets").UInt(range->buckets).EndObject();
   return Ok(json.Take(), range->required_epoch);
 }
 
@@ -565,8 +561,9 @@ ApiResponse Api::GetSubscribe(const Call& call) { return Subscribe(call, /*webso
 
 ApiResponse Api::Subscribe(const Call& call, bool websocket) {
   if (websocket && !call.request.websocket_upgrade) {
-    return Fail(426, "this route is a WebSocket: send an upgrade request (or use GET /v1/events "
-                     "for Server-Sent Events)");
+    return Fail(426,
+                "this route is a WebSocket: send an upgrade request (or use GET /v1/events "
+                "for Server-Sent Events)");
   }
   SubscriptionRequest subscription;
   subscription.websocket = websocket;
@@ -628,7 +625,8 @@ void ApiRequestCounts::Count(int route, int status) {
 void ApiRequestCounts::Collect(metrics::SampleWriter& out) const {
   for (size_t row = 0; row <= routes_; ++row) {
     for (int status_class = 1; status_class <= kClasses; ++status_class) {
-      const uint64_t count = counts_[row * kClasses + static_cast<size_t>(status_class - 1)].Value();
+      const uint64_t count =
+          counts_[row * kClasses + static_cast<size_t>(status_class - 1)].Value();
       if (count == 0) continue;
       const bool routed = row < routes_;
       out.Add({{"method", routed ? std::string(Api::kRoutes[row].pattern.method) : ""},

@@ -105,7 +105,7 @@ struct ApiResponse {
   // ETag and Cache-Control headers when not empty; static strings (the dashboard's files).
   std::string_view etag;
   std::string_view cache_control;
-  std::string allow;  // 405: the methods the path takes, for the Allow header
+  std::string allow;          // 405: the methods the path takes, for the Allow header
   bool authenticate = false;  // 401: send WWW-Authenticate
   // The response may be sent only once this commit epoch is durable (0 = at once).
   uint64_t required_epoch = 0;
@@ -135,9 +135,9 @@ class Api {
   void set_monitoring(ApiMonitoring monitoring) { monitoring_ = std::move(monitoring); }
 
   // Limits of the listing routes.
-  static constexpr int64_t kMaxLimit = 10000;    // ?limit= of /v1/list, ?k= of /v1/top
-  static constexpr int64_t kDefaultLimit = 100;  // /v1/list
-  static constexpr int64_t kDefaultTopK = 10;    // /v1/top
+  static constexpr int64_t kMaxLimit = 10000;     // ?limit= of /v1/list, ?k= of /v1/top
+  static constexpr int64_t kDefaultLimit = 100;   // /v1/list
+  static constexpr int64_t kDefaultTopK = 10;     // /v1/top
   static constexpr int64_t kDefaultHotKeys = 10;  // ?n= of /v1/hot
 
  private:

@@ -29,7 +29,8 @@ HttpServer::HttpServer(engine::Engine& engine, derived::DerivedCounters& derived
       "tally_http_requests_total",
       "HTTP responses by route and status class (method and route empty: no route matched, "
       "or the request was malformed, too large or refused).",
-      metrics::Type::kCounter, [shared](metrics::SampleWriter& out) { shared->requests.Collect(out); });
+      metrics::Type::kCounter,
+      [shared](metrics::SampleWriter& out) { shared->requests.Collect(out); });
   registry->AddGauge("tally_http_connections", "HTTP connections open.", [shared] {
     return static_cast<double>(shared->connections.load(std::memory_order_relaxed));
   });

@@ -11,8 +11,9 @@
 namespace tally::http {
 
 HttpWorker::HttpWorker(HttpShared& shared, int index)
-    : shared_(shared), index_(index), api_(shared.engine, shared.derived, shared.options.password,
-           shared.options.source_report) {
+    : shared_(shared),
+      index_(index),
+      api_(shared.engine, shared.derived, shared.options.password, shared.options.source_report) {
   api_.set_monitoring({shared.options.metrics, shared.options.public_metrics,
                        shared.options.readiness, &shared.requests});
 }

@@ -32,14 +32,12 @@ void RegisterRedisMetrics(ServerCore& core, metrics::Registry& registry) {
                             out.Add({{"kind", kind}}, count);
                           }
                         });
-  registry.AddCollector("tally_redis_net_input_bytes_total", "Bytes read from Redis clients.",
-                        Type::kCounter, [&core](SampleWriter& out) {
-                          out.Add(core.Total(&WorkerStats::net_input_bytes));
-                        });
-  registry.AddCollector("tally_redis_net_output_bytes_total", "Bytes sent to Redis clients.",
-                        Type::kCounter, [&core](SampleWriter& out) {
-                          out.Add(core.Total(&WorkerStats::net_output_bytes));
-                        });
+  registry.AddCollector(
+      "tally_redis_net_input_bytes_total", "Bytes read from Redis clients.", Type::kCounter,
+      [&core](SampleWriter& out) { out.Add(core.Total(&WorkerStats::net_input_bytes)); });
+  registry.AddCollector(
+      "tally_redis_net_output_bytes_total", "Bytes sent to Redis clients.", Type::kCounter,
+      [&core](SampleWriter& out) { out.Add(core.Total(&WorkerStats::net_output_bytes)); });
 }
 
 }  // namespace tally::redis

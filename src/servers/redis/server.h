@@ -46,9 +46,7 @@ class RedisServer {
   void RegisterMetrics(metrics::Registry& registry);
 
   // INFO's "# Source" section (the PostgreSQL source's figures). REQUIRES: before Start().
-  void set_source_report(StatusReporter reporter) {
-    core_.set_source_report(std::move(reporter));
-  }
+  void set_source_report(StatusReporter reporter) { core_.set_source_report(std::move(reporter)); }
 
  private:
   void Accept();

@@ -79,9 +79,7 @@ class Session {
   PubSubState& pubsub() { return pubsub_; }
   engine::SubscriberId EnsureSubscriber();
   // Channels plus patterns: while not 0, RESP2 takes only pub/sub commands, as in Redis.
-  size_t subscription_count() const {
-    return pubsub_.channels.size() + pubsub_.patterns.size();
-  }
+  size_t subscription_count() const { return pubsub_.channels.size() + pubsub_.patterns.size(); }
   // Appends a "message" per followed channel and a "pmessage" per matching pattern; an
   // unchanged current value a new subscription asked for (delivery's only_for) goes to
   // that subscription alone.

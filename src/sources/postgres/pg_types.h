@@ -65,12 +65,12 @@ struct ColumnMapping {
   std::string table;            // the relation's qualified name, for messages
   size_t relation_columns = 0;  // the tuple width the relation announced
   struct Source {
-    std::string name;                                   // the column's name (same in both)
+    std::string name;           // the column's name (same in both)
     size_t relation_index = 0;  // its position in the relation's tuples, or kAbsent
-    uint32_t type_oid = 0;                              // its PostgreSQL type
+    uint32_t type_oid = 0;      // its PostgreSQL type
     definitions::Type type = definitions::Type::kNull;  // its tally type
   };
-  std::vector<Source> columns;  // one per source column, in source order
+  std::vector<Source> columns;                 // one per source column, in source order
   static constexpr size_t kAbsent = SIZE_MAX;  // a column no counter reads, not in the table
 };
 

@@ -3,6 +3,7 @@
 #include <fmt/core.h>
 #include <libpq-fe.h>
 #include <spdlog/spdlog.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -12,8 +13,6 @@
 #include <unordered_map>
 #include <utility>
 #include <variant>
-
-#include <unistd.h>
 
 #include "sources/postgres/pg_types.h"
 #include "sources/postgres/pgoutput.h"
@@ -93,8 +92,8 @@ Result<PgResult> Exec(pg_conn* conn, const std::string& sql,
   const ExecStatusType status = PQresultStatus(r.get());
   if (status != PGRES_COMMAND_OK && status != PGRES_TUPLES_OK) {
     const char* message = PQresultErrorMessage(r.get());
-    return IOError(OneLine(message != nullptr && *message != '\0' ? message
-                                                                   : PQerrorMessage(conn)));
+    return IOError(
+        OneLine(message != nullptr && *message != '\0' ? message : PQerrorMessage(conn)));
   }
   return r;
 }
@@ -116,8 +115,8 @@ struct PostgresSource::Table {
   std::string sql_name;  // as the server prints it (quoted, qualified where needed)
   uint32_t oid = 0;
   defs::SourceSchema schema;
-  std::optional<ColumnMapping> mapping;   // from the session's last Relation message
-  int64_t position = 0;                   // stored position (as far as this thread wrote it)
+  std::optional<ColumnMapping> mapping;  // from the session's last Relation message
+  int64_t position = 0;                  // stored position (as far as this thread wrote it)
   std::vector<derived::SourceRowChange> changes;  // of the open transaction
 };
 
@@ -127,7 +126,7 @@ struct PostgresSource::Session {
   std::vector<Table> tables;
   uint64_t pending_epoch = 0;  // the newest epoch applied and not yet known durable
   Lsn received = 0;
-  Lsn acked = 0;  // the last position sent as flushed
+  Lsn acked = 0;           // the last position sent as flushed
   bool reconnect = false;  // the session ended to follow a new table: reconnect at once
   ~Session() {
     if (sql != nullptr) PQfinish(sql);
@@ -222,11 +221,10 @@ void PostgresSource::Stop() {
 StatusReport PostgresSource::Report() const {
   const Stats s = stats();
   const derived::HoldState hold = derived_.hold_state();
-  const double percent =
-      s.backfill_total == 0
-          ? 100.0
-          : std::min(100.0, 100.0 * static_cast<double>(s.backfill_rows) /
-                                static_cast<double>(s.backfill_total));
+  const double percent = s.backfill_total == 0
+                             ? 100.0
+                             : std::min(100.0, 100.0 * static_cast<double>(s.backfill_rows) /
+                                                   static_cast<double>(s.backfill_total));
   StatusReport report;
   report.push_back({"state", s.state});
   report.push_back({"connected", s.connected});
@@ -241,8 +239,9 @@ StatusReport PostgresSource::Report() const {
   report.push_back({"backfill_rows", s.backfill_rows});
   report.push_back({"backfill_total", s.backfill_total});
   report.push_back({"backfill_percent", std::floor(percent * 10) / 10});
-  report.push_back({"hold", hold.held ? FormatLsn(static_cast<Lsn>(std::max<int64_t>(hold.position, 0)))
-                                      : std::string("none")});
+  report.push_back({"hold", hold.held
+                                ? FormatLsn(static_cast<Lsn>(std::max<int64_t>(hold.position, 0)))
+                                : std::string("none")});
   report.push_back({"hold_reached", hold.held && hold.reached});
   report.push_back({"error", s.error});
   return report;
@@ -296,9 +295,9 @@ Status PostgresSource::Connect(std::unique_ptr<Session>* out) {
     relation.oid = table.oid;
     relation.name = table.sql_name;
     for (int i = 0; i < PQntuples(columns->get()); ++i) {
-      relation.columns.push_back(
-          {false, Text(columns->get(), i, 0),
-           static_cast<uint32_t>(std::stoul(Text(columns->get(), i, 1))), -1});
+      relation.columns.push_back({false, Text(columns->get(), i, 0),
+                                  static_cast<uint32_t>(std::stoul(Text(columns->get(), i, 1))),
+                                  -1});
     }
     if (auto mapping = MapColumns(relation, table.schema, derived_.ColumnsRead(name)); !mapping)
       return tl::unexpected(mapping.error());
@@ -309,9 +308,8 @@ Status PostgresSource::Connect(std::unique_ptr<Session>* out) {
     std::lock_guard lock(mutex_);
     stats_.error.clear();
   }
-  spdlog::info("postgres source: connected ({}), system {}, WAL at {}; tables {}",
-               stream.target(), id->system_id, FormatLsn(id->xlogpos),
-               fmt::format("{}", fmt::join(sources_, ", ")));
+  spdlog::info("postgres source: connected ({}), system {}, WAL at {}; tables {}", stream.target(),
+               id->system_id, FormatLsn(id->xlogpos), fmt::format("{}", fmt::join(sources_, ", ")));
   *out = std::move(session);
   return OkStatus();
 }
@@ -324,8 +322,7 @@ void PostgresSource::Run(std::unique_ptr<Session> session) {
       if (auto s = Connect(&session); !s) {
         session.reset();
         SetError(s.error().message);
-        spdlog::warn("postgres source: {}; retrying in {} ms", s.error().message,
-                     backoff.count());
+        spdlog::warn("postgres source: {}; retrying in {} ms", s.error().message, backoff.count());
         std::unique_lock lock(mutex_);
         ++stats_.reconnects;
         wake_.wait_for(lock, backoff, [this] { return stop_; });
@@ -345,9 +342,10 @@ void PostgresSource::Run(std::unique_ptr<Session> session) {
     SetError(message);
     if (fatal) {
       SetState("failed", false);
-      spdlog::error("postgres source stopped: {}. Nothing more is applied; the counters keep "
-                    "what was counted before. Fix the cause and restart tallyd.",
-                    message);
+      spdlog::error(
+          "postgres source stopped: {}. Nothing more is applied; the counters keep "
+          "what was counted before. Fix the cause and restart tallyd.",
+          message);
       return;
     }
     if (progressed) backoff = options_.backoff_initial;
@@ -364,7 +362,8 @@ void PostgresSource::Run(std::unique_ptr<Session> session) {
 
 Status PostgresSource::RunSession(Session& session, bool* fatal) {
   ReplicationStream& stream = *session.stream;
-  bool backfill = std::ranges::any_of(session.tables, [](const Table& t) { return t.position == 0; });
+  bool backfill =
+      std::ranges::any_of(session.tables, [](const Table& t) { return t.position == 0; });
   auto slot = stream.FindSlot(options_.slot);
   if (!slot) return tl::unexpected(slot.error());
   if (slot->has_value()) {
@@ -378,16 +377,18 @@ Status PostgresSource::RunSession(Session& session, bool* fatal) {
     }
     if (!backfill && state.confirmed_flush &&
         static_cast<int64_t>(*state.confirmed_flush) > session.MinPosition()) {
-      spdlog::warn("postgres source: slot {} is at {}, past tally's position {}: changes in "
-                   "between are gone; counting again from a snapshot",
-                   options_.slot, FormatLsn(*state.confirmed_flush),
-                   FormatLsn(static_cast<Lsn>(session.MinPosition())));
+      spdlog::warn(
+          "postgres source: slot {} is at {}, past tally's position {}: changes in "
+          "between are gone; counting again from a snapshot",
+          options_.slot, FormatLsn(*state.confirmed_flush),
+          FormatLsn(static_cast<Lsn>(session.MinPosition())));
       backfill = true;
     }
   } else if (!backfill) {
-    spdlog::warn("postgres source: slot {} does not exist (dropped?): counting again from a "
-                 "snapshot",
-                 options_.slot);
+    spdlog::warn(
+        "postgres source: slot {} does not exist (dropped?): counting again from a "
+        "snapshot",
+        options_.slot);
     backfill = true;
   }
   if (backfill) {
@@ -413,8 +414,8 @@ Status PostgresSource::Backfill(Session& session, bool slot_exists) {
   SetState("backfilling", true);
   const Clock::time_point began = Clock::now();
   if (slot_exists) {
-    auto dropped = Exec(session.sql, "SELECT pg_catalog.pg_drop_replication_slot($1)",
-                        {options_.slot});
+    auto dropped =
+        Exec(session.sql, "SELECT pg_catalog.pg_drop_replication_slot($1)", {options_.slot});
     if (!dropped) {
       return MakeError(ErrorCode::kUnavailable, "dropping replication slot " + options_.slot +
                                                     " to count again: " + dropped.error().message);
@@ -452,31 +453,33 @@ Status PostgresSource::Backfill(Session& session, bool slot_exists) {
   }
   spdlog::info("postgres source: backfill: {} rows to read", total);
   auto percent = [&](uint64_t done) {
-    return total == 0 ? 100.0
-                      : std::min(100.0, 100.0 * static_cast<double>(done) / static_cast<double>(total));
+    return total == 0
+               ? 100.0
+               : std::min(100.0, 100.0 * static_cast<double>(done) / static_cast<double>(total));
   };
   uint64_t total_rows = 0;  // read so far, every table
   Clock::time_point last_log = Clock::now();
   for (size_t t = 0; t < session.tables.size(); ++t) {
     Table& table = session.tables[t];
     uint64_t done = 0;  // of this table
-    auto read = ReadRows(session, table, [&](std::span<const derived::SourceRowChange> chunk) -> Status {
-      auto applied = derived_.ApplyTransaction(table.source, chunk, 0);
-      if (!applied) return tl::unexpected(applied.error());
-      session.pending_epoch = std::max(session.pending_epoch, applied->required_epoch);
-      done += chunk.size();
-      {
-        std::lock_guard lock(mutex_);
-        stats_.backfill_rows = total_rows + done;
-      }
-      if (Clock::now() - last_log >= std::chrono::seconds(2)) {
-        last_log = Clock::now();
-        spdlog::info("postgres source: backfill: {} of {} rows ({:.1f}%); {}: {} of {}",
-                     total_rows + done, total, percent(total_rows + done), table.source, done,
-                     totals[t]);
-      }
-      return OkStatus();
-    });
+    auto read =
+        ReadRows(session, table, [&](std::span<const derived::SourceRowChange> chunk) -> Status {
+          auto applied = derived_.ApplyTransaction(table.source, chunk, 0);
+          if (!applied) return tl::unexpected(applied.error());
+          session.pending_epoch = std::max(session.pending_epoch, applied->required_epoch);
+          done += chunk.size();
+          {
+            std::lock_guard lock(mutex_);
+            stats_.backfill_rows = total_rows + done;
+          }
+          if (Clock::now() - last_log >= std::chrono::seconds(2)) {
+            last_log = Clock::now();
+            spdlog::info("postgres source: backfill: {} of {} rows ({:.1f}%); {}: {} of {}",
+                         total_rows + done, total, percent(total_rows + done), table.source, done,
+                         totals[t]);
+          }
+          return OkStatus();
+        });
     if (!read) return read;
     if (stopping()) return OkStatus();  // the position stays 0: the next start begins again
     total_rows += done;
@@ -550,9 +553,9 @@ Status PostgresSource::ReadRows(
         if (PQgetisnull(res, i, j)) {
           cell = {TupleCell::Kind::kNull, {}};
         } else {
-          cell = {TupleCell::Kind::kText,
-                  std::string_view(PQgetvalue(res, i, j),
-                                   static_cast<size_t>(PQgetlength(res, i, j)))};
+          cell = {
+              TupleCell::Kind::kText,
+              std::string_view(PQgetvalue(res, i, j), static_cast<size_t>(PQgetlength(res, i, j)))};
         }
       }
       derived::SourceRowChange& change = chunk[static_cast<size_t>(i)];
@@ -637,9 +640,10 @@ Status PostgresSource::BackfillCounter(Session& session, const Table& table,
     if (!activated) return tl::unexpected(activated.error());
     if (*activated) break;
     // The stream already applied a transaction past C without this counter.
-    spdlog::info("postgres source: backfill of counter {}: the stream is past the snapshot's "
-                 "{}; again with a new one",
-                 counter, FormatLsn(consistent));
+    spdlog::info(
+        "postgres source: backfill of counter {}: the stream is past the snapshot's "
+        "{}; again with a new one",
+        counter, FormatLsn(consistent));
     if (auto s = derived_.ResetCounter(counter); !s) return s;
     if (attempt == kMostAttempts) {
       return MakeError(ErrorCode::kUnavailable,
@@ -660,7 +664,8 @@ Status PostgresSource::BackfillCounter(Session& session, const Table& table,
     if (auto s = derived_.ResetCounter(counter); !s) {
       spdlog::error("postgres source: resetting counter {}: {}", counter, s.error().message);
     }
-    return tl::unexpected(Error{error.code, "backfill of counter " + counter + ": " + error.message});
+    return tl::unexpected(
+        Error{error.code, "backfill of counter " + counter + ": " + error.message});
   };
   if (auto r = Exec(session.sql, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"); !r)
     return undo(r.error());
@@ -682,28 +687,33 @@ Status PostgresSource::BackfillCounter(Session& session, const Table& table,
   uint64_t done = 0;
   uint64_t epoch = 0;
   Clock::time_point last_log = Clock::now();
-  auto read = ReadRows(session, table, [&](std::span<const derived::SourceRowChange> chunk) -> Status {
-    auto applied = derived_.ApplyBackfill(counter, chunk);
-    if (!applied) return tl::unexpected(applied.error());
-    epoch = std::max(epoch, applied->required_epoch);
-    done += chunk.size();
-    {
-      std::lock_guard lock(mutex_);
-      stats_.backfill_rows = done;
-    }
-    // The stream waits: keep its walsender from timing out.
-    if (session.stream->is_streaming()) {
-      if (auto s = session.stream->SendStatus(session.received, session.acked, session.acked, false); !s)
-        return s;
-    }
-    if (Clock::now() - last_log >= std::chrono::seconds(2)) {
-      last_log = Clock::now();
-      spdlog::info("postgres source: backfill of counter {}: {} of {} rows ({:.1f}%)", counter,
-                   done, total,
-                   total == 0 ? 100.0 : std::min(100.0, 100.0 * static_cast<double>(done) / static_cast<double>(total)));
-    }
-    return OkStatus();
-  });
+  auto read =
+      ReadRows(session, table, [&](std::span<const derived::SourceRowChange> chunk) -> Status {
+        auto applied = derived_.ApplyBackfill(counter, chunk);
+        if (!applied) return tl::unexpected(applied.error());
+        epoch = std::max(epoch, applied->required_epoch);
+        done += chunk.size();
+        {
+          std::lock_guard lock(mutex_);
+          stats_.backfill_rows = done;
+        }
+        // The stream waits: keep its walsender from timing out.
+        if (session.stream->is_streaming()) {
+          if (auto s =
+                  session.stream->SendStatus(session.received, session.acked, session.acked, false);
+              !s)
+            return s;
+        }
+        if (Clock::now() - last_log >= std::chrono::seconds(2)) {
+          last_log = Clock::now();
+          spdlog::info("postgres source: backfill of counter {}: {} of {} rows ({:.1f}%)", counter,
+                       done, total,
+                       total == 0 ? 100.0
+                                  : std::min(100.0, 100.0 * static_cast<double>(done) /
+                                                        static_cast<double>(total)));
+        }
+        return OkStatus();
+      });
   if (!read) return undo(read.error());
   if (stopping()) {
     Exec(session.sql, "ROLLBACK");
@@ -717,10 +727,11 @@ Status PostgresSource::BackfillCounter(Session& session, const Table& table,
     stats_.backfilling = false;
   }
   SetState("streaming", true);
-  spdlog::info("postgres source: backfill of counter {} done: {} rows in {:.1f} s; it counts "
-               "the transactions after {}",
-               counter, done, std::chrono::duration<double>(Clock::now() - began).count(),
-               FormatLsn(consistent));
+  spdlog::info(
+      "postgres source: backfill of counter {} done: {} rows in {:.1f} s; it counts "
+      "the transactions after {}",
+      counter, done, std::chrono::duration<double>(Clock::now() - began).count(),
+      FormatLsn(consistent));
   return OkStatus();
 }
 
@@ -741,24 +752,24 @@ Status PostgresSource::Acknowledge(Session& session, uint64_t lsn) {
   if (session.pending_epoch != 0) engine_.committer().WaitDurable(session.pending_epoch);
   session.pending_epoch = 0;
   // Never past what every table has stored: the slot must not move beyond tally's position.
-  const Lsn ack = std::max(session.acked,
-                           std::min<Lsn>(lsn, static_cast<Lsn>(session.MinPosition())));
+  const Lsn ack =
+      std::max(session.acked, std::min<Lsn>(lsn, static_cast<Lsn>(session.MinPosition())));
   session.acked = ack;
   if (auto s = session.stream->SendStatus(session.received, ack, ack, false); !s) return s;
   uint64_t lag = 0;
   {
     std::lock_guard lock(mutex_);
     stats_.applied_lsn = std::max<uint64_t>(stats_.applied_lsn, ack);
-    lag = stats_.lag_bytes = stats_.server_wal_end > stats_.applied_lsn
-                                 ? stats_.server_wal_end - stats_.applied_lsn
-                                 : 0;
+    lag = stats_.lag_bytes =
+        stats_.server_wal_end > stats_.applied_lsn ? stats_.server_wal_end - stats_.applied_lsn : 0;
   }
   static thread_local Clock::time_point last_warning{};
   if (lag > options_.lag_warn_bytes && Clock::now() - last_warning > std::chrono::seconds(60)) {
     last_warning = Clock::now();
-    spdlog::warn("postgres source: {} bytes of WAL behind the server (over "
-                 "--source-lag-warn-bytes {}): the slot keeps that WAL on the database's disk",
-                 lag, options_.lag_warn_bytes);
+    spdlog::warn(
+        "postgres source: {} bytes of WAL behind the server (over "
+        "--source-lag-warn-bytes {}): the slot keeps that WAL on the database's disk",
+        lag, options_.lag_warn_bytes);
   }
   return OkStatus();
 }
@@ -771,8 +782,8 @@ Status PostgresSource::Stream(Session& session, bool* fatal) {
   };
   Lsn processed = static_cast<Lsn>(session.MinPosition());  // every commit up to here applied
   bool in_transaction = false;
-  int64_t commit_time = 0;    // of the open transaction, Unix microseconds
-  int64_t last_commit = 0;    // of the last applied one
+  int64_t commit_time = 0;         // of the open transaction, Unix microseconds
+  int64_t last_commit = 0;         // of the last applied one
   std::deque<std::string> frames;  // the open transaction's: its rows point into them
   Clock::time_point next_ack = Clock::now() + options_.ack_interval;
   Clock::time_point next_hold_check = Clock::now();
@@ -903,8 +914,8 @@ Status PostgresSource::Stream(Session& session, bool* fatal) {
       change.new_row.emplace();
       if (auto s = TupleToRow(*table->mapping, update->old_tuple, nullptr, &*change.old_row); !s)
         return fail(s.error().message);
-      if (auto s = TupleToRow(*table->mapping, update->new_tuple, &update->old_tuple,
-                              &*change.new_row);
+      if (auto s =
+              TupleToRow(*table->mapping, update->new_tuple, &update->old_tuple, &*change.new_row);
           !s)
         return fail(s.error().message);
       if (std::ranges::find(touched, table) == touched.end()) touched.push_back(table);

@@ -73,14 +73,14 @@ namespace tally::sources::postgres {
 class ReplicationStream;
 
 struct PostgresSourceOptions {
-  std::string conninfo;              // libpq connection string (URI or key=value)
-  std::string slot = "tally";        // logical replication slot, created when missing
-  std::string publication = "tally"; // created when missing; tables are added, never removed
+  std::string conninfo;                  // libpq connection string (URI or key=value)
+  std::string slot = "tally";            // logical replication slot, created when missing
+  std::string publication = "tally";     // created when missing; tables are added, never removed
   uint64_t lag_warn_bytes = 1ull << 30;  // warn when the stream is this far behind
   size_t backfill_chunk_rows = 5000;     // rows per applied backfill chunk
-  std::chrono::milliseconds ack_interval{1000};     // standby status update period
-  std::chrono::milliseconds backoff_initial{100};   // first reconnect delay
-  std::chrono::milliseconds backoff_max{5000};      // reconnect delays double up to this
+  std::chrono::milliseconds ack_interval{1000};    // standby status update period
+  std::chrono::milliseconds backoff_initial{100};  // first reconnect delay
+  std::chrono::milliseconds backoff_max{5000};     // reconnect delays double up to this
 };
 
 class PostgresSource {
@@ -91,17 +91,17 @@ class PostgresSource {
     // reconnecting, failed, stopped
     std::string state = "stopped";
     bool connected = false;
-    std::string error;           // the last error (the fatal one when failed)
-    uint64_t received_lsn = 0;   // start of the last XLogData received
-    uint64_t applied_lsn = 0;    // the last position durable in tally and acknowledged
-    uint64_t server_wal_end = 0; // the server's WAL end, from its frames
-    uint64_t lag_bytes = 0;      // server_wal_end - applied_lsn
-    double lag_seconds = 0;      // now - commit time of the last applied transaction, when behind
-    uint64_t transactions = 0;   // source transactions applied
-    uint64_t rows = 0;           // row changes applied (backfill rows not included)
+    std::string error;            // the last error (the fatal one when failed)
+    uint64_t received_lsn = 0;    // start of the last XLogData received
+    uint64_t applied_lsn = 0;     // the last position durable in tally and acknowledged
+    uint64_t server_wal_end = 0;  // the server's WAL end, from its frames
+    uint64_t lag_bytes = 0;       // server_wal_end - applied_lsn
+    double lag_seconds = 0;       // now - commit time of the last applied transaction, when behind
+    uint64_t transactions = 0;    // source transactions applied
+    uint64_t rows = 0;            // row changes applied (backfill rows not included)
     uint64_t reconnects = 0;
-    uint64_t backfill_rows = 0;  // rows read by the current (or last) backfill, all tables
-    uint64_t backfill_total = 0; // rows to read, by count(*) of each table in the same snapshot
+    uint64_t backfill_rows = 0;   // rows read by the current (or last) backfill, all tables
+    uint64_t backfill_total = 0;  // rows to read, by count(*) of each table in the same snapshot
     bool backfilling = false;
   };
 

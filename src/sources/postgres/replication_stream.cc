@@ -420,8 +420,8 @@ Result<CreatedSlot> ReplicationStream::CreateSlot(std::string_view name, SlotLif
   const std::string slot(name);
   const char* temporary = lifetime == SlotLifetime::kTemporary ? " TEMPORARY" : "";
   auto r = Exec(repl_,
-                "CREATE_REPLICATION_SLOT " + slot + temporary + " LOGICAL pgoutput EXPORT_SNAPSHOT", {},
-                options_.command_timeout, "CREATE_REPLICATION_SLOT " + slot);
+                "CREATE_REPLICATION_SLOT " + slot + temporary + " LOGICAL pgoutput EXPORT_SNAPSHOT",
+                {}, options_.command_timeout, "CREATE_REPLICATION_SLOT " + slot);
   if (!r) return tl::unexpected(r.error());
   const PGresult* res = r->get();
   if (PQntuples(res) != 1 || PQnfields(res) < 3) {

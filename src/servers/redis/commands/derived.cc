@@ -21,7 +21,9 @@ derived::DerivedCounters* Derived(CommandContext& ctx) {
   return derived;
 }
 
-void ReplyError(CommandContext& ctx, const Error& error) { ctx.reply.Error("ERR " + error.message); }
+void ReplyError(CommandContext& ctx, const Error& error) {
+  ctx.reply.Error("ERR " + error.message);
+}
 
 // A count argument within 1..kMostListed, or nullopt after replying why not.
 std::optional<size_t> CountArgument(CommandContext& ctx, std::string_view text,
@@ -178,7 +180,8 @@ void CounterHold(CommandContext& ctx) {
     const derived::HoldState hold = derived->hold_state();
     ctx.reply.ArrayHeader(3);
     ctx.reply.Integer(hold.held ? 1 : 0);
-    ctx.reply.Bulk(sources::postgres::FormatLsn(static_cast<sources::postgres::Lsn>(hold.position)));
+    ctx.reply.Bulk(
+        sources::postgres::FormatLsn(static_cast<sources::postgres::Lsn>(hold.position)));
     ctx.reply.Integer(hold.reached ? 1 : 0);
     return;
   }

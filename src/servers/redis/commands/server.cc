@@ -224,8 +224,8 @@ void HotKeysSection(CommandContext& ctx, std::string& out) {
   const std::vector<engine::HotKey> top =
       ctx.server.engine().hot_keys().Top(kInfoHotKeys, derived::IsInternalKey);
   for (size_t i = 0; i < top.size(); ++i) {
-    fmt::format_to(std::back_inserter(out), "hotkey_{}:writes_per_sec={:.2f},writes={},key=",
-                   i + 1, top[i].writes_per_second, top[i].writes);
+    fmt::format_to(std::back_inserter(out), "hotkey_{}:writes_per_sec={:.2f},writes={},key=", i + 1,
+                   top[i].writes_per_second, top[i].writes);
     AppendPrintable(top[i].key, KeepUtf8::kNo, &out);
     out += "\r\n";
   }
@@ -238,12 +238,17 @@ struct InfoSection {
 };
 
 constexpr InfoSection kSections[] = {
-    {"server", true, ServerSection},     {"clients", true, ClientsSection},
-    {"memory", true, MemorySection},     {"persistence", true, PersistenceSection},
-    {"stats", true, StatsSection},       {"commandstats", false, CommandStatsSection},
-    {"keyspace", true, KeyspaceSection}, {"derived", true, DerivedSection},
+    {"server", true, ServerSection},
+    {"clients", true, ClientsSection},
+    {"memory", true, MemorySection},
+    {"persistence", true, PersistenceSection},
+    {"stats", true, StatsSection},
+    {"commandstats", false, CommandStatsSection},
+    {"keyspace", true, KeyspaceSection},
+    {"derived", true, DerivedSection},
     {"subscriptions", true, SubscriptionsSection},
-    {"source", true, SourceSection},     {"errorstats", true, ErrorStatsSection},
+    {"source", true, SourceSection},
+    {"errorstats", true, ErrorStatsSection},
     {"hotkeys", true, HotKeysSection},
 };
 
