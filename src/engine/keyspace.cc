@@ -445,8 +445,20 @@ bool Keyspace::ReadCheckpoint(CheckpointCursor& cursor, size_t max_operations, C
     std::lock_guard lock(s.mutex);
     // Whatever is read here was written in an epoch no newer than this one.
     cursor.newest_epoch = std::max(cursor.newest_epoch, s.last_write_epoch);
-    for (const std::string& key : cursor.deleted[cursor.stripe]) batch->AddDelete(key);
-    operations += cursor.deleted[cursor.stripe].size();
+    for (const std::string& key : cursor.deleted[cursor.stripe]) {
+      batch->AddDelete(key);
+      ++operations;
+      // A key deleted and then written again may hold an entry that an earlier checkpoint
+      // read (and unmarked) while it was marked for this one: the put below the delete
+      // would then be missing, and the tables would lose a key whose log this checkpoint
+      // drops. Its current state follows the delete (a batch's puts apply after its
+      // deletes), whatever its mark.
+      const EntryId id = s.map.Find(HashedKey(key));
+      if (id != CounterMap::kNoEntry && s.map.IsLive(id)) {
+        batch->AddPut(key, CounterRecord{s.map.value(id), s.DeadlineOf(id)});
+        ++operations;
+      }
+    }
     std::vector<EntryId> everything;
     if (cursor.full) {
       for (EntryId id = 0; id < s.map.entry_limit(); ++id) {
