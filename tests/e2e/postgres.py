@@ -161,15 +161,25 @@ class Postgres:
         argv = [os.path.join(PG_BIN, "postgres"), "-D", self.data_dir, "-p", str(self.port)]
         for name, value in settings.items():
             argv += ["-c", "%s=%s" % (name, value)]
+        self.argv = argv
+        self._spawn()
+        return self
+
+    def restart(self):
+        """A clean restart (fast shutdown, then the same server on the same directory)."""
+        self.proc.send_signal(signal.SIGINT)
+        self.proc.wait(timeout=60)
+        self._spawn()
+
+    def _spawn(self):
         log = open(self.log_path, "ab")
         try:
-            self.proc = subprocess.Popen(self._as_owner(argv, pdeathsig=True), stdout=log,
+            self.proc = subprocess.Popen(self._as_owner(self.argv, pdeathsig=True), stdout=log,
                                          stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                          start_new_session=True)
         finally:
             log.close()
         self._wait_ready()
-        return self
 
     def _wait_ready(self):
         deadline = time.monotonic() + self.start_timeout

@@ -38,8 +38,6 @@ E2E_PG_SOURCE_KILLS (default 10).
 
 import os
 import random
-import shlex
-import signal
 import subprocess
 import threading
 import time
@@ -211,22 +209,6 @@ def diff(got, want, limit=12):
     return "\n".join(lines[:limit]) + more
 
 
-def restart_postgres(pg):
-    """A clean restart on the same data directory (the Postgres object keeps it)."""
-    with open(os.path.join(pg.data_dir, "postmaster.opts")) as f:
-        argv = shlex.split(f.read())
-    pg.proc.send_signal(signal.SIGINT)
-    pg.proc.wait(timeout=60)
-    log = open(pg.log_path, "ab")
-    try:
-        pg.proc = subprocess.Popen(pg._as_owner(argv, pdeathsig=True), stdout=log,
-                                   stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                   start_new_session=True)
-    finally:
-        log.close()
-    pg._wait_ready()
-
-
 class PgCase(unittest.TestCase):
     pg = None
 
@@ -344,13 +326,13 @@ class CrashTest(PgCase):
                 time.sleep(rng.uniform(0.2, 1.2))
                 server.kill9()
                 if cycle == KILLS // 2:
-                    restart_postgres(self.pg)
+                    self.pg.restart()
                 time.sleep(rng.uniform(0, 0.3))
                 server.start()
                 if cycle == KILLS // 2 - 1:
                     # While tallyd runs: PostgreSQL goes away under it and comes back.
                     time.sleep(0.5)
-                    restart_postgres(self.pg)
+                    self.pg.restart()
                 self.assertTrue(writers.pause(), "a writer did not pause")
                 self.wait_equal(server, "after kill -9 #%d" % (cycle + 1))
                 writers.resume()
