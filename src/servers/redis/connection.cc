@@ -4,6 +4,7 @@
 #include <spdlog/spdlog.h>
 
 #include <boost/asio/post.hpp>
+#include <cstring>
 
 #include "servers/redis/worker.h"
 #include "servers/subscription_sink.h"
@@ -62,42 +63,55 @@ void Connection::Close() {
 }
 
 void Connection::WaitReadable() {
-  socket_.async_wait(boost::asio::ip::tcp::socket::wait_read,
-                     [self = shared_from_this()](const boost::system::error_code& error) {
-                       if (error || self->closed_) return;
-                       self->OnReadable();
-                     });
+  MakeRoomToRead();
+  socket_.async_read_some(
+      boost::asio::buffer(input_.data() + input_end_, input_.size() - input_end_),
+      [self = shared_from_this()](const boost::system::error_code& error, size_t bytes) {
+        if (error == boost::asio::error::operation_aborted || self->closed_) return;
+        self->OnReadable(ReadResult{error, bytes});
+      });
 }
 
-void Connection::OnReadable() {
+void Connection::MakeRoomToRead() {
+  // Everything read was consumed (the usual case): start over at the front, moving nothing.
+  if (input_start_ == input_end_) input_start_ = input_end_ = 0;
+  if (input_.size() - input_end_ >= kReadChunk) return;
+  // Move the unconsumed bytes to the front first (only those: the string's whole size is
+  // read room), and grow only when the request needs it.
+  if (input_start_ > 0) {
+    std::memmove(input_.data(), input_.data() + input_start_, input_end_ - input_start_);
+    input_end_ -= input_start_;
+    input_start_ = 0;
+  }
+  if (input_.size() - input_end_ < kReadChunk) input_.resize(input_end_ + kReadChunk);
+}
+
+void Connection::OnReadable(std::optional<ReadResult> first) {
   size_t read_this_turn = 0;
   bool peer_closed = false;
   bool drained = false;  // the socket had nothing more to give when last read
   const int64_t query_limit = worker_.core().options().client_query_buffer_limit;
   for (;;) {
-    if (input_.size() - input_end_ < kReadChunk) {
-      // Make room: drop consumed bytes first, grow only when the request needs it.
-      if (input_start_ > 0) {
-        input_.erase(0, input_start_);
-        input_end_ -= input_start_;
-        input_start_ = 0;
-      }
-      if (input_.size() - input_end_ < kReadChunk) input_.resize(input_end_ + kReadChunk);
+    ReadResult read;
+    if (first) {
+      read = *first;  // into the room WaitReadable made, untouched since
+      first.reset();
+    } else {
+      MakeRoomToRead();
+      read.bytes = socket_.read_some(
+          boost::asio::buffer(input_.data() + input_end_, input_.size() - input_end_), read.error);
     }
-    boost::system::error_code error;
-    const size_t n = socket_.read_some(
-        boost::asio::buffer(input_.data() + input_end_, input_.size() - input_end_), error);
-    if (error == boost::asio::error::would_block) {
+    if (read.error == boost::asio::error::would_block) {
       drained = true;
       break;
     }
-    if (error) {
+    if (read.error) {
       peer_closed = true;
       break;
     }
-    const bool short_read = n < input_.size() - input_end_;
-    input_end_ += n;
-    read_this_turn += n;
+    const bool short_read = read.bytes < input_.size() - input_end_;
+    input_end_ += read.bytes;
+    read_this_turn += read.bytes;
     // A short read emptied the socket: whatever arrives next raises a new readiness event,
     // so the read that would only answer "would block" is skipped (one system call less
     // per request at pipeline depth 1).
@@ -151,7 +165,7 @@ void Connection::OnReadable() {
     // Bytes are still waiting in the socket, and readiness is edge-triggered: no new event
     // would come for them. Continue in a later turn, after the other clients had theirs.
     boost::asio::post(socket_.get_executor(), [self = shared_from_this()] {
-      if (!self->closed_) self->OnReadable();
+      if (!self->closed_) self->OnReadable(std::nullopt);
     });
   }
 }

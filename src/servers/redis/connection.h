@@ -8,6 +8,7 @@
 
 #include <boost/asio/ip/tcp.hpp>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -41,8 +42,20 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void DropSubscriber(std::string reason);
 
  private:
+  // The outcome of one read of the socket.
+  struct ReadResult {
+    boost::system::error_code error;
+    size_t bytes = 0;
+  };
+  // Hands the reactor a read into input_: it reads when the socket becomes readable, with
+  // no system call to re-arm the descriptor (a wait-only operation costs an epoll_ctl each
+  // time; a read that found the socket drained does not).
   void WaitReadable();
-  void OnReadable();
+  // Takes the reactor's read (`first`), or none when continuing a turn, then reads on until
+  // the socket is drained or this turn's share is used, and runs the requests.
+  void OnReadable(std::optional<ReadResult> first);
+  // Makes at least kReadChunk bytes of room after input_end_.
+  void MakeRoomToRead();
   // Parses and runs every whole request in the input. False when the connection must stop
   // reading (protocol error, QUIT).
   bool RunRequests();
