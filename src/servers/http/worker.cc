@@ -86,6 +86,10 @@ void HttpWorker::Release() {
   // (TryCommitNow returns false at once), its announcement comes after the notice flag was
   // cleared above, so it starts another turn: no waiting response can be forgotten.
   if (engine.committer().commits_on_waiting_thread()) engine.committer().TryCommitNow();
+  has_waiting_.store(true, std::memory_order_relaxed);
+  // Pairs with the fence in OnDurable: either the check below sees the epoch that call
+  // announces, or that call sees has_waiting_ and schedules another release.
+  std::atomic_thread_fence(std::memory_order_seq_cst);
   std::vector<Waiting> ready;
   size_t kept = 0;
   for (auto& waiting : waiting_) {
@@ -96,11 +100,14 @@ void HttpWorker::Release() {
     }
   }
   waiting_.resize(kept);
+  if (waiting_.empty()) has_waiting_.store(false, std::memory_order_relaxed);
   for (auto& waiting : ready) waiting.then();
 }
 
 void HttpWorker::OnDurable() {
   if (shared_.engine.durability() == engine::Durability::kAsync) return;
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (!has_waiting_.load(std::memory_order_relaxed)) return;
   // One notice per turn is enough: Release looks at every waiting response.
   if (durable_notice_pending_.exchange(true, std::memory_order_acq_rel)) return;
   boost::asio::post(io_, [this] { ScheduleRelease(); });

@@ -80,6 +80,8 @@ class HttpWorker {
   std::thread thread_;
   Api api_;
   std::atomic<bool> durable_notice_pending_{false};
+  // Some response waits for durability: see the Redis worker's field of the same name.
+  std::atomic<bool> has_waiting_{false};
 
   // This worker's thread only.
   std::unordered_map<HttpConnection*, std::shared_ptr<HttpConnection>> connections_;

@@ -98,6 +98,10 @@ void Worker::EndOfTurn() {
     core_.engine().committer().TryCommitNow();
     durable_notice_pending_.store(false, std::memory_order_relaxed);
   }
+  has_waiting_.store(true, std::memory_order_relaxed);
+  // Pairs with the fence in OnDurable: either this reads the epoch that call announces, or
+  // that call sees has_waiting_ and starts another turn.
+  std::atomic_thread_fence(std::memory_order_seq_cst);
   size_t kept = 0;
   for (auto& connection : waiting_) {
     if (connection->closed()) continue;
@@ -109,11 +113,14 @@ void Worker::EndOfTurn() {
     }
   }
   waiting_.resize(kept);
+  if (waiting_.empty()) has_waiting_.store(false, std::memory_order_relaxed);
 }
 
 void Worker::OnDurable(uint64_t epoch) {
   // In async mode no reply waits for durability.
   if (core_.engine().durability() == engine::Durability::kAsync) return;
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (!has_waiting_.load(std::memory_order_relaxed)) return;
   // One notice per turn is enough: EndOfTurn looks at every waiting connection.
   if (durable_notice_pending_.exchange(true, std::memory_order_acq_rel)) return;
   boost::asio::post(io_, [this] { ScheduleEndOfTurn(); });

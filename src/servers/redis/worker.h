@@ -74,6 +74,10 @@ class Worker {
   std::vector<std::shared_ptr<Connection>> waiting_;  // replies wait for durability
   bool end_of_turn_scheduled_ = false;
   std::atomic<bool> durable_notice_pending_{false};
+  // Some connection's replies wait for durability. Set by this thread before it last looks
+  // at the durable epoch, read by OnDurable after the epoch moved: a worker with nothing
+  // waiting is not woken for every commit.
+  std::atomic<bool> has_waiting_{false};
 };
 
 }  // namespace tally::redis
