@@ -59,6 +59,34 @@ CounterMap::EntryId CounterMap::Find(const HashedKey& key) const {
   }
 }
 
+CounterMap::EntryId CounterMap::FirstCandidate(uint64_t hash) const {
+  const uint32_t tag = Tag(hash);
+  for (uint32_t slot = HomeSlot(hash);; slot = (slot + 1) & mask_) {
+    const uint32_t word = slots_[slot];
+    if (word == 0) return kNoEntry;
+    if ((word & 0xFF) == tag) return (word >> 8) - 1;
+  }
+}
+
+void CounterMap::PrefetchEntry(uint64_t hash) const {
+  const EntryId id = FirstCandidate(hash);
+  if (id == kNoEntry) return;
+  // 24-byte entries: one may straddle two cache lines.
+  const char* entry = reinterpret_cast<const char*>(&At(id));
+  __builtin_prefetch(entry);
+  __builtin_prefetch(entry + sizeof(Entry) - 1);
+}
+
+void CounterMap::PrefetchHeapKey(uint64_t hash) const {
+  const EntryId id = FirstCandidate(hash);
+  if (id == kNoEntry) return;
+  const Entry& entry = At(id);
+  if ((entry.meta() & kHeapKey) == 0) return;
+  const char* data;
+  std::memcpy(&data, entry.key_bytes, sizeof data);
+  __builtin_prefetch(data);  // null for a free entry: a prefetch never faults
+}
+
 CounterMap::EntryId CounterMap::FindOrInsert(const HashedKey& key, bool* inserted) {
   const EntryId found = Find(key);
   *inserted = found == kNoEntry;

@@ -51,6 +51,15 @@ class CounterMap {
   // Removes the entry. REQUIRES: `id` is present.
   void Erase(EntryId id);
 
+  // Prefetching for a batch of lookups (see View::Prefetch). Each stage reads only what the
+  // stage before brought into the cache — the home slot, then the entry a tag points to,
+  // then that entry's heap key — so running each stage over a whole batch before the next
+  // overlaps the batch's cache misses instead of paying them one after another. Hints
+  // only: they change nothing, and cost little for an absent key.
+  void PrefetchSlot(uint64_t hash) const { __builtin_prefetch(&slots_[HomeSlot(hash)]); }
+  void PrefetchEntry(uint64_t hash) const;
+  void PrefetchHeapKey(uint64_t hash) const;
+
   void Clear();
 
   int64_t& value(EntryId id) { return At(id).value; }
@@ -101,6 +110,8 @@ class CounterMap {
   const Entry& At(EntryId id) const {
     return chunks_[id >> kChunkShift][id & ((1u << kChunkShift) - 1)];
   }
+  // The entry of the first slot from the home slot on whose tag matches, or kNoEntry.
+  EntryId FirstCandidate(uint64_t hash) const;
   EntryId AllocateEntry();
   void StoreKey(Entry& entry, std::string_view key);
   void ReleaseKey(Entry& entry);

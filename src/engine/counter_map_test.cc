@@ -221,6 +221,38 @@ void RunModelCheck(size_t universe, size_t operations, uint64_t seed) {
   check_everything();
 }
 
+// Prefetching is a hint: on present, absent and erased keys (whose freed entries hold a null
+// key pointer) it reads only what it may, and changes nothing a lookup sees.
+TEST(CounterMap, PrefetchingChangesNothing) {
+  CounterMap map;
+  const std::vector<std::string> keys = AssortedKeys();
+  std::vector<EntryId> ids;
+  for (const std::string& key : keys) {
+    ids.push_back(InsertNew(map, key));
+    map.value(ids.back()) = static_cast<int64_t>(key.size()) + 7;
+  }
+  for (size_t i = 0; i < keys.size(); i += 3) map.Erase(ids[i]);
+  std::vector<std::string> probes = keys;
+  for (int i = 0; i < 100; ++i) probes.push_back("absent:" + std::to_string(i));
+  for (const std::string& probe : probes) {
+    const uint64_t hash = HashKey(probe);
+    map.PrefetchSlot(hash);
+    map.PrefetchEntry(hash);
+    map.PrefetchHeapKey(hash);
+  }
+  for (size_t i = 0; i < keys.size(); ++i) {
+    SCOPED_TRACE(i);
+    if (i % 3 == 0) {
+      EXPECT_EQ(map.Find(HashedKey(keys[i])), CounterMap::kNoEntry);
+    } else {
+      ASSERT_EQ(map.Find(HashedKey(keys[i])), ids[i]);
+      EXPECT_EQ(map.key(ids[i]), keys[i]);
+      EXPECT_EQ(map.value(ids[i]), static_cast<int64_t>(keys[i].size()) + 7);
+    }
+  }
+  EXPECT_EQ(map.size(), keys.size() - (keys.size() + 2) / 3);
+}
+
 TEST(CounterMap, MatchesModelWithFewKeysInTheInitialIndex) {
   // At most 12 keys never grow the 16 slots (80% load), so every probe run is short and
   // many wrap around.

@@ -6,6 +6,9 @@
 namespace tally::engine {
 namespace {
 constexpr size_t kBlockBytes = size_t{16} * 1024;
+// Keys folded together: enough cache misses in flight at once to hide most of their
+// latency, few enough stripes held at once not to get in other workers' way.
+constexpr size_t kFoldWindow = 16;
 }  // namespace
 
 IncrementBuffer::IncrementBuffer(Keyspace* keyspace) : keyspace_(keyspace) {}
@@ -72,16 +75,23 @@ uint64_t IncrementBuffer::Publish() {
     return StripeOf(keys_[a].ref.hash) < StripeOf(keys_[b].ref.hash);
   });
 
+  // Then a window of keys at a time: lock the window's stripes together (ascending, as
+  // everywhere), start all its lookups' cache misses at once, then apply its increments.
+  // Across a large keyspace the misses, not the arithmetic, are what a fold waits on.
   uint64_t required_epoch = 0;
-  size_t i = 0;
-  while (i < keys_by_stripe_.size()) {
-    const size_t stripe = StripeOf(keys_[keys_by_stripe_[i]].ref.hash);
-    View view = keyspace_->LockStripe(stripe);
-    for (; i < keys_by_stripe_.size() && StripeOf(keys_[keys_by_stripe_[i]].ref.hash) == stripe;
-         ++i) {
+  for (size_t begin = 0; begin < keys_by_stripe_.size(); begin += kFoldWindow) {
+    const size_t end = std::min(begin + kFoldWindow, keys_by_stripe_.size());
+    window_.clear();
+    for (size_t i = begin; i < end; ++i) {
+      const PendingKey& key = keys_[keys_by_stripe_[i]];
+      window_.emplace_back(key.ref.key, key.ref.hash);
+    }
+    View view = keyspace_->Lock(window_);
+    if (window_.size() > 1) view.Prefetch(window_);
+    for (size_t i = begin; i < end; ++i) {
       const PendingKey& key = keys_[keys_by_stripe_[i]];
       view.IncrBySequence(
-          HashedKey(key.ref.key, key.ref.hash),
+          window_[i - begin],
           std::span<const int64_t>(sorted_deltas_.data() + key.first_delta, key.delta_count),
           std::span<IncrementOutcome>(sorted_outcomes_.data() + key.first_delta, key.delta_count));
     }

@@ -72,6 +72,7 @@ class IncrementBuffer {
   std::vector<uint32_t> sorted_tickets_;
   std::vector<IncrementOutcome> sorted_outcomes_;
   std::vector<uint32_t> keys_by_stripe_;
+  std::vector<HashedKey> window_;
   // Key bytes live here until Clear(): blocks never move, so views into them stay valid.
   std::vector<std::unique_ptr<char[]>> blocks_;
   size_t block_used_ = 0;

@@ -101,6 +101,44 @@ TEST_F(IncrementBufferTest, ManyKeysAcrossStripes) {
   EXPECT_EQ(keyspace_.size(), running.size());
 }
 
+// A fold goes a window of keys at a time (several stripes locked at once, lookups
+// prefetched). Keys that exist, keys that are new and keys expired in between, in one fold
+// far larger than a window, all end right.
+TEST_F(IncrementBufferTest, AFoldOfExistingNewAndExpiredKeys) {
+  const auto key_of = [](int i) {  // 20 bytes, as redis-benchmark's: held on the heap
+    const std::string digits = std::to_string(i);
+    return "counter:" + std::string(12 - digits.size(), '0') + digits;
+  };
+  std::map<std::string, int64_t> expected;
+  for (int i = 0; i < 300; ++i) {
+    const std::string key = key_of(i);
+    if (i % 3 == 0) {
+      Set(key, 1000);
+      expected[key] = 1000;
+    } else if (i % 3 == 1) {
+      const HashedKey hashed(key);
+      auto view = keyspace_.Lock(hashed);
+      ASSERT_TRUE(view.IncrByWithExpiry(hashed, 500, clock_.NowMillis() + 10, false).has_value());
+    }
+  }
+  clock_.Advance(11);  // the i % 3 == 1 keys are now expired
+  std::vector<std::pair<uint32_t, std::string>> tickets;
+  for (int round = 0; round < 3; ++round) {
+    for (int i = 299; i >= 0; --i) {
+      const std::string key = key_of(i);
+      tickets.emplace_back(buffer_.Add(HashedKey(key), i + 1), key);
+      expected[key] += i + 1;
+    }
+  }
+  buffer_.Publish();
+  std::map<std::string, int64_t> last_outcome;
+  for (const auto& [ticket, key] : tickets) last_outcome[key] = buffer_.outcome(ticket).value;
+  for (const auto& [key, value] : expected) {
+    EXPECT_EQ(last_outcome[key], value) << key;
+    EXPECT_EQ(Get(key), value) << key;
+  }
+}
+
 TEST_F(IncrementBufferTest, ContainsTheKeysAddedSinceClear) {
   const std::string binary("k\0x", 3);
   EXPECT_FALSE(buffer_.Contains(HashedKey("k")));

@@ -155,6 +155,16 @@ EntryId View::LiveEntry(StripeState& stripe, const HashedKey& key, bool remove_e
   return id;
 }
 
+void View::Prefetch(std::span<const HashedKey> keys) {
+  const auto map_of = [this](const HashedKey& key) -> const CounterMap& {
+    assert(locked_.test(StripeOf(key.hash)));
+    return keyspace_->stripe(StripeOf(key.hash)).map;
+  };
+  for (const HashedKey& key : keys) map_of(key).PrefetchSlot(key.hash);
+  for (const HashedKey& key : keys) map_of(key).PrefetchEntry(key.hash);
+  for (const HashedKey& key : keys) map_of(key).PrefetchHeapKey(key.hash);
+}
+
 std::optional<int64_t> View::Get(const HashedKey& key) {
   StripeState& stripe = ForRead(key);
   const EntryId id = LiveEntry(stripe, key, false);

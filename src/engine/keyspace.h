@@ -100,6 +100,11 @@ class View {
   // The value, or nullopt when the key is missing or expired.
   std::optional<int64_t> Get(const HashedKey& key);
 
+  // Starts bringing the keys' index slots, entries and key bytes into the cache, all of
+  // them at once, for the operations on them that follow. Worth it for a batch of keys
+  // spread over a large keyspace, where each lookup would otherwise wait on its own misses.
+  void Prefetch(std::span<const HashedKey> keys);
+
   // Adds `delta`; the new value, or an overflow error that changes nothing.
   Result<int64_t> IncrBy(const HashedKey& key, int64_t delta);
 
