@@ -16,7 +16,11 @@ TEST(ParseInt64, AcceptsRedisSpellings) {
 TEST(ParseInt64, RefusesEverythingElse) {
   for (const char* text :
        {"", "-", "+1", " 1", "1 ", "01", "-0", "1.5", "abc", "1e3", "9223372036854775808",
-        "-9223372036854775809", "99999999999999999999", "123456789012345678901"}) {
+        "-9223372036854775809", "99999999999999999999", "123456789012345678901",
+        // uint64's largest and one past it: the magnitude's own overflow, then int64's
+        "18446744073709551615", "18446744073709551616", "-18446744073709551616",
+        // the bytes on either side of the digits, and one with the high bit set
+        "1/", "1:", "\xb1"}) {
     EXPECT_EQ(ParseInt64(text), std::nullopt) << text;
   }
 }
