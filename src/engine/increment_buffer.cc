@@ -1,6 +1,7 @@
 #include "engine/increment_buffer.h"
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 
 namespace tally::engine {
@@ -68,12 +69,17 @@ uint64_t IncrementBuffer::Publish() {
     sorted_tickets_[slot] = ticket;
   }
 
-  // Visit keys stripe by stripe so that each stripe is locked once.
+  // Visit keys stripe by stripe so that each stripe is locked once (a counting sort: one
+  // bucket per stripe).
   keys_by_stripe_.resize(keys_.size());
-  for (uint32_t i = 0; i < keys_.size(); ++i) keys_by_stripe_[i] = i;
-  std::sort(keys_by_stripe_.begin(), keys_by_stripe_.end(), [this](uint32_t a, uint32_t b) {
-    return StripeOf(keys_[a].ref.hash) < StripeOf(keys_[b].ref.hash);
-  });
+  std::array<uint32_t, kStripeCount + 1> bucket_start{};
+  for (const PendingKey& key : keys_) ++bucket_start[StripeOf(key.ref.hash) + 1];
+  for (size_t stripe = 1; stripe <= kStripeCount; ++stripe) {
+    bucket_start[stripe] += bucket_start[stripe - 1];
+  }
+  for (uint32_t i = 0; i < keys_.size(); ++i) {
+    keys_by_stripe_[bucket_start[StripeOf(keys_[i].ref.hash)]++] = i;
+  }
 
   // Then a window of keys at a time: lock the window's stripes together (ascending, as
   // everywhere), start all its lookups' cache misses at once, then apply its increments.
