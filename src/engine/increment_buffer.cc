@@ -10,6 +10,8 @@ constexpr size_t kBlockBytes = size_t{16} * 1024;
 // Keys folded together: enough cache misses in flight at once to hide most of their
 // latency, few enough stripes held at once not to get in other workers' way.
 constexpr size_t kFoldWindow = 16;
+// Folds of this many keys or more sort them by stripe with a counting sort.
+constexpr size_t kCountingSortFrom = 64;
 }  // namespace
 
 IncrementBuffer::IncrementBuffer(Keyspace* keyspace) : keyspace_(keyspace) {}
@@ -69,17 +71,8 @@ uint64_t IncrementBuffer::Publish() {
     sorted_tickets_[slot] = ticket;
   }
 
-  // Visit keys stripe by stripe so that each stripe is locked once (a counting sort: one
-  // bucket per stripe).
-  keys_by_stripe_.resize(keys_.size());
-  std::array<uint32_t, kStripeCount + 1> bucket_start{};
-  for (const PendingKey& key : keys_) ++bucket_start[StripeOf(key.ref.hash) + 1];
-  for (size_t stripe = 1; stripe <= kStripeCount; ++stripe) {
-    bucket_start[stripe] += bucket_start[stripe - 1];
-  }
-  for (uint32_t i = 0; i < keys_.size(); ++i) {
-    keys_by_stripe_[bucket_start[StripeOf(keys_[i].ref.hash)]++] = i;
-  }
+  // Visit keys stripe by stripe so that each stripe is locked once.
+  SortKeysByStripe();
 
   // Then a window of keys at a time: lock the window's stripes together (ascending, as
   // everywhere), start all its lookups' cache misses at once, then apply its increments.
@@ -105,6 +98,28 @@ uint64_t IncrementBuffer::Publish() {
   }
   for (size_t slot = 0; slot < n; ++slot) outcomes_[sorted_tickets_[slot]] = sorted_outcomes_[slot];
   return required_epoch;
+}
+
+void IncrementBuffer::SortKeysByStripe() {
+  keys_by_stripe_.resize(keys_.size());
+  if (keys_.size() < kCountingSortFrom) {
+    // A few keys (a hot counter's turn is one): a comparison sort costs less than clearing
+    // and summing the buckets.
+    for (uint32_t i = 0; i < keys_.size(); ++i) keys_by_stripe_[i] = i;
+    std::sort(keys_by_stripe_.begin(), keys_by_stripe_.end(), [this](uint32_t a, uint32_t b) {
+      return StripeOf(keys_[a].ref.hash) < StripeOf(keys_[b].ref.hash);
+    });
+    return;
+  }
+  // A counting sort, one bucket per stripe: linear, and no comparator reaching into keys_.
+  std::array<uint32_t, kStripeCount + 1> bucket_start{};
+  for (const PendingKey& key : keys_) ++bucket_start[StripeOf(key.ref.hash) + 1];
+  for (size_t stripe = 1; stripe <= kStripeCount; ++stripe) {
+    bucket_start[stripe] += bucket_start[stripe - 1];
+  }
+  for (uint32_t i = 0; i < keys_.size(); ++i) {
+    keys_by_stripe_[bucket_start[StripeOf(keys_[i].ref.hash)]++] = i;
+  }
 }
 
 void IncrementBuffer::Clear() {

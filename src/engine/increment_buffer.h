@@ -59,6 +59,8 @@ class IncrementBuffer {
   };
 
   std::string_view CopyKey(std::string_view key);
+  // Fills keys_by_stripe_ with the positions of keys_ in stripe order.
+  void SortKeysByStripe();
 
   Keyspace* keyspace_;
   absl::flat_hash_map<KeyRef, uint32_t, KeyRefHash> index_;  // key -> position in keys_
