@@ -121,6 +121,14 @@ class TallydCase(unittest.TestCase):
         self.addCleanup(s.cleanup)
         return s
 
+    def started(self):
+        """A started tallyd with the schema, and a client of it closed at cleanup."""
+        server = self.tallyd()
+        server.start()
+        r = server.client()
+        self.addCleanup(r.close)
+        return server, r
+
     def scrape(self, server, headers=None):
         status, head, body = http_get(server.http_port, "/metrics", headers)
         self.assertEqual(status, 200, body)
@@ -131,10 +139,7 @@ class TallydCase(unittest.TestCase):
 @tally_only
 class MetricsTest(TallydCase):
     def test_known_work_gives_exact_figures(self):
-        server = self.tallyd()
-        server.start()
-        r = server.client()
-        self.addCleanup(r.close)
+        server, r = self.started()
         before = self.scrape(server)
 
         # Known work: 20 INCRs one at a time (in sync mode each is its own commit), two error
@@ -188,10 +193,7 @@ class MetricsTest(TallydCase):
         self.assertIn("errorstat_ERR:count=2\r\n", info_section(server.port, "errorstats"))
 
     def test_hot_key_is_listed_first(self):
-        server = self.tallyd()
-        server.start()
-        r = server.client()
-        self.addCleanup(r.close)
+        server, r = self.started()
         # "hammered" takes 10 times the writes of each other key.
         pipe = r.pipeline(transaction=False)
         for round_ in range(20):
@@ -228,10 +230,7 @@ class MetricsTest(TallydCase):
 
     def test_keys_that_escape_alike_stay_apart(self):
         # The byte 0x80 and the text \x80 were once both written \\x80: one series twice.
-        server = self.tallyd()
-        server.start()
-        r = server.client()
-        self.addCleanup(r.close)
+        server, r = self.started()
         pipe = r.pipeline(transaction=False)
         for _ in range(640):
             pipe.incr(b"\x80")
