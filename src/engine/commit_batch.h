@@ -1,16 +1,12 @@
 // CommitBatch: what one group commit makes durable, in a form any store can write
-// atomically. The engine fills it; a Persistence implementation writes it.
+// atomically. The engine fills it; a Persistence implementation (persistence.h) writes it.
 #pragma once
 
 #include <cstdint>
-#include <functional>
-#include <optional>
-#include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
-
-#include "core/status.h"
 
 namespace tally::engine {
 
@@ -73,72 +69,6 @@ class CommitBatch {
   std::vector<std::pair<uint32_t, uint32_t>> deletes_;
   std::vector<Put> puts_;
   uint64_t epoch_ = 0;
-};
-
-// What a store reports about itself.
-struct PersistenceStats {
-  uint64_t log_bytes = 0;   // bytes of log written since the last checkpoint began
-  uint64_t disk_bytes = 0;  // bytes of the store's tables
-};
-
-// Where a loaded operation comes from: the store's tables (as of the last checkpoint), or
-// its log (committed since; the next checkpoint must write it to the tables).
-enum class LoadSource { kTables, kLog };
-
-// Receives the stored state at start (see Persistence::Load).
-class LoadVisitor {
- public:
-  virtual ~LoadVisitor() = default;
-  virtual void Put(std::string_view key, const CounterRecord& record, LoadSource source) = 0;
-  virtual void Delete(std::string_view key, LoadSource source) = 0;
-  virtual void ClearAll(LoadSource source) = 0;
-};
-
-// What the engine needs from a durable store. Implemented by the storage layer
-// (RocksDbStore); the engine never sees how bytes reach the disk.
-//
-// Two paths. Commit() makes each batch durable at once, in a log. Checkpoints bring the
-// store's tables up to date in the background, so that the log can be dropped:
-//   BeginCheckpoint()    — between commits; later commits go to a new log segment
-//   CheckpointWrite()... — any thread, while commits go on: counters' current values
-//   FinishCheckpoint()   — once every commit the written values came from is durable;
-//                          from now on recovery starts from these tables
-// A checkpoint that never finishes changes nothing recovery depends on.
-class Persistence {
- public:
-  virtual ~Persistence() = default;
-
-  // Writes the whole batch atomically. With `sync`, returns only once the batch is on
-  // stable storage (fsync'd), so that it survives a crash of the machine.
-  virtual Status Commit(const CommitBatch& batch, bool sync) = 0;
-
-  // Makes everything committed so far durable against a machine crash (fsync).
-  virtual Status Sync() = 0;
-
-  // Replays the stored state at start: every counter of the tables as a Put, in any order,
-  // then the logged operations in commit order. A later operation supersedes an earlier.
-  virtual Status Load(LoadVisitor& visitor) = 0;
-
-  // REQUIRES: no Commit() runs concurrently. Returns a token for FinishCheckpoint().
-  virtual Result<uint64_t> BeginCheckpoint() = 0;
-  // Writes the batch's operations to the tables (not durable until FinishCheckpoint).
-  virtual Status CheckpointWrite(const CommitBatch& batch) = 0;
-  virtual Status FinishCheckpoint(uint64_t token) = 0;
-
-  // Figures for INFO and metrics.
-  virtual PersistenceStats stats() const { return {}; }
-
-  // The catalog: a few small named records (counter definitions, source schemas) kept
-  // beside the counters but outside the commit log, written rarely and read once at start.
-  // WriteCatalog applies its operations atomically and returns once they are fsync'd; a
-  // CatalogOp without a value deletes its record.
-  struct CatalogOp {
-    std::string name;
-    std::optional<std::string> value;
-  };
-  virtual Status WriteCatalog(std::span<const CatalogOp> ops) = 0;
-  // Every catalog record, ordered by name.
-  virtual Result<std::vector<std::pair<std::string, std::string>>> ReadCatalog() = 0;
 };
 
 }  // namespace tally::engine

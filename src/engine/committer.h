@@ -20,8 +20,8 @@
 #include <thread>
 #include <vector>
 
-#include "engine/commit_batch.h"
 #include "engine/keyspace.h"
+#include "engine/persistence.h"
 
 namespace tally::engine {
 

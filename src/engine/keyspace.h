@@ -40,9 +40,9 @@
 
 #include "core/clock.h"
 #include "core/status.h"
-#include "engine/commit_batch.h"
 #include "engine/counter_map.h"
 #include "engine/key_hash.h"
+#include "engine/persistence.h"
 #include "engine/write_sketch.h"
 
 namespace tally::engine {

@@ -12,7 +12,7 @@
 #include <string_view>
 
 #include "core/status.h"
-#include "engine/commit_batch.h"
+#include "engine/persistence.h"
 
 namespace tally::storage {
 

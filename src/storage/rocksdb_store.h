@@ -17,7 +17,7 @@
 #include <string>
 
 #include "core/status.h"
-#include "engine/commit_batch.h"
+#include "engine/persistence.h"
 #include "storage/commit_log.h"
 
 namespace rocksdb {

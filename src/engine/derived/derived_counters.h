@@ -58,7 +58,7 @@
 #include <vector>
 
 #include "core/status.h"
-#include "engine/commit_batch.h"
+#include "engine/persistence.h"
 #include "engine/definitions/ast.h"
 #include "engine/definitions/program.h"
 #include "engine/derived/change_json.h"
