@@ -39,9 +39,9 @@ void RegisterDerivedMetrics(derived::DerivedCounters& derived, metrics::Registry
                         [&derived](SampleWriter& out) { out.Add(derived.pushes_refused()); });
 }
 
-void RegisterSourceMetrics(const sources::postgres::PostgresSource& source, std::string slot,
+void RegisterSourceMetrics(const postgres::PostgresSource& source, std::string slot,
                            metrics::Registry& registry) {
-  using Stats = sources::postgres::PostgresSource::Stats;
+  using Stats = postgres::PostgresSource::Stats;
   const auto add = [&](std::string_view name, std::string_view help, Type type,
                        std::function<double(const Stats&)> read) {
     registry.AddCollector(name, help, type,
@@ -77,8 +77,8 @@ void RegisterSubscriptionMetrics(const engine::SubscriptionHub& hub, metrics::Re
                     [&hub] { return static_cast<double>(hub.subscriber_count()); });
 }
 
-Status SourceReadiness(const sources::postgres::PostgresSource& source, int64_t max_lag_ms) {
-  const sources::postgres::PostgresSource::Stats s = source.stats();
+Status SourceReadiness(const postgres::PostgresSource& source, int64_t max_lag_ms) {
+  const postgres::PostgresSource::Stats s = source.stats();
   if (s.state == "streaming") {
     const auto lag_ms = static_cast<int64_t>(s.lag_seconds * 1000);
     if (lag_ms <= max_lag_ms) return OkStatus();

@@ -25,7 +25,7 @@ void RegisterDerivedMetrics(derived::DerivedCounters& derived, metrics::Registry
 // tally_source_* of the PostgreSQL source, labelled {slot="<slot>"}: its position (the
 // applied and received LSNs as numbers), its lag (bytes, seconds), whether it streams, its
 // transactions, rows and reconnects. `source` must outlive the registry's last Render().
-void RegisterSourceMetrics(const sources::postgres::PostgresSource& source, std::string slot,
+void RegisterSourceMetrics(const postgres::PostgresSource& source, std::string slot,
                            metrics::Registry& registry);
 
 // tally_subscribers: live subscribers (Redis SUBSCRIBE/PSUBSCRIBE clients, HTTP streams).
@@ -35,6 +35,6 @@ void RegisterSubscriptionMetrics(const engine::SubscriptionHub& hub, metrics::Re
 // most `max_lag_ms`; otherwise an error saying why in generic words (starting, backfilling,
 // reconnecting, held for a verification, failed, or lagging by how much). GET /readyz is
 // open, so the reason never holds the source's error text (hosts, users, databases).
-Status SourceReadiness(const sources::postgres::PostgresSource& source, int64_t max_lag_ms);
+Status SourceReadiness(const postgres::PostgresSource& source, int64_t max_lag_ms);
 
 }  // namespace tally::programs

@@ -79,7 +79,7 @@
 
 namespace {
 
-namespace pg = tally::sources::postgres;
+namespace pg = tally::postgres;
 namespace defs = tally::definitions;
 using Clock = std::chrono::steady_clock;
 
@@ -771,27 +771,27 @@ HoldReport ReadHold(RespClient& tally) {
           reply.items[2].AsInteger().value_or(0) != 0};
 }
 
-bool SameLsn(const std::string& a, pg::Lsn b) {
-  auto parsed = pg::ParseLsn(a);
+bool SameLsn(const std::string& a, tally::Lsn b) {
+  auto parsed = tally::ParseLsn(a);
   return parsed && *parsed == b;
 }
 
 // Sets the hold at `lsn` (the registry says it is ours only once tallyd said OK).
-void SetHold(RespClient& tally, pg::Lsn lsn) {
+void SetHold(RespClient& tally, tally::Lsn lsn) {
   std::lock_guard lock(g_hold.mutex);
-  const Reply reply = tally.Call({"COUNTER.HOLD", pg::FormatLsn(lsn)});
-  if (reply.is_error()) Fail("tallyd: COUNTER.HOLD " + pg::FormatLsn(lsn) + ": " + reply.text);
+  const Reply reply = tally.Call({"COUNTER.HOLD", tally::FormatLsn(lsn)});
+  if (reply.is_error()) Fail("tallyd: COUNTER.HOLD " + tally::FormatLsn(lsn) + ": " + reply.text);
   g_hold.ours = true;
 }
 
 // Exchanges our hold for one at `lsn`, in one write (tallyd runs both in one turn).
-void MoveHold(RespClient& tally, pg::Lsn lsn) {
+void MoveHold(RespClient& tally, tally::Lsn lsn) {
   std::lock_guard lock(g_hold.mutex);
-  auto replies = tally.Pipeline({{"COUNTER.RELEASE"}, {"COUNTER.HOLD", pg::FormatLsn(lsn)}});
+  auto replies = tally.Pipeline({{"COUNTER.RELEASE"}, {"COUNTER.HOLD", tally::FormatLsn(lsn)}});
   g_hold.ours = false;
   if (replies[0].is_error()) Fail("tallyd: COUNTER.RELEASE: " + replies[0].text);
   if (replies[1].is_error())
-    Fail("tallyd: COUNTER.HOLD " + pg::FormatLsn(lsn) + ": " + replies[1].text);
+    Fail("tallyd: COUNTER.HOLD " + tally::FormatLsn(lsn) + ": " + replies[1].text);
   g_hold.ours = true;
 }
 
@@ -834,7 +834,7 @@ constexpr int kExitNotCompared = 3;
 struct Snapshot {
   PgConn sql;
   PgConn repl;
-  pg::Lsn at = 0;
+  tally::Lsn at = 0;
 };
 
 // Creates the slot, holds tallyd at its consistent point and waits until the hold is
@@ -850,9 +850,9 @@ std::optional<Snapshot> HoldAtSnapshot(RespClient& tally, const VerifyOptions& o
   Exec(sql, "SET TimeZone = 'UTC'; SET DateStyle = 'ISO'; SET IntervalStyle = 'postgres'",
        PGRES_COMMAND_OK);
   snap.repl = ConnectPg(options.source, true);
-  const pg::Lsn before = [&] {
+  const tally::Lsn before = [&] {
     PgResult r = Exec(sql, "SELECT pg_current_wal_lsn()::text", PGRES_TUPLES_OK);
-    auto lsn = pg::ParseLsn(PQgetvalue(r.get(), 0, 0));
+    auto lsn = tally::ParseLsn(PQgetvalue(r.get(), 0, 0));
     if (!lsn) Fail("PostgreSQL: pg_current_wal_lsn(): " + lsn.error().message);
     return *lsn;
   }();
@@ -869,10 +869,10 @@ std::optional<Snapshot> HoldAtSnapshot(RespClient& tally, const VerifyOptions& o
   if (PQnfields(created.get()) < 3 || PQntuples(created.get()) != 1) {
     Fail("PostgreSQL: CREATE_REPLICATION_SLOT: unexpected result");
   }
-  auto consistent = pg::ParseLsn(PQgetvalue(created.get(), 0, 1));
+  auto consistent = tally::ParseLsn(PQgetvalue(created.get(), 0, 1));
   if (!consistent) Fail("PostgreSQL: CREATE_REPLICATION_SLOT: " + consistent.error().message);
   const std::string snapshot = PQgetvalue(created.get(), 0, 2);
-  const pg::Lsn at = snap.at = *consistent;
+  const tally::Lsn at = snap.at = *consistent;
   if (at != before) MoveHold(tally, at);
 
   Exec(sql, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", PGRES_COMMAND_OK);
@@ -885,7 +885,7 @@ std::optional<Snapshot> HoldAtSnapshot(RespClient& tally, const VerifyOptions& o
     if (!hold.held || !SameLsn(hold.position, at)) {
       Fail(fmt::format(
           "the hold at {} was lifted by someone else (COUNTER.HOLD shows held {} at {})",
-          pg::FormatLsn(at), hold.held ? 1 : 0, hold.position));
+          tally::FormatLsn(at), hold.held ? 1 : 0, hold.position));
     }
     if (hold.reached) break;
     if (Clock::now() >= hold_deadline) {
@@ -893,7 +893,7 @@ std::optional<Snapshot> HoldAtSnapshot(RespClient& tally, const VerifyOptions& o
       Fail(
           fmt::format("tallyd did not reach source position {} within {} s: is its PostgreSQL "
                       "source streaming? (see INFO; --timeout)",
-                      pg::FormatLsn(at), options.timeout));
+                      tally::FormatLsn(at), options.timeout));
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
@@ -907,7 +907,7 @@ std::optional<Snapshot> HoldAtSnapshot(RespClient& tally, const VerifyOptions& o
       fmt::print(stderr,
                  "tally verify: tallyd had applied {} of source {} past the snapshot's {}; "
                  "again with a new snapshot\n",
-                 pg::FormatLsn(static_cast<pg::Lsn>(position)), source, pg::FormatLsn(at));
+                 tally::FormatLsn(static_cast<tally::Lsn>(position)), source, tally::FormatLsn(at));
       ReleaseHold(&tally);
       return std::nullopt;
     }
@@ -972,9 +972,9 @@ int Verify(const VerifyOptions& options) {
     }
   }
   PGconn* const sql = held->sql.get();
-  const pg::Lsn at = held->at;
+  const tally::Lsn at = held->at;
   fmt::print("tally verify: {} at source position {}\n",
-             Plural(chosen.size(), "counter", "counters"), pg::FormatLsn(at));
+             Plural(chosen.size(), "counter", "counters"), tally::FormatLsn(at));
   std::fflush(stdout);
 
   // Which counters are whole, read once the hold stands: a pending counter has no groups
@@ -1071,7 +1071,7 @@ int Verify(const VerifyOptions& options) {
     Fail(
         fmt::format("the hold at {} was lifted during the comparison (COUNTER.HOLD shows held {} "
                     "at {}): the result above is not reliable",
-                    pg::FormatLsn(at), hold.held ? 1 : 0, hold.position));
+                    tally::FormatLsn(at), hold.held ? 1 : 0, hold.position));
   }
   ReleaseHold(&tally);
   Exec(sql, "COMMIT", PGRES_COMMAND_OK);
@@ -1084,25 +1084,25 @@ int Verify(const VerifyOptions& options) {
                         Plural(not_compared, "counter", "counters"));
   const uint64_t compared = chosen.size() - not_compared;
   if (compared == 0) {
-    fmt::print("tally verify: nothing compared at source position {}{}\n", pg::FormatLsn(at),
+    fmt::print("tally verify: nothing compared at source position {}{}\n", tally::FormatLsn(at),
                skipped);
     return kExitNotCompared;
   }
   if (differences == 0) {
     fmt::print("tally verify: equal: {} at source position {}{}\n",
-               Plural(compared, "counter", "counters"), pg::FormatLsn(at), skipped);
+               Plural(compared, "counter", "counters"), tally::FormatLsn(at), skipped);
     return not_compared == 0 ? 0 : kExitNotCompared;
   }
   if (options.repair && still_different == 0) {
     fmt::print("tally verify: repaired {} in {}; now equal at source position {}{}\n",
                Plural(repaired, "group", "groups"),
-               Plural(differing_counters, "counter", "counters"), pg::FormatLsn(at), skipped);
+               Plural(differing_counters, "counter", "counters"), tally::FormatLsn(at), skipped);
     return not_compared == 0 ? 0 : kExitNotCompared;
   }
   fmt::print("tally verify: {} in {} of {} at source position {}{}{}\n",
              Plural(options.repair ? still_different : differences, "difference", "differences"),
              Thousands(differing_counters), Plural(compared, "counter", "counters"),
-             pg::FormatLsn(at), options.repair ? " after the repair" : " (--repair fixes them)",
+             tally::FormatLsn(at), options.repair ? " after the repair" : " (--repair fixes them)",
              skipped);
   return 1;
 }

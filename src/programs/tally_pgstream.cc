@@ -27,7 +27,7 @@
 
 namespace {
 
-namespace pg = tally::sources::postgres;
+namespace pg = tally::postgres;
 using Clock = std::chrono::steady_clock;
 
 volatile std::sig_atomic_t g_stop = 0;
@@ -99,9 +99,9 @@ int main(int argc, char** argv) {
   std::signal(SIGTERM, OnSignal);
   std::signal(SIGPIPE, SIG_IGN);
 
-  pg::Lsn start_lsn = 0;
+  tally::Lsn start_lsn = 0;
   if (!start_lsn_text.empty()) {
-    auto parsed = pg::ParseLsn(start_lsn_text);
+    auto parsed = tally::ParseLsn(start_lsn_text);
     if (!parsed) return Fail(parsed.error().message);
     start_lsn = *parsed;
   }
@@ -111,7 +111,7 @@ int main(int argc, char** argv) {
   auto id = stream.IdentifySystem();
   if (!id) return Fail(id.error().message);
   Note(fmt::format("connected ({}): system {}, timeline {}, WAL at {}", stream.target(),
-                   id->system_id, id->timeline, pg::FormatLsn(id->xlogpos)));
+                   id->system_id, id->timeline, tally::FormatLsn(id->xlogpos)));
 
   if (auto s = stream.CheckReplicaIdentityFull(tables); !s) return Fail(s.error().message);
   if (create) {
@@ -139,14 +139,14 @@ int main(int argc, char** argv) {
                               state.database, id->dbname));
     }
     Note(fmt::format("slot {} exists: confirmed_flush {}", slot,
-                     state.confirmed_flush ? pg::FormatLsn(*state.confirmed_flush) : "none"));
+                     state.confirmed_flush ? tally::FormatLsn(*state.confirmed_flush) : "none"));
   } else if (create) {
     auto created = stream.CreateSlot(slot);
     if (!created) return Fail(created.error().message);
     // The snapshot is importable only until the next command on the replication
     // connection (START_REPLICATION below); tallyd's backfill reads the rows under it first.
     Note(fmt::format("slot {} created: consistent point {}, snapshot {}", slot,
-                     pg::FormatLsn(created->consistent_point), created->snapshot));
+                     tally::FormatLsn(created->consistent_point), created->snapshot));
     if (start_lsn == 0) start_lsn = created->consistent_point;
   } else {
     return Fail(fmt::format("replication slot {} does not exist (--create creates it)", slot));
@@ -154,7 +154,7 @@ int main(int argc, char** argv) {
 
   if (auto s = stream.Start(slot, start_lsn, publication); !s) return Fail(s.error().message);
   Note(start_lsn == 0 ? std::string("streaming from the slot's confirmed position")
-                      : "streaming from " + pg::FormatLsn(start_lsn));
+                      : "streaming from " + tally::FormatLsn(start_lsn));
 
   const Clock::time_point began = Clock::now();
   const Clock::time_point deadline =
@@ -165,18 +165,18 @@ int main(int argc, char** argv) {
   int64_t xlogdata = 0;
   int64_t keepalives = 0;
   int64_t bytes = 0;
-  pg::Lsn received = 0;   // the start of the last XLogData
-  pg::Lsn committed = 0;  // the end of the last commit printed: what we acknowledge
-  pg::Lsn acked = 0;
+  tally::Lsn received = 0;   // the start of the last XLogData
+  tally::Lsn committed = 0;  // the end of the last commit printed: what we acknowledge
+  tally::Lsn acked = 0;
   Clock::time_point first_data{};  // arrival of the first XLogData
   Clock::time_point last_data{};   // and of the last
   auto send_status = [&](bool reply) -> tally::Status {
-    const pg::Lsn flushed = no_ack ? 0 : committed;
+    const tally::Lsn flushed = no_ack ? 0 : committed;
     if (auto s = stream.SendStatus(no_ack ? 0 : received, flushed, flushed, reply); !s) return s;
     if (flushed != acked) {
       acked = flushed;
       std::fflush(stdout);
-      Note("ack flushed=" + pg::FormatLsn(acked));
+      Note("ack flushed=" + tally::FormatLsn(acked));
     }
     return tally::OkStatus();
   };
@@ -205,7 +205,7 @@ int main(int argc, char** argv) {
     if (const auto* k = std::get_if<pg::PrimaryKeepalive>(&*decoded)) {
       ++keepalives;
       if (!quiet)
-        fmt::print("k end={} reply={}\n", pg::FormatLsn(k->wal_end), k->reply_requested ? 1 : 0);
+        fmt::print("k end={} reply={}\n", tally::FormatLsn(k->wal_end), k->reply_requested ? 1 : 0);
       if (k->reply_requested) {
         if (auto s = send_status(false); !s) return Fail(s.error().message);
       }
@@ -222,8 +222,8 @@ int main(int argc, char** argv) {
       committed = std::get<pg::CommitMessage>(*message).end_lsn;
     }
     if (!quiet) {
-      fmt::print("w start={} end={} kind={} len={} data={}\n", pg::FormatLsn(w.wal_start),
-                 pg::FormatLsn(w.wal_end), kind, w.payload.size(), Hex(w.payload, dump_bytes));
+      fmt::print("w start={} end={} kind={} len={} data={}\n", tally::FormatLsn(w.wal_start),
+                 tally::FormatLsn(w.wal_end), kind, w.payload.size(), Hex(w.payload, dump_bytes));
     }
   }
   std::fflush(stdout);
@@ -236,6 +236,6 @@ int main(int argc, char** argv) {
                   "XLogData first to last {:.3f} s ({:.0f}/s); acknowledged {}",
                   frames, xlogdata, keepalives, bytes, elapsed, data_span,
                   data_span > 0 ? static_cast<double>(xlogdata - 1) / data_span : 0.0,
-                  no_ack ? std::string("nothing") : pg::FormatLsn(acked)));
+                  no_ack ? std::string("nothing") : tally::FormatLsn(acked)));
   return 0;
 }

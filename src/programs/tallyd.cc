@@ -60,7 +60,7 @@ int main(int argc, char** argv) {
   http.bind.clear();  // empty: the same address as --bind
   std::string http_max_body = "64mb";
   int64_t idempotency_window_seconds = 24 * 3600;
-  tally::sources::postgres::PostgresSourceOptions pg_source;
+  tally::postgres::PostgresSourceOptions pg_source;
   std::string source_lag_warn_bytes = "1gb";
   int64_t ready_max_lag_ms = 10000;
   bool public_metrics = false;
@@ -267,10 +267,10 @@ int main(int argc, char** argv) {
   }
   // The source object first (it connects only in Start, below): INFO and GET /v1/status
   // read its figures, so it outlives both servers.
-  std::unique_ptr<tally::sources::postgres::PostgresSource> source;
+  std::unique_ptr<tally::postgres::PostgresSource> source;
   tally::StatusReporter source_report;
   if (!pg_source.conninfo.empty()) {
-    source = std::make_unique<tally::sources::postgres::PostgresSource>(engine, derived, pg_source);
+    source = std::make_unique<tally::postgres::PostgresSource>(engine, derived, pg_source);
     source_report = [s = source.get()] { return s->Report(); };
     tally::programs::RegisterSourceMetrics(*source, pg_source.slot, metrics);
     http.readiness = [s = source.get(), ready_max_lag_ms] {

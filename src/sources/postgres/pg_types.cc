@@ -7,7 +7,7 @@
 
 #include "engine/definitions/time_util.h"
 
-namespace tally::sources::postgres {
+namespace tally::postgres {
 namespace {
 
 using definitions::Type;
@@ -360,4 +360,4 @@ Status TupleToRow(const ColumnMapping& mapping, const Tuple& tuple, const Tuple*
   return OkStatus();
 }
 
-}  // namespace tally::sources::postgres
+}  // namespace tally::postgres

@@ -17,7 +17,7 @@
 #include "engine/definitions/value.h"
 #include "sources/postgres/pgoutput.h"
 
-namespace tally::sources::postgres {
+namespace tally::postgres {
 
 // The built-in type OIDs tally reads (pg_type.oid, fixed since PostgreSQL 7).
 inline constexpr uint32_t kBoolOid = 16;
@@ -93,4 +93,4 @@ Result<ColumnMapping> MapColumns(const RelationMessage& relation,
 Status TupleToRow(const ColumnMapping& mapping, const Tuple& tuple, const Tuple* old_tuple,
                   std::vector<definitions::Value>* row);
 
-}  // namespace tally::sources::postgres
+}  // namespace tally::postgres

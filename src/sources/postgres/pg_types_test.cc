@@ -7,7 +7,7 @@
 
 #include "engine/definitions/time_util.h"
 
-namespace tally::sources::postgres {
+namespace tally::postgres {
 namespace {
 
 using definitions::DaysFromCivil;
@@ -353,4 +353,4 @@ TEST_F(TupleToRowTest, NamesTableAndColumnOfABadValue) {
 }
 
 }  // namespace
-}  // namespace tally::sources::postgres
+}  // namespace tally::postgres

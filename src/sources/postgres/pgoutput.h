@@ -19,20 +19,10 @@
 #include <variant>
 #include <vector>
 
+#include "core/lsn.h"
 #include "core/status.h"
 
-namespace tally::sources::postgres {
-
-// A WAL position (XLogRecPtr).
-using Lsn = uint64_t;
-
-// "16/B374D848": the high 32 bits, '/', the low 32 bits zero-padded to 8 hex digits, upper
-// case (as PostgreSQL 18 prints it; older versions drop the padding).
-std::string FormatLsn(Lsn lsn);
-
-// Parses "X/X": 1 to 8 hex digits (either case) on each side of '/', nothing else. Accepts
-// both the padded and the unpadded spelling. InvalidArgument otherwise.
-Result<Lsn> ParseLsn(std::string_view text);
+namespace tally::postgres {
 
 // PostgreSQL's timestamps on the wire are microseconds since 2000-01-01 00:00:00 UTC.
 inline constexpr int64_t kPgEpochUnixMicros = 946'684'800'000'000;
@@ -201,4 +191,4 @@ Result<Message> DecodeMessage(std::span<const uint8_t> bytes);
 // The message's name ("Begin", "Insert", ...) for a type byte, or nullptr if unknown.
 const char* MessageName(uint8_t type);
 
-}  // namespace tally::sources::postgres
+}  // namespace tally::postgres

@@ -18,7 +18,7 @@
 #include "sources/postgres/pgoutput.h"
 #include "sources/postgres/replication_stream.h"
 
-namespace tally::sources::postgres {
+namespace tally::postgres {
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -979,4 +979,4 @@ Status PostgresSource::Stream(Session& session, bool* fatal) {
   }
 }
 
-}  // namespace tally::sources::postgres
+}  // namespace tally::postgres

@@ -68,7 +68,7 @@
 #include "engine/derived/derived_counters.h"
 #include "engine/engine.h"
 
-namespace tally::sources::postgres {
+namespace tally::postgres {
 
 class ReplicationStream;
 
@@ -179,4 +179,4 @@ class PostgresSource {
   std::thread thread_;
 };
 
-}  // namespace tally::sources::postgres
+}  // namespace tally::postgres

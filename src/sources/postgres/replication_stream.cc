@@ -10,7 +10,7 @@
 #include <system_error>
 #include <utility>
 
-namespace tally::sources::postgres {
+namespace tally::postgres {
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -585,4 +585,4 @@ void ReplicationStream::Close() {
   sql_ = nullptr;
 }
 
-}  // namespace tally::sources::postgres
+}  // namespace tally::postgres

@@ -43,7 +43,7 @@
 
 struct pg_conn;  // libpq's PGconn; libpq-fe.h stays out of this header.
 
-namespace tally::sources::postgres {
+namespace tally::postgres {
 
 struct ReplicationOptions {
   // Bound on establishing each connection (TCP, TLS, authentication). Default 10 s.
@@ -167,4 +167,4 @@ class ReplicationStream {
   bool streaming_ = false;   // START_REPLICATION succeeded; CopyBoth mode
 };
 
-}  // namespace tally::sources::postgres
+}  // namespace tally::postgres

@@ -5,9 +5,9 @@
 #include <vector>
 
 #include "core/integer.h"
+#include "core/lsn.h"
 #include "servers/redis/command_args.h"
 #include "servers/redis/session.h"
-#include "sources/postgres/pgoutput.h"
 
 namespace tally::redis::commands {
 namespace {
@@ -180,13 +180,12 @@ void CounterHold(CommandContext& ctx) {
     const derived::HoldState hold = derived->hold_state();
     ctx.reply.ArrayHeader(3);
     ctx.reply.Integer(hold.held ? 1 : 0);
-    ctx.reply.Bulk(
-        sources::postgres::FormatLsn(static_cast<sources::postgres::Lsn>(hold.position)));
+    ctx.reply.Bulk(FormatLsn(static_cast<Lsn>(hold.position)));
     ctx.reply.Integer(hold.reached ? 1 : 0);
     return;
   }
   if (ctx.args.size() != 2) return ctx.reply.Error(kSyntaxError);
-  auto lsn = sources::postgres::ParseLsn(ctx.args[1]);
+  auto lsn = ParseLsn(ctx.args[1]);
   if (!lsn) return ReplyError(ctx, lsn.error());
   if (*lsn == 0 || *lsn > static_cast<uint64_t>(INT64_MAX)) {
     return ctx.reply.Error("ERR the hold position must be an LSN above 0/0");
