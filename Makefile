@@ -136,7 +136,7 @@ run: build
 	@echo "  MGET likes:post:1 likes:post:2"
 	@echo "Values survive a restart (even kill -9): stop tallyd, make run again, GET likes:post:1."
 	@echo "Dashboard (live values, rates, top and hot counters): http://$(BIND):$(HTTP_PORT)/"
-	@echo "Derived counters and the HTTP API (README, 'Derived counters'):"
+	@echo "Derived counters and the HTTP API (docs/derived-counters.md, docs/http-api.md):"
 	@echo "  curl -X POST $(BIND):$(HTTP_PORT)/v1/definitions --data-binary @counters.sql"
 	@echo
 	exec $(BUILD_DIR)/bin/tallyd --bind $(BIND) --port $(PORT) --http-port $(HTTP_PORT) --data-dir $(DATA) $(ARGS)
