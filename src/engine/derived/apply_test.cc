@@ -11,9 +11,6 @@
 #include <string>
 #include <vector>
 
-#include "engine/definitions/parser.h"
-#include "engine/derived/catalog.h"
-#include "engine/derived/derived_keyspace.h"
 #include "engine/derived/derived_test_util.h"
 
 namespace tally::derived {
@@ -39,34 +36,25 @@ SourceRowChange Insert(std::vector<Value> row) {
   return change;
 }
 
-class ApplierTest : public EngineStoreTest {
+class ApplierTest : public CatalogStoreTest {
  protected:
-  ApplierTest() : EngineStoreTest("tally_apply_test_", 1'700'000'000'000) {}
+  ApplierTest() : CatalogStoreTest("tally_apply_test_", 1'700'000'000'000) {}
 
   void Open() override {
-    EngineStoreTest::Open();
+    CatalogStoreTest::Open();
     if (HasFatalFailure()) return;
-    keyspace_ = std::make_unique<DerivedKeyspace>(*engine_, *store_);
-    catalog_ = std::make_unique<Catalog>(*store_, *keyspace_);
     auto loaded = catalog_->Load();
     ASSERT_TRUE(loaded) << loaded.error().message;
     applier_ = std::make_unique<Applier>(engine_->keyspace(), kWindowMs);
   }
   void Close() override {
     applier_.reset();
-    catalog_.reset();
-    keyspace_.reset();
-    EngineStoreTest::Close();
+    CatalogStoreTest::Close();
   }
   void SetUp() override {
-    EngineStoreTest::SetUp();
+    CatalogStoreTest::SetUp();
     if (HasFatalFailure()) return;
-    auto statements = definitions::ParseScript(kModel);
-    ASSERT_TRUE(statements) << statements.error().message;
-    for (const definitions::Statement& statement : *statements) {
-      auto done = catalog_->Execute(statement, [](std::string_view) { return false; });
-      ASSERT_TRUE(done) << done.error().message;
-    }
+    Define(kModel);
   }
 
   // One position of a stream: `changes` of orders, recorded under `position_name`.
@@ -95,8 +83,6 @@ class ApplierTest : public EngineStoreTest {
     return keyspace_->Get({&key, 1}, &epoch)[0];
   }
 
-  std::unique_ptr<DerivedKeyspace> keyspace_;
-  std::unique_ptr<Catalog> catalog_;
   std::unique_ptr<Applier> applier_;
 };
 

@@ -9,8 +9,6 @@
 #include <memory>
 #include <string>
 
-#include "engine/definitions/parser.h"
-#include "engine/derived/derived_keyspace.h"
 #include "engine/derived/derived_test_util.h"
 
 namespace tally::derived {
@@ -21,32 +19,9 @@ constexpr std::string_view kModel = R"sql(
   CREATE COUNTER shop_orders AS SELECT shop_id, count(*) FROM orders GROUP BY shop_id;
 )sql";
 
-class CatalogTest : public EngineStoreTest {
+class CatalogTest : public CatalogStoreTest {
  protected:
-  CatalogTest() : EngineStoreTest("tally_catalog_test_", 1'700'000'000'000) {}
-
-  void Open() override {
-    EngineStoreTest::Open();
-    if (HasFatalFailure()) return;
-    keyspace_ = std::make_unique<DerivedKeyspace>(*engine_, *store_);
-    catalog_ = std::make_unique<Catalog>(*store_, *keyspace_);
-  }
-  void Close() override {
-    catalog_.reset();
-    keyspace_.reset();
-    EngineStoreTest::Close();
-  }
-
-  // Runs `script`; counters created on a source in `streamed` start pending.
-  void Define(std::string_view script, std::string_view streamed = "") {
-    auto statements = definitions::ParseScript(script);
-    ASSERT_TRUE(statements) << statements.error().message;
-    for (const definitions::Statement& statement : *statements) {
-      auto done =
-          catalog_->Execute(statement, [&](std::string_view source) { return source == streamed; });
-      ASSERT_TRUE(done) << done.error().message;
-    }
-  }
+  CatalogTest() : CatalogStoreTest("tally_catalog_test_", 1'700'000'000'000) {}
 
   std::map<std::string, std::string> Records() {
     auto records = store_->ReadCatalog();
@@ -58,9 +33,6 @@ class CatalogTest : public EngineStoreTest {
     const engine::Persistence::CatalogOp op{name, std::move(value)};
     ASSERT_TRUE(store_->WriteCatalog({&op, 1}));
   }
-
-  std::unique_ptr<DerivedKeyspace> keyspace_;
-  std::unique_ptr<Catalog> catalog_;
 };
 
 TEST_F(CatalogTest, DdlWritesTheRecordsThatLoadReadsBack) {

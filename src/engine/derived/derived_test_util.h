@@ -1,6 +1,7 @@
 // Fixtures the derived layer's tests share. EngineStoreTest: an Engine over a real
 // RocksDbStore in a temporary directory of the test's own, with a ManualClock, reopened at
-// will (Restart) to check what survives. DerivedStoreTest adds a loaded DerivedCounters.
+// will (Restart) to check what survives. CatalogStoreTest adds a Catalog (not loaded) for
+// the tests of the parts; DerivedStoreTest adds a loaded DerivedCounters.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -11,6 +12,7 @@
 #include <string_view>
 
 #include "core/clock.h"
+#include "engine/definitions/parser.h"
 #include "engine/derived/derived_counters.h"
 #include "storage/rocksdb_store.h"
 
@@ -62,6 +64,37 @@ class EngineStoreTest : public ::testing::Test {
 
  private:
   const std::string dir_prefix_;
+};
+
+class CatalogStoreTest : public EngineStoreTest {
+ protected:
+  using EngineStoreTest::EngineStoreTest;
+
+  void Open() override {
+    EngineStoreTest::Open();
+    if (HasFatalFailure()) return;
+    keyspace_ = std::make_unique<DerivedKeyspace>(*engine_, *store_);
+    catalog_ = std::make_unique<Catalog>(*store_, *keyspace_);
+  }
+  void Close() override {
+    catalog_.reset();
+    keyspace_.reset();
+    EngineStoreTest::Close();
+  }
+
+  // Runs the DDL of `script`; counters created on source `streamed` start pending.
+  void Define(std::string_view script, std::string_view streamed = "") {
+    auto statements = definitions::ParseScript(script);
+    ASSERT_TRUE(statements) << statements.error().message;
+    for (const definitions::Statement& statement : *statements) {
+      auto done =
+          catalog_->Execute(statement, [&](std::string_view source) { return source == streamed; });
+      ASSERT_TRUE(done) << done.error().message;
+    }
+  }
+
+  std::unique_ptr<DerivedKeyspace> keyspace_;
+  std::unique_ptr<Catalog> catalog_;
 };
 
 class DerivedStoreTest : public EngineStoreTest {
