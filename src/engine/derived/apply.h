@@ -18,6 +18,9 @@
 // under the keys' locks with the clock read there, so that a late change never brings a
 // swept bucket back with a partial value.
 //
+// Callers: DerivedCounters — Push (ApplyChanges), ApplyTransaction and ApplyBackfill
+// (ApplyPositioned, one part per source, named by the source).
+//
 // Thread-safety: any thread, concurrently; the applier has no state of its own beyond
 // per-thread scratch. REQUIRES: the caller holds DerivedCounters' apply lock (shared, or
 // exclusive) for the call, so that no DDL or start change happens mid-batch, and

@@ -18,6 +18,9 @@
 // makes it pending again, so a backfill is always done whole. A counter created before
 // its source is streamed, or on a source that is not, starts at 0 and counts every change.
 //
+// Callers: DerivedCounters, for the PostgreSQL source's runner (sources/postgres) and, for
+// RedoInterrupted, Load.
+//
 // Thread-safety. The streamed sources and every Family::start are guarded by DerivedCounters'
 // apply lock (derived_counters.h): MarkStreamed, MarkEverySourceStreamed, Activate,
 // ResetCounter, ResetSource and RedoInterrupted REQUIRE it held exclusively (no apply sees

@@ -8,6 +8,9 @@
 // key "<name>:..." of the keyspace: CREATE COUNTER refuses a name whose keys plain counters
 // already use, and IsProtectedKey tells the servers which keys plain writes must not touch.
 //
+// Callers: DerivedCounters only (Load, Execute, Drop, the listings, IsProtectedKey), for
+// tallyd's definitions file, the servers' DDL commands and their plain-write checks.
+//
 // Thread-safety. DerivedCounters serialises DDL against applies with its apply lock (see
 // derived_counters.h): Load, Execute and DropCounter REQUIRE it held exclusively, so that
 // a definition appears or disappears between two batches; Counters REQUIRES it held

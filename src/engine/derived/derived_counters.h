@@ -27,14 +27,16 @@
 // ApplyTransaction, ApplyBackfill, Repair), by retention sweeps and by the reads of a
 // counter's start (Counters, PendingCounters, CounterStart); held exclusively by DDL
 // (Execute, Drop), by the backfill state changes (MarkStreamed, MarkEverySourceStreamed,
-// ActivateCounter, ResetCounter, ResetSource) and by Load. So a definition appears or
+// ActivateCounter, ResetCounter, ResetSource) and by Load; FinishBackfill needs neither
+// (it clears an atomic flag once its record is durable). So a definition appears or
 // disappears, and a counter's start moves, between two batches, never within one. Reads
 // of values (Get, KeyOf, PrefixOf, List, Top, Range, SourcePosition) take no apply lock:
-// they use an immutable catalog snapshot and the keyspace's stripe locks. Lock order:
-// verification hold, then the apply lock, then stripes (Views), then a family's index
-// mutex. Calls that block: ApplyTransaction above a verification hold (until Release,
-// before it takes any lock); DDL, resets, Load and SweepRetention until what they wrote is
-// durable. One thread of its own: the retention sweeper (StartRetentionSweeper).
+// they use an immutable catalog snapshot and the keyspace's stripe locks. Nested locks are
+// taken in this order: the apply lock, the sweeper's mutex, stripes (Views), a family's
+// index mutex; the catalog's snapshot mutex and the hold's mutex are never held while
+// another is taken. Calls that block: ApplyTransaction above a verification hold (until
+// Release, before it takes any lock); DDL, resets, Load and SweepRetention until what they
+// wrote is durable. One thread of its own: the retention sweeper (StartRetentionSweeper).
 #pragma once
 
 #include <atomic>

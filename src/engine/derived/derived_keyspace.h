@@ -50,6 +50,8 @@ inline constexpr size_t kChunk = 1024;
 // forgets position records; and waits for durability. The apply path (apply.h) writes
 // through Views of its own, since a batch must be one View.
 //
+// Callers: the parts of the derived layer and DerivedCounters (Get, Repair, SourcePosition).
+//
 // Thread-safety: any thread, concurrently. It takes stripe locks (Views) and, inside them,
 // a family's index mutex; it takes no lock of the derived layer, so its callers decide
 // what must not change meanwhile (DerivedCounters' apply lock).

@@ -9,6 +9,8 @@
 // `top_k_max_staleness_ms`. Range counts buckets past retention as gone even before the
 // sweep removes them; the other reads see a bucket until it is swept.
 //
+// Callers: DerivedCounters, for the Redis and HTTP reads of derived counters.
+//
 // Thread-safety: any thread, concurrently. The reads take no lock of the derived layer:
 // the caller passes a family of the snapshot it took, which stays valid (a family dropped
 // meanwhile has an empty index). They take the family's index mutex, never while holding

@@ -10,6 +10,9 @@
 // path (apply.h) never brings a swept bucket back: it skips a late change's increment for
 // an expired bucket.
 //
+// Callers: DerivedCounters::SweepRetention, at Load and then on the sweeper's thread.
+// No errors: a sweep removes what it can and says how much.
+//
 // Thread-safety. Sweeps run one at a time (an internal mutex, which also guards the turn).
 // REQUIRES: the caller holds DerivedCounters' apply lock (shared) for the call, so that
 // no DDL changes the families meanwhile, and `catalog` is a snapshot taken under it. A

@@ -8,6 +8,10 @@
 // delivered everything up to p. tally verify reads the counters once the hold is reached,
 // repairs what differs and releases. One hold at a time.
 //
+// Callers: DerivedCounters, for the servers' COUNTER.HOLD / COUNTER.RELEASE (driven by
+// tally verify) and the PostgreSQL source (MarkStreamAt, WaitUntilDue within
+// ApplyTransaction).
+//
 // Thread-safety: every method may be called from any thread; one internal mutex. Only
 // WaitUntilDue blocks: call it holding no other lock (it waits for a Release that may come
 // from any thread, and the apply lock must stay free for DDL meanwhile).
