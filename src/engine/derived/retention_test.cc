@@ -7,6 +7,7 @@
 #include <map>
 #include <random>
 
+#include "core/timestamp_test_cases.h"
 #include "engine/definitions/time_util.h"
 #include "engine/derived/derived_test_util.h"
 
@@ -334,6 +335,28 @@ TEST_F(RetentionTest, RangeReadsNeedOneTimeBucketAndCheckTheirArguments) {
   ASSERT_FALSE(overflow);
   EXPECT_EQ(overflow.error().code, ErrorCode::kOverflow);
   EXPECT_EQ(Range("weight", {}, "2020-01-02", "2020-01-03"), 5'000'000'000'000'000'000);
+}
+
+// Every spelling of the shared table as the start of a range read. The instant read shows
+// in the message of a backwards range: from it to the earliest instant of Unix seconds.
+TEST_F(RetentionTest, RangeInstantsReadTheTable) {
+  Define(kLikes);
+  Define(R"sql(
+    CREATE COUNTER per_day AS SELECT post_id, date_trunc('day', created_at) AS day, count(*)
+      FROM likes GROUP BY post_id, day;
+  )sql");
+  const std::string_view earliest = "-9223372036854";
+  const std::string backwards = "the range is backwards: from ";
+  const std::string to = " is after to " + defs::FormatTimestamp(-9223372036854 * 1'000'000);
+  for (const timestamp_cases::Case& c : timestamp_cases::kCases) {
+    auto range = Range("per_day", {"7"}, c.text, earliest);
+    ASSERT_FALSE(range) << c.text;
+    if ((c.readers & timestamp_cases::kInstant) != 0) {
+      EXPECT_EQ(range.error().message, backwards + std::string(c.instant) + to) << c.text;
+    } else {
+      EXPECT_TRUE(range.error().message.starts_with("from \"")) << range.error().message;
+    }
+  }
 }
 
 // Random likes, inserted, updated and deleted over a month of clock time, in two counters
