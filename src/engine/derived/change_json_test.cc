@@ -13,14 +13,14 @@
 #include <string>
 #include <vector>
 
+#include "core/calendar.h"
+#include "core/timestamp.h"
 #include "core/timestamp_test_cases.h"
 #include "engine/definitions/test_util.h"
-#include "engine/definitions/time_util.h"
 
 namespace tally::derived {
 namespace {
 
-using definitions::FormatTimestamp;
 using definitions::SourceSchema;
 using definitions::Type;
 using definitions::Value;
@@ -79,12 +79,6 @@ std::string Numbered(std::string_view prefix, size_t n) {
   return out;
 }
 
-int64_t Micros(int64_t year, int month, int day, int64_t hour = 0, int64_t minute = 0,
-               int64_t second = 0, int64_t micros = 0) {
-  return definitions::DaysFromCivil(year, month, day) * definitions::kMicrosPerDay +
-         ((hour * 60 + minute) * 60 + second) * definitions::kMicrosPerSecond + micros;
-}
-
 // ---- Accepted forms --------------------------------------------------------------------
 
 TEST(ChangeDecoderTest, OneInsertWithEveryType) {
@@ -109,7 +103,7 @@ TEST(ChangeDecoderTest, OneInsertWithEveryType) {
   EXPECT_EQ(row[posts::kIsPublished].i, 1);
   EXPECT_EQ(row[posts::kIsDeleted].i, 0);
   EXPECT_EQ(row[posts::kCreatedAt].type, Type::kTimestamp);
-  EXPECT_EQ(row[posts::kCreatedAt].i, Micros(2024, 5, 1, 13, 45, 0, 250000));
+  EXPECT_EQ(row[posts::kCreatedAt].i, MicrosFromCivil(2024, 5, 1, 13, 45, 0, 250000));
   EXPECT_EQ(row[posts::kTitle].type, Type::kText);
   EXPECT_EQ(row[posts::kTitle].s, "caf\xc3\xa9 \"x\"\n");
   EXPECT_TRUE(row[posts::kStatus].is_null());
@@ -491,10 +485,10 @@ std::vector<Value> RandomRow(const SourceSchema& schema, std::mt19937_64& rng,
         break;
       }
       case Type::kTimestamp: {
-        const int64_t low = Micros(1, 1, 1);
-        const int64_t high = Micros(9999, 12, 31, 23, 59, 59, 999999);
+        const int64_t low = MicrosFromCivil(1, 1, 1);
+        const int64_t high = MicrosFromCivil(9999, 12, 31, 23, 59, 59, 999999);
         int64_t micros = low + static_cast<int64_t>(rng() % static_cast<uint64_t>(high - low));
-        if (rng() % 2 == 0) micros -= micros % definitions::kMicrosPerSecond;
+        if (rng() % 2 == 0) micros -= micros % kMicrosPerSecond;
         row.push_back(Value::Timestamp(micros));
         break;
       }
@@ -528,11 +522,11 @@ std::string JsonString(std::string_view text, std::mt19937_64& rng) {
 std::string JsonTimestamp(int64_t micros, std::mt19937_64& rng) {
   int64_t offset_minutes = 0;
   if (rng() % 2 == 0) offset_minutes = static_cast<int64_t>(rng() % (2 * 15 * 60 + 1)) - 15 * 60;
-  const int64_t local = micros + offset_minutes * definitions::kMicrosPerMinute;
-  const int64_t days = definitions::FloorDiv(local, definitions::kMicrosPerDay);
-  const int64_t in_day = local - days * definitions::kMicrosPerDay;
-  const definitions::CivilDate date = definitions::CivilFromDays(days);
-  const int64_t seconds = in_day / definitions::kMicrosPerSecond;
+  const int64_t local = micros + offset_minutes * kMicrosPerMinute;
+  const int64_t days = FloorDiv(local, kMicrosPerDay);
+  const int64_t in_day = local - days * kMicrosPerDay;
+  const CivilDate date = CivilFromDays(days);
+  const int64_t seconds = in_day / kMicrosPerSecond;
   char text[64];
   int length = std::snprintf(text, sizeof text, "%04lld-%02d-%02d%c%02lld:%02lld:%02lld",
                              static_cast<long long>(date.year), date.month, date.day,
@@ -540,9 +534,9 @@ std::string JsonTimestamp(int64_t micros, std::mt19937_64& rng) {
                              static_cast<long long>(seconds / 60 % 60),
                              static_cast<long long>(seconds % 60));
   std::string out(text, static_cast<size_t>(length));
-  if (in_day % definitions::kMicrosPerSecond != 0) {
+  if (in_day % kMicrosPerSecond != 0) {
     length = std::snprintf(text, sizeof text, ".%06lld",
-                           static_cast<long long>(in_day % definitions::kMicrosPerSecond));
+                           static_cast<long long>(in_day % kMicrosPerSecond));
     out.append(text, static_cast<size_t>(length));
   }
   if (offset_minutes == 0) {
@@ -696,7 +690,7 @@ TEST(ChangeDecoderTest, LargeBatchDecodesEveryChange) {
       ASSERT_EQ(new_row[posts::kRating].i, 5);
       ASSERT_EQ(old_row[posts::kIsPublished].i, 0);
       ASSERT_EQ(new_row[posts::kIsPublished].i, 1);
-      ASSERT_EQ(new_row[posts::kCreatedAt].i, Micros(2024, 5, 1, 12, 0, 0, 500000));
+      ASSERT_EQ(new_row[posts::kCreatedAt].i, MicrosFromCivil(2024, 5, 1, 12, 0, 0, 500000));
       ASSERT_EQ(new_row[posts::kTitle].s, "post " + n);
       ASSERT_TRUE(new_row[posts::kStatus].is_null());
     }
@@ -856,8 +850,8 @@ TEST(ParseKeyPartTest, EveryType) {
   // Every key spelling of FormatTimestamp parses back.
   std::mt19937_64 rng(5);
   for (int i = 0; i < 10000; ++i) {
-    const int64_t low = Micros(1, 1, 1);
-    const int64_t high = Micros(9999, 12, 31, 23, 59, 59, 999999);
+    const int64_t low = MicrosFromCivil(1, 1, 1);
+    const int64_t high = MicrosFromCivil(9999, 12, 31, 23, 59, 59, 999999);
     const int64_t micros = low + static_cast<int64_t>(rng() % static_cast<uint64_t>(high - low));
     auto value = ParseKeyPart(Type::kTimestamp, FormatTimestamp(micros));
     ASSERT_TRUE(value) << FormatTimestamp(micros);

@@ -5,18 +5,13 @@
 
 #include <limits>
 
+#include "core/calendar.h"
+#include "core/timestamp.h"
 #include "core/timestamp_test_cases.h"
-#include "engine/definitions/time_util.h"
 
 namespace tally::postgres {
 namespace {
 
-using definitions::DaysFromCivil;
-using definitions::FormatTimestamp;
-using definitions::kMicrosPerDay;
-using definitions::kMicrosPerHour;
-using definitions::kMicrosPerMinute;
-using definitions::kMicrosPerSecond;
 using definitions::SourceSchema;
 using definitions::Type;
 using definitions::Value;
@@ -34,11 +29,6 @@ std::string Refused(uint32_t oid, std::string_view text) {
   if (v) return "";
   EXPECT_EQ(v.error().code, ErrorCode::kInvalidArgument);
   return v.error().message;
-}
-
-int64_t Micros(int64_t y, int mo, int d, int h = 0, int mi = 0, int s = 0, int64_t us = 0) {
-  return DaysFromCivil(y, mo, d) * kMicrosPerDay + h * kMicrosPerHour + mi * kMicrosPerMinute +
-         s * kMicrosPerSecond + us;
 }
 
 TEST(PgTypesTest, MapsTypeOidsToTallyTypes) {
@@ -142,26 +132,24 @@ TEST(PgTypesTest, TimestampSpellings) {
   }
 }
 
-// The messages name the type, the value and what is wrong with it.
+// The messages name the type and the value, then say what is wrong with it.
 TEST(PgTypesTest, TimestampErrors) {
   EXPECT_EQ(Parsed(kTimestampOid, "294247-01-10 04:00:54.775807"),
             std::numeric_limits<int64_t>::max());
-  EXPECT_THAT(Refused(kDateOid, "2023-02-29"),
-              HasSubstr("date value '2023-02-29' is not a valid date"));
-  EXPECT_THAT(Refused(kDateOid, "2024-13-01"), HasSubstr("not a valid date"));
-  EXPECT_THAT(Refused(kDateOid, "0044-03-15 BC"), HasSubstr("before the common era (BC)"));
-  EXPECT_THAT(Refused(kDateOid, "infinity"), HasSubstr("date value 'infinity' is infinite"));
-  EXPECT_THAT(Refused(kDateOid, "-infinity"), HasSubstr("infinite"));
-  EXPECT_THAT(Refused(kDateOid, "5874897-12-31"), HasSubstr("outside the range"));
-  EXPECT_THAT(Refused(kTimestampOid, "294247-01-10 04:00:54.775808"),
-              HasSubstr("outside the range"));
-  EXPECT_THAT(Refused(kTimestampOid, "infinity"), HasSubstr("timestamp value 'infinity'"));
-  EXPECT_THAT(Refused(kTimestampOid, "2024-05-01 13:45:07 BC"), HasSubstr("(BC)"));
-  EXPECT_THAT(Refused(kTimestampOid, "2024-05-01 13:45:61"), HasSubstr("invalid time of day"));
-  EXPECT_THAT(Refused(kTimestamptzOid, "-infinity"), HasSubstr("timestamptz value '-infinity'"));
-  EXPECT_THAT(Refused(kTimestamptzOid, "0044-03-15 12:00:00+00:53:28 BC"), HasSubstr("(BC)"));
-  EXPECT_THAT(Refused(kTimestamptzOid, "2024-05-01 13:45:07+02:60"),
-              HasSubstr("has an invalid UTC offset"));
+  EXPECT_EQ(Refused(kDateOid, "2023-02-29"), "date value '2023-02-29' is not a valid date");
+  EXPECT_EQ(Refused(kDateOid, "infinity"),
+            "date value 'infinity' is infinite; tally's timestamps are finite");
+  EXPECT_EQ(Refused(kTimestampOid, "2024-05-01 13:45:07 BC"),
+            "timestamp value '2024-05-01 13:45:07 BC' is before the common era (BC); it is not "
+            "supported");
+  EXPECT_EQ(Refused(kTimestampOid, "294247-01-10 04:00:54.775808"),
+            "timestamp value '294247-01-10 04:00:54.775808' is outside the range of tally's "
+            "timestamps");
+  EXPECT_EQ(Refused(kTimestamptzOid, "2024-05-01 13:45:07+02:60"),
+            "timestamptz value '2024-05-01 13:45:07+02:60' has an invalid UTC offset");
+  EXPECT_EQ(Refused(kTimestamptzOid, "01/05/2024 13:45:07.123 UTC"),
+            "timestamptz value '01/05/2024 13:45:07.123 UTC' is not in ISO 8601 format "
+            "(2024-05-01, 2024-05-01T13:45:07.123456+02:00 or 20240501T134507Z)");
 }
 
 TEST(PgTypesTest, RefusesUnreadableTypes) {
@@ -266,7 +254,7 @@ TEST_F(TupleToRowTest, ConvertsInSourceOrder) {
   EXPECT_EQ(row_[1].i, 1);
   EXPECT_EQ(row_[2].i, 4);
   EXPECT_EQ(row_[3].type, Type::kTimestamp);
-  EXPECT_EQ(row_[3].i, Micros(2024, 5, 1, 13, 45, 7));
+  EXPECT_EQ(row_[3].i, MicrosFromCivil(2024, 5, 1, 13, 45, 7));
   EXPECT_EQ(row_[4].s, "hello");
 }
 
