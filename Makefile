@@ -147,13 +147,14 @@ test: build
 	    -j$(TEST_JOBS) --timeout $(TEST_TIMEOUT)
 	$(MAKE) --no-print-directory fuzz-smoke
 
-# A short, bounded fuzzing run of the RESP parser (part of make test): the libFuzzer target
-# needs clang, so it has its own build directory; only the fuzz target is built there.
+# Short, bounded fuzzing runs of the RESP parser and the timestamp reader (part of make test):
+# the libFuzzer targets need clang, so they have their own build directory; only the fuzz
+# targets are built there.
 fuzz-smoke: deps
 	cmake -S . -B $(FUZZ_DIR) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER=clang++ \
 	  -DTALLY_FUZZ=ON -DTALLY_BENCH=OFF >/dev/null
-	cmake --build $(FUZZ_DIR) -j$(JOBS) --target resp_parser_fuzz
-	ctest --test-dir $(FUZZ_DIR) --output-on-failure --no-tests=error -R resp_parser_fuzz_smoke
+	cmake --build $(FUZZ_DIR) -j$(JOBS) --target resp_parser_fuzz timestamp_fuzz
+	ctest --test-dir $(FUZZ_DIR) --output-on-failure --no-tests=error -R '_fuzz_smoke$$'
 
 # The engine_bench target is built only once bench/CMakeLists.txt defines it.
 bench: build

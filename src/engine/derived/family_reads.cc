@@ -7,7 +7,9 @@
 #include <queue>
 #include <vector>
 
+#include "core/calendar.h"
 #include "core/integer.h"
+#include "core/timestamp.h"
 #include "engine/definitions/time_util.h"
 #include "engine/definitions/value.h"
 #include "engine/derived/change_json.h"
@@ -46,42 +48,19 @@ Result<std::vector<defs::Value>> ParseParts(const defs::CompiledCounter& counter
   return values;
 }
 
-// An instant of a range read: Unix seconds (an optional '-' and digits only), or a
-// timestamp as ParseKeyPart reads one (ISO 8601 or the key spelling). Eight digits
-// without a sign are refused: they read as an ISO 8601 basic date ("20240501") as much as
-// Unix seconds (of 1970-1973), and taking them as seconds would silently mean 1970.
+// An instant of a range read (core/timestamp.h), its error naming the parameter.
 Result<int64_t> ParseInstant(std::string_view name, std::string_view text) {
-  const std::string_view digits = text.starts_with('-') ? text.substr(1) : text;
-  if (!digits.empty() && std::ranges::all_of(digits, [](char c) { return c >= '0' && c <= '9'; })) {
-    if (text.size() == 8) {
-      return InvalidArgument(fmt::format(
-          "{} \"{}\" is ambiguous: 8 digits read as a date (YYYYMMDD) or as Unix seconds of "
-          "1970-1973; write the date as {}-{}-{} or {}T000000Z, an instant of 1970-1973 in "
-          "ISO 8601",
-          name, text, text.substr(0, 4), text.substr(4, 2), text.substr(6, 2), text));
-    }
-    int64_t seconds = 0;
-    int64_t micros = 0;
-    const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), seconds);
-    if (error == std::errc() && end == text.data() + text.size() &&
-        !__builtin_mul_overflow(seconds, defs::kMicrosPerSecond, &micros)) {
-      return micros;
-    }
-  } else if (auto value = ParseKeyPart(defs::Type::kTimestamp, text); value && !value->is_null()) {
-    return value->i;
-  }
-  return InvalidArgument(fmt::format(
-      "{} \"{}\" is not an instant: write 2024-05-01T00:00:00Z, 20240501T000000Z or Unix "
-      "seconds",
-      name, text.substr(0, 64)));
+  auto micros = tally::ParseInstant(text);
+  if (!micros) return InvalidArgument(fmt::format("{} {}", name, micros.error().message));
+  return *micros;
 }
 
 // True when FormatTimestamp spells `micros` in the fixed width "YYYYMMDDTHHMMSSZ" (years
 // 0-9999, whole seconds): among such spellings byte order is time order.
 bool FixedWidthTimestamp(int64_t micros) {
-  constexpr int64_t kYear0 = defs::DaysFromCivil(0, 1, 1) * defs::kMicrosPerDay;
-  constexpr int64_t kYear10000 = defs::DaysFromCivil(10000, 1, 1) * defs::kMicrosPerDay;
-  return micros >= kYear0 && micros < kYear10000 && micros % defs::kMicrosPerSecond == 0;
+  constexpr int64_t kYear0 = MicrosFromCivil(0, 1, 1);
+  constexpr int64_t kYear10000 = MicrosFromCivil(10000, 1, 1);
+  return micros >= kYear0 && micros < kYear10000 && micros % kMicrosPerSecond == 0;
 }
 
 }  // namespace
@@ -222,16 +201,15 @@ Result<RangeSum> FamilyReads::Range(Family& family, std::span<const std::string_
   if (!to) return tl::unexpected(to.error());
   if (*from > *to) {
     return InvalidArgument(fmt::format("the range is backwards: from {} is after to {}",
-                                       defs::FormatTimestamp(*from), defs::FormatTimestamp(*to)));
+                                       FormatTimestamp(*from), FormatTimestamp(*to)));
   }
 
   // The group's buckets lie under the prefix of the key columns before the bucket; with
   // fixed-width instants the scan starts at `from` and stops at `to` in byte order.
   const std::string prefix =
       defs::EncodeKey(compiled.name(), std::span(values.data(), bucket->column)) + ":";
-  const std::string low =
-      FixedWidthTimestamp(*from) ? prefix + defs::FormatTimestamp(*from) : prefix;
-  const std::string stop = FixedWidthTimestamp(*to) ? prefix + defs::FormatTimestamp(*to) : "";
+  const std::string low = FixedWidthTimestamp(*from) ? prefix + FormatTimestamp(*from) : prefix;
+  const std::string stop = FixedWidthTimestamp(*to) ? prefix + FormatTimestamp(*to) : "";
   const int64_t now = keyspace_.NowMillis() * 1000;
   std::vector<std::string> keys;
   std::string expected;
@@ -255,10 +233,9 @@ Result<RangeSum> FamilyReads::Range(Family& family, std::span<const std::string_
     if (value == 0) continue;
     const std::optional<int64_t> sum = CheckedAdd(out.sum, value);
     if (!sum) {
-      return MakeError(
-          ErrorCode::kOverflow,
-          fmt::format("the sum of counter {} from {} to {} is out of the int64 range", counter,
-                      defs::FormatTimestamp(*from), defs::FormatTimestamp(*to)));
+      return MakeError(ErrorCode::kOverflow,
+                       fmt::format("the sum of counter {} from {} to {} is out of the int64 range",
+                                   counter, FormatTimestamp(*from), FormatTimestamp(*to)));
     }
     out.sum = *sum;
     ++out.buckets;
