@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "core/constant_time.h"
+#include "core/version.h"
 #include "servers/http/dashboard_assets.h"
 #include "servers/http/json_writer.h"
 #include "servers/http/request_target.h"
@@ -462,10 +463,12 @@ ApiResponse Api::DeleteDefinition(const Call& call) {
   return response;
 }
 
-// {"durability":"sync","counters":N,"source":{figures as INFO's # Source, same names
-// without "source_"}} ("source": null without --source).
+// {"version":"0.1.0","durability":"sync","counters":N,"source":{figures as INFO's # Source,
+// same names without "source_"}} ("source": null without --source).
 ApiResponse Api::GetStatus(const Call& call) {
-  std::string body = R"({"durability":)";
+  std::string body = R"({"version":)";
+  AppendJsonString(Version(), &body);
+  body += R"(,"durability":)";
   body += engine_.durability() == engine::Durability::kSync ? R"("sync")" : R"("async")";
   fmt::format_to(std::back_inserter(body), R"(,"counters":{},"source":)",
                  derived_.Counters().size());
