@@ -11,6 +11,14 @@ SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
 .DEFAULT_GOAL := help
 
+# The client examples (examples/) and the tests of the API's description, the migration
+# script and the package: each language's runtime and its Redis client, a JSON Schema
+# validator, the PostgreSQL driver of the migration script, and what builds the .deb.
+CLIENT_PACKAGES := \
+	ruby ruby-redis php-cli php-redis golang-go default-jdk-headless libjackson2-databind-java \
+	python3-jsonschema python3-psycopg2
+PACKAGING_PACKAGES := debhelper dpkg-dev fakeroot help2man
+
 # Every Debian 12 package the project needs to build, test, benchmark and lint. One list, so
 # that an issue which needs a new package adds it here and nowhere else.
 DEPS_PACKAGES := \
@@ -19,13 +27,17 @@ DEPS_PACKAGES := \
 	libcli11-dev libexpected-dev libgtest-dev libgmock-dev libbenchmark-dev libxxhash-dev \
 	libsimdjson-dev libpq-dev \
 	postgresql-15 redis-server redis-tools python3 python3-redis \
-	util-linux procps nodejs chromium
+	util-linux procps nodejs chromium \
+	$(CLIENT_PACKAGES) $(PACKAGING_PACKAGES)
 
 # The dashboard (dashboard/) is built with node and tested in chromium. npm comes from
 # Debian's `npm` package unless an npm is already on PATH (NodeSource's nodejs bundles one
-# and conflicts with Debian's). Its npm packages, pinned by dashboard/package-lock.json, are
-# installed by `make deps` with `npm ci`, again whenever the lock file changes.
+# and conflicts with Debian's). The npm packages of each folder below, pinned by its
+# package-lock.json, are installed by `make deps` with `npm ci`, again whenever the lock file
+# changes: the dashboard's, the Node.js example's (ioredis) and the tests' (an OpenAPI
+# validator).
 DASHBOARD_DIR := dashboard
+NPM_DIRS := $(DASHBOARD_DIR) examples/node tests/e2e
 
 JOBS          ?= 2
 BUILD_TYPE    ?= Release
@@ -109,12 +121,14 @@ deps:
 	$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=300 update -q; \
 	$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=300 install -y -q \
 	  --no-install-recommends $$missing
-	@lock=$(DASHBOARD_DIR)/package-lock.json; installed=$(DASHBOARD_DIR)/node_modules/.package-lock.json; \
-	if [ -f "$$installed" ] && [ ! "$$lock" -nt "$$installed" ]; then \
-	  echo "deps: $(DASHBOARD_DIR)/node_modules up to date"; exit 0; \
-	fi; \
-	echo "deps: npm ci in $(DASHBOARD_DIR)"; \
-	cd $(DASHBOARD_DIR) && npm ci --no-audit --no-fund
+	@for dir in $(NPM_DIRS); do \
+	  lock=$$dir/package-lock.json; installed=$$dir/node_modules/.package-lock.json; \
+	  if [ -f "$$installed" ] && [ ! "$$lock" -nt "$$installed" ]; then \
+	    echo "deps: $$dir/node_modules up to date"; continue; \
+	  fi; \
+	  echo "deps: npm ci in $$dir"; \
+	  (cd $$dir && npm ci --no-audit --no-fund); \
+	done
 
 configure: deps
 	cmake -S . -B $(BUILD_DIR) -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) $(CMAKE_FLAGS)
