@@ -71,6 +71,11 @@ SOURCE_BENCH_ARGS ?=
 SUBSCRIBERS_BENCH_ARGS ?=
 ENGINE_BENCH_ARGS ?= --benchmark_min_time=1
 
+# make deb: the Debian package (debian/), built by dpkg-buildpackage in a copy of the source
+# tree under DEB_DIR, where the .deb lands. make deb-test installs it on this machine (root),
+# runs tallyd as its systemd unit would, and removes it again (tests/packaging/test_deb.py).
+DEB_DIR ?= $(BUILD_DIR)/deb
+
 # make fuzz
 FUZZ_DIR     ?= build-fuzz
 FUZZ_SECONDS ?= 600
@@ -89,7 +94,7 @@ SUDO := sudo
 endif
 
 .PHONY: help deps configure build run test bench fuzz fuzz-smoke soak check-sanitize check-asan check-tsan \
-	format format-check tidy clean
+	deb deb-test format format-check tidy clean
 
 help:
 	@echo "make deps            install missing Debian packages (apt-get; sudo when not root)"
@@ -100,6 +105,8 @@ help:
 	@echo "make fuzz            libFuzzer on the RESP parser for FUZZ_SECONDS=$(FUZZ_SECONDS)"
 	@echo "make soak            kill -9 soak: tests/e2e/test_crash.py, $(CRASH_KILLS) kills"
 	@echo "make check-sanitize  ASan+UBSan (all tests) and TSan (unit tests) builds and runs"
+	@echo "make deb             the Debian package (tallyd.service, /etc/tally/tally.conf) in $(DEB_DIR)"
+	@echo "make deb-test        deb, then install it here (root), run and restart tallyd, remove it"
 	@echo "make format          clang-format -i on $(FORMAT_DIRS) (format-check: verify only)"
 	@echo "make tidy            clang-tidy over the compilation database"
 	@echo "make clean           remove the build directories"
@@ -184,6 +191,22 @@ bench: build
 	else \
 	  echo "bench: no $(BUILD_DIR)/bin/engine_bench yet, engine benchmarks skipped"; \
 	fi
+
+# The source is copied without build trees, data and the npm folders the package does not
+# need (the dashboard's node_modules stays: the build runs esbuild). debhelper sets HOME to a
+# directory of its own, so ccache is told where its cache is.
+deb: deps
+	rm -rf $(DEB_DIR) && mkdir -p $(DEB_DIR)/tally
+	tar -c --exclude-vcs --exclude='./build*' --exclude=./data --exclude=./fuzz/corpus-run \
+	  --exclude=./examples/node/node_modules --exclude=./tests/e2e/node_modules . \
+	  | tar -x -C $(DEB_DIR)/tally
+	cd $(DEB_DIR)/tally && CCACHE_DIR="$$(ccache -k cache_dir 2>/dev/null || true)" \
+	  dpkg-buildpackage -b -us -uc -j$(JOBS)
+	@ls -l $(DEB_DIR)/*.deb
+
+deb-test: deb
+	cd tests/packaging && TALLY_DEB_DIR=$(abspath $(DEB_DIR)) PYTHONDONTWRITEBYTECODE=1 \
+	  timeout --kill-after=30 600 $(PYTHON) -m unittest -v test_deb
 
 # New corpus entries and crash artifacts go to fuzz/corpus-run (ignored by git); the checked-in
 # seed corpus fuzz/corpus/resp_parser is only read.
