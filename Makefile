@@ -20,7 +20,7 @@ CLIENT_PACKAGES := \
 PACKAGING_PACKAGES := debhelper dpkg-dev fakeroot help2man
 
 # Every Debian 12 package the project needs to build, test, benchmark and lint. One list, so
-# that an issue which needs a new package adds it here and nowhere else.
+# that a change which needs a new package adds it here and nowhere else.
 DEPS_PACKAGES := \
 	build-essential cmake pkg-config ccache clang libclang-rt-14-dev clang-format clang-tidy \
 	librocksdb-dev libboost-dev libboost-system-dev libabsl-dev libfmt-dev libspdlog-dev \

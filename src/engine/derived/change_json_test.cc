@@ -25,7 +25,8 @@ using definitions::Type;
 using definitions::Value;
 namespace posts = definitions::testing;
 
-// posts of the brief, with the counters blog_posts and author_rating reading some columns.
+// The blog posts source (definitions/test_util.h), with the counters blog_posts and
+// author_rating reading some columns.
 const SourceView& PostsView() {
   static const SourceView kView{
       &posts::PostsSchema(),
