@@ -69,6 +69,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/version.h"
 #include "engine/definitions/compiler.h"
 #include "engine/definitions/lexer.h"
 #include "engine/definitions/parser.h"
@@ -1112,6 +1113,7 @@ int Verify(const VerifyOptions& options) {
 int main(int argc, char** argv) {
   CLI::App app{"tally: tools for a running tallyd"};
   app.require_subcommand(1);
+  app.set_version_flag("--version", "tally " + std::string(tally::Version()));
   VerifyOptions options;
   CLI::App* verify = app.add_subcommand(
       "verify",

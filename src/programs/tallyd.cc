@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "core/metrics.h"
+#include "core/version.h"
 #include "engine/derived/derived_counters.h"
 #include "engine/engine.h"
 #include "engine/engine_metrics.h"
@@ -43,6 +44,7 @@ int main(int argc, char** argv) {
       "tallyd: exact, durable counters over the Redis protocol, on an embedded RocksDB "
       "store"};
   app.set_config("--config", "", "Read options from this file (lines of 'name = value')");
+  app.set_version_flag("--version", "tallyd " + std::string(tally::Version()));
   app.get_formatter()->column_width(44);
 
   tally::redis::ServerOptions server;

@@ -21,11 +21,13 @@
 //   GET    /v1/events?key=&prefix=         live values as Server-Sent Events
 //   GET    /v1/subscribe?key=&prefix=      live values over a WebSocket
 //   GET    /, /assets/...                  the web dashboard (dashboard_assets.h)
+//   GET    /openapi.json                   this table as OpenAPI 3.1 (openapi.h)
 //
 // With a password (tallyd --requirepass) every route answers 401 unless the request carries
 // "Authorization: Bearer <password>", but these: /healthz and /readyz (a probe sends no
 // password; they reveal nothing), the dashboard's files (the page asks for the password and
-// sends it with its data calls), and /metrics when ApiMonitoring::public_metrics says so.
+// sends it with its data calls), /openapi.json, and /metrics when
+// ApiMonitoring::public_metrics says so.
 // The subscription routes also take it as ?token=<password>, as a browser's EventSource
 // cannot set headers. Passwords are compared in constant time.
 //
@@ -175,6 +177,8 @@ class Api {
   ApiResponse Subscribe(const Call& call, bool websocket);
   ApiResponse GetPage(const Call& call);   // GET /: the dashboard
   ApiResponse GetAsset(const Call& call);  // GET /assets/...: its scripts and styles
+  // GET /openapi.json: the API's description (openapi.h).
+  ApiResponse GetOpenApi(const Call& call);
 
   engine::Engine& engine_;
   derived::DerivedCounters& derived_;
