@@ -3,16 +3,14 @@
 // (results built by hand with libpq's own functions).
 #include "sources/postgres/pg_client.h"
 
-#include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <libpq-fe.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
 #include <string>
+
+#include "core/test_port.h"
 
 namespace tally::postgres {
 namespace {
@@ -86,31 +84,8 @@ TEST(FormatConnString, IsReadBackTheSame) {
   EXPECT_EQ(*parsed, expected);
 }
 
-// A port on which nothing listens: bound, never listened on, so a connection is refused.
-class RefusingPort {
- public:
-  RefusingPort() {
-    fd_ = socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-    socklen_t len = sizeof(addr);
-    getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len);
-    port_ = ntohs(addr.sin_port);
-  }
-  ~RefusingPort() { close(fd_); }
-  int port() const { return port_; }
-  // Accepts connections into the backlog from now on, and never answers them.
-  void Listen() { listen(fd_, 8); }
-
- private:
-  int fd_ = -1;
-  int port_ = 0;
-};
-
 TEST(Connect, NamesWhomItTriedAndWhy) {
-  RefusingPort nobody;
+  testing::TestPort nobody;  // never listens: refuses
   const ConnParams params = {{"host", "127.0.0.1"},    {"port", std::to_string(nobody.port())},
                              {"dbname", "posts"},      {"user", "bob"},
                              {"password", "secret-5"}, {"sslmode", "disable"}};
@@ -131,8 +106,8 @@ TEST(Connect, NamesWhomItTriedAndWhy) {
 }
 
 TEST(Connect, GivesUpOnAServerThatNeverAnswers) {
-  RefusingPort silent;
-  silent.Listen();
+  testing::TestPort silent;
+  silent.Listen();  // accepts, never answers
   ConnectOptions options;
   options.timeout = std::chrono::milliseconds(200);
   auto conn = Connect({{"host", "127.0.0.1"},
