@@ -13,8 +13,9 @@ CrashTest: writer threads on several connections keep changing posts (one-row an
 transactions, aborted ones) while tallyd is killed with SIGKILL E2E_PG_SOURCE_KILLS times
 (default 10) and PostgreSQL is restarted once; after each restart the writers pause and
 every counter must equal PostgreSQL's GROUP BY exactly (no loss, no double count).
-RefusalTest: a table without REPLICA IDENTITY FULL, a bad connection string and a wrong
-password make tallyd exit non-zero with the exact message; a column a counter reads dropped
+RefusalTest: a table without REPLICA IDENTITY FULL, a missing table, a bad connection string
+and a wrong password make tallyd exit non-zero with the exact message (what waiting cannot
+fix, while PostgreSQL being down is waited for: StartBeforePostgresTest); a column a counter reads dropped
 mid-stream stops the source with a clear error and changes nothing counted.
 
 MultiTableTest: transactions that change two source tables (posts and likes) at once are
@@ -29,6 +30,9 @@ NewTableTest: a counter on a table tally does not follow yet, defined mid-stream
 publication, the counter is backfilled and streamed through a kill -9, and equals GROUP BY.
 HoldTest: COUNTER.HOLD reached on an idle stream (the runner asks for keepalives), counters
 standing still above it, RELEASE, and tallyd stopping while a transaction waits in a hold.
+StartBeforePostgresTest: tallyd started while PostgreSQL is down stays up, serves what it
+stored (and plain counters), reports source_state reconnecting and /readyz 503, then streams
+(backfilling the first time) once PostgreSQL starts, and /readyz is 200.
 StatusTest: INFO's # Source section and GET /v1/status: backfill figures, the applied LSN
 advancing past the database's WAL position, the lag back to 0, the same figures in both.
 
@@ -844,6 +848,89 @@ class HoldTest(PgCase):
 
 
 @tally_only
+class StartBeforePostgresTest(PgCase):
+    """tallyd started while PostgreSQL is down (a host's reboot, a deploy): it stays up,
+    serves what it has stored, reports source_state reconnecting and /readyz 503, and once
+    PostgreSQL is there it backfills (the first time) or resumes, streams, and /readyz is
+    200."""
+
+    def ready(self, h):
+        status, body = h.request("GET", "/readyz")
+        return status, body
+
+    def wait_streaming(self, server, h, context):
+        deadline = time.monotonic() + CATCH_UP
+        while time.monotonic() < deadline and server.alive():
+            if (info_source(server.port)["state"] == "streaming"
+                    and self.ready(h)[0] == 200):
+                return
+            time.sleep(0.1)
+        self.fail("%s: not streaming: %s %s\n%s" % (
+            context, info_source(server.port) if server.alive() else "exited", self.ready(h)
+            if server.alive() else "", server.log_tail()))
+
+    def assert_waiting(self, server, h, context):
+        """tallyd up, its source reconnecting, not ready, after a few attempts."""
+        deadline = time.monotonic() + CATCH_UP
+        info = {}
+        while time.monotonic() < deadline and server.alive():
+            info = info_source(server.port)
+            if int(info["reconnects"]) >= 3:
+                break
+            time.sleep(0.05)
+        self.assertTrue(server.alive(), "%s: tallyd exited\n%s" % (context, server.log_tail()))
+        self.assertEqual((info["state"], info["connected"]), ("reconnecting", "0"), context)
+        self.assertIn("Connection refused", info["error"])
+        status, body = self.ready(h)
+        self.assertEqual(status, 503, context)
+        self.assertEqual(body["reason"],
+                         "the source is reconnecting (details: the log, GET /v1/status)")
+        self.assertEqual(h.request("GET", "/healthz")[0], 200)
+
+    def test_start_before_postgres(self):
+        rng = random.Random(13)
+        self.pg.sql(insert_sql(rng, 400))
+        http_port = free_port()
+        server = self.tallyd("s_early", extra=["--http-port", str(http_port)])
+        h = bm.Http(http_port)
+        self.addCleanup(h.close)
+        # Never connected before: nothing stored, nothing to backfill yet.
+        self.pg.shut_down()
+        try:
+            server.start()
+            bm.wait_http(http_port)
+            self.assert_waiting(server, h, "first start, PostgreSQL down")
+            with RespConn(server.port) as conn:  # tallyd serves meanwhile
+                self.assertEqual(conn.call("INCRBY", "plain", 5), 5)
+        finally:
+            self.pg.start_again()
+        self.wait_streaming(server, h, "PostgreSQL started")
+        self.wait_equal(server, "backfill once PostgreSQL is up")
+        self.pg.sql(insert_sql(rng, 30))
+        self.wait_equal(server, "streamed")
+        counted = tally_counters(server.port)
+        self.assertIn("retrying in", self.log(server))
+        self.assertEqual(server.stop(), 0)
+
+        # Both down, tallyd first again: what it counted is served while it waits.
+        self.pg.shut_down()
+        try:
+            server.start()
+            bm.wait_http(http_port)
+            self.assert_waiting(server, h, "restart, PostgreSQL down")
+            self.assertEqual(tally_counters(server.port), counted)
+            with RespConn(server.port) as conn:
+                self.assertEqual(conn.call("GET", "plain"), "5")
+        finally:
+            self.pg.start_again()
+        self.wait_streaming(server, h, "PostgreSQL back")
+        self.pg.sql(insert_sql(rng, 30) + " UPDATE posts SET blog_id = 2 WHERE id % 4 = 0;")
+        self.wait_equal(server, "streamed after the wait")
+        self.assertEqual(server.stop(), 0)
+        self.pg.sql("SELECT pg_drop_replication_slot('s_early')")
+
+
+@tally_only
 class RefusalTest(PgCase):
     def refused(self, source, expected, slot="s_refuse"):
         s = TallyServer(extra_args=["--source", source, "--source-slot", slot])
@@ -865,6 +952,10 @@ class RefusalTest(PgCase):
                      "table posts does not have REPLICA IDENTITY FULL (tally needs the old row "
                      "of every update and delete); fix it with: ALTER TABLE posts REPLICA "
                      "IDENTITY FULL;")
+
+    def test_missing_table(self):
+        self.pg.sql("DROP TABLE posts")
+        self.refused(self.conninfo(), 'table "posts" does not exist')
 
     def test_bad_connection_string(self):
         self.refused("nonsense",

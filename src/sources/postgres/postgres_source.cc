@@ -1,7 +1,7 @@
 // PostgresSource's life (see postgres_source.h for the contract, source_session.h for the
-// files of the source): Start and what it refuses; the thread's loop of sessions with
-// backoff; one session from the slot's check (and the backfill it may need) to the stream;
-// Stop; the figures.
+// files of the source): Start, what it refuses and what it leaves to the thread to retry;
+// the thread's loop of sessions with backoff; one session from the slot's check (and the
+// backfill it may need) to the stream; Stop; the figures.
 #include "sources/postgres/postgres_source.h"
 
 #include <fmt/core.h>
@@ -66,7 +66,16 @@ Status PostgresSource::Start() {
   derived_.MarkEverySourceStreamed();
   SetState("starting", false);
   std::unique_ptr<Session> session;
-  if (auto s = Connect(&session); !s) return s;
+  if (auto s = Connect(&session); !s) {
+    // What trying again cannot fix is refused now. PostgreSQL not there yet (a host's
+    // reboot, a deploy) is waited for, as a running source waits for it to come back.
+    if (s.error().code != ErrorCode::kUnavailable) return s;
+    session.reset();
+    SetError(s.error().message);
+    SetState("reconnecting", false);
+    spdlog::warn("postgres source: {}; retrying in {} ms (until then tallyd serves what it has)",
+                 s.error().message, options_.backoff_initial.count());
+  }
   thread_ = std::thread([this, s = std::move(session)]() mutable {
     Run(std::move(s));
     std::lock_guard lock(mutex_);
@@ -125,19 +134,30 @@ StatusReport PostgresSource::Report() const {
   return report;
 }
 
+void PostgresSource::Pause(std::chrono::milliseconds* backoff) {
+  std::unique_lock lock(mutex_);
+  ++stats_.reconnects;
+  wake_.wait_for(lock, *backoff, [this] { return stop_; });
+  *backoff = std::min(*backoff * 2, options_.backoff_max);
+}
+
 void PostgresSource::Run(std::unique_ptr<Session> session) {
   auto backoff = options_.backoff_initial;
+  if (session == nullptr) Pause(&backoff);
   while (!stopping()) {
     if (session == nullptr) {
       SetState("reconnecting", false);
       if (auto s = Connect(&session); !s) {
         session.reset();
         SetError(s.error().message);
-        spdlog::warn("postgres source: {}; retrying in {} ms", s.error().message, backoff.count());
-        std::unique_lock lock(mutex_);
-        ++stats_.reconnects;
-        wake_.wait_for(lock, backoff, [this] { return stop_; });
-        backoff = std::min(backoff * 2, options_.backoff_max);
+        if (s.error().code == ErrorCode::kUnavailable) {
+          spdlog::warn("postgres source: {}; retrying in {} ms", s.error().message,
+                       backoff.count());
+        } else {
+          spdlog::error("postgres source: {}; retrying in {} ms, but this needs fixing first",
+                        s.error().message, backoff.count());
+        }
+        Pause(&backoff);
         continue;
       }
     }
@@ -161,12 +181,8 @@ void PostgresSource::Run(std::unique_ptr<Session> session) {
     }
     if (progressed) backoff = options_.backoff_initial;
     spdlog::warn("postgres source: {}; reconnecting in {} ms", message, backoff.count());
-    std::unique_lock lock(mutex_);
-    stats_.connected = false;
-    stats_.state = "reconnecting";
-    ++stats_.reconnects;
-    wake_.wait_for(lock, backoff, [this] { return stop_; });
-    backoff = std::min(backoff * 2, options_.backoff_max);
+    SetState("reconnecting", false);
+    Pause(&backoff);
   }
   SetState("stopped", false);
 }

@@ -8,7 +8,13 @@
 // Life of a source, on its own thread:
 //   1. Start() (the caller's thread): connects, checks the tables (REPLICA IDENTITY FULL,
 //      the source's columns present with fitting types) and ensures the publication.
-//      Anything wrong is returned: tallyd refuses to start.
+//      What trying again cannot fix is returned: tallyd refuses to start (a bad connection
+//      string, failed authentication, a missing role, database or table, a missing
+//      privilege, no REPLICA IDENTITY FULL, a column that does not fit). PostgreSQL not
+//      there yet (the connection refused, no socket, the server starting up or shutting
+//      down, too many connections, a network error or timeout: an error of kind
+//      kUnavailable, see pg_client.h) is not an error: the thread starts in state
+//      `reconnecting` and connects as in 4, so tallyd serves what is stored meanwhile.
 //   2. Backfill, when a table has no stored position (never streamed, or a backfill that did
 //      not finish), or the slot is missing or ahead of tally: the slot is dropped and
 //      created again with an exported snapshot (consistent point C); every source is reset
@@ -30,9 +36,11 @@
 //      counter, those above count. A crash mid-way: the counter's groups are deleted at
 //      start and the backfill is done again.
 //   4. A broken connection or a restarted server: reconnect with backoff (100 ms doubling
-//      to 5 s) and resume from the stored positions. An error in the data (a column a
-//      counter needs dropped or retyped, a value that does not parse, an overflow, an old
-//      row missing) stops this source: nothing more is applied, what was counted stays.
+//      to 5 s) and resume from the stored positions. Every failure to reconnect is retried,
+//      a refusal that needs fixing too (logged as an error): once fixed, the source goes on
+//      without a restart. An error in the data (a column a counter needs dropped or
+//      retyped, a value that does not parse, an overflow, an old row missing) stops this
+//      source: nothing more is applied, what was counted stays.
 //
 // One transaction touching several source tables is applied with one ApplyTransaction:
 // every table's changes (in the order the tables first appear in it) and every table's
@@ -119,7 +127,8 @@ class PostgresSource {
   PostgresSource& operator=(const PostgresSource&) = delete;
 
   // Connects and checks everything that can be refused (see above), then starts the
-  // thread. An error says what is wrong, ready to show the user. REQUIRES: not started.
+  // thread; when PostgreSQL cannot be reached yet, starts the thread reconnecting. An error
+  // says what is wrong, ready to show the user. REQUIRES: not started.
   Status Start();
 
   // Stops the thread promptly (an unfinished backfill starts over next time) after a last
@@ -134,8 +143,14 @@ class PostgresSource {
   struct Session;  // one connection: replication stream, SQL connection, tables
 
   // Connects (replication + SQL), checks the tables and ensures the publication.
+  // kUnavailable when trying again later may succeed.
   Status Connect(std::unique_ptr<Session>* session);
+  // The thread: sessions one after the other, until Stop. A null `session`: Start could not
+  // connect (and said why); the first attempt waits out the first backoff.
   void Run(std::unique_ptr<Session> session);
+  // Waits out `*backoff` (Stop cuts it short), counts a reconnect and doubles `*backoff` up
+  // to backoff_max.
+  void Pause(std::chrono::milliseconds* backoff);
   // One connection's life: backfill when needed, then stream until an error or Stop.
   // *fatal is set when the error must stop the source rather than reconnect.
   Status RunSession(Session& session, bool* fatal);
