@@ -268,12 +268,14 @@ int main(int argc, char** argv) {
   // The source object first (it connects only in Start, below): INFO and GET /v1/status
   // read its figures, so it outlives both servers.
   std::unique_ptr<tally::postgres::PostgresSource> source;
-  tally::StatusReporter source_report;
+  tally::servers::Services services(engine);
+  services.derived = &derived;
+  services.metrics = &metrics;
   if (!pg_source.conninfo.empty()) {
     source = std::make_unique<tally::postgres::PostgresSource>(engine, derived, pg_source);
-    source_report = [s = source.get()] { return s->Report(); };
+    services.source_report = [s = source.get()] { return s->Report(); };
     tally::programs::RegisterSourceMetrics(*source, pg_source.slot, metrics);
-    http.readiness = [s = source.get(), ready_max_lag_ms] {
+    services.readiness = [s = source.get(), ready_max_lag_ms] {
       return tally::programs::SourceReadiness(*s, ready_max_lag_ms);
     };
   }
@@ -284,11 +286,9 @@ int main(int argc, char** argv) {
   tally::engine::SubscriptionHub subscriptions(&engine.keyspace(), subscription_options);
   subscriptions.Attach(engine.committer());
   tally::programs::RegisterSubscriptionMetrics(subscriptions, metrics);
+  services.subscriptions = &subscriptions;
 
-  tally::redis::RedisServer redis(engine, server, &derived);
-  redis.set_source_report(source_report);
-  redis.RegisterMetrics(metrics);
-  redis.set_subscriptions(&subscriptions);
+  tally::redis::RedisServer redis(services, server);
   if (auto status = redis.Start(); !status) {
     spdlog::critical("{}", status.error().message);
     engine.Stop();
@@ -296,11 +296,8 @@ int main(int argc, char** argv) {
   }
   if (http.bind.empty()) http.bind = server.bind;
   http.password = server.requirepass;
-  http.source_report = source_report;
-  http.metrics = &metrics;
   http.public_metrics = public_metrics;
-  http.subscriptions = &subscriptions;
-  tally::http::HttpServer http_server(engine, derived, http);
+  tally::http::HttpServer http_server(services, http);
   if (auto status = http_server.Start(); !status) {
     spdlog::critical("{}", status.error().message);
     redis.Stop();
