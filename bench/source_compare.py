@@ -15,7 +15,8 @@ gets a fresh database. The runs:
   tally       REPLICA IDENTITY FULL, `tallyd --source … --durability sync --definitions` with
               the same 1 and 10 definitions following the database through its slot;
   tally-half  the same, the clients slowed (pg_sleep between statements) to about half the
-              no-counters rate: the issue's latency target is set there.
+              no-counters rate, where the lag goal (p99 under 100 ms) is set:
+              a database that is not running flat out.
 
 For the tally runs: the source's transactions/s (the clients' wall time); tally's apply rate
 (every change of the run, markers included, over the time from the first statement until the
@@ -722,7 +723,7 @@ def report(args, runs, decoding):
         "last client's end until then. Every tally run: every counter equal to PostgreSQL's "
         "GROUP BY at the end. "
         "The half-rate rows pace the clients (pg_sleep after every 10 statements) to about "
-        "half the no-counters rate, where the issue sets its latency target (p99 < 100 ms)."
+        "half the no-counters rate, where the lag goal is set (p99 < 100 ms)."
         % (args.seed, args.changes, args.clients, args.trigger_changes, args.repeats,
            round(args.sample_interval * 1000)),
         "",

@@ -1,7 +1,7 @@
 // The engine's figures as metrics: the commit path (batch sizes and latency histograms, fed
 // by a commit observer; commits, failures, store health), checkpoints, the keyspace
 // (counters resident, expiring, expired, memory, increments applied) and the hottest
-// counters. See the README's "Metrics and health" for the names.
+// counters. The names are listed in docs/dashboard-and-metrics.md ("The metrics").
 #pragma once
 
 #include <functional>

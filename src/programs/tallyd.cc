@@ -8,6 +8,7 @@
 #include <csignal>
 #include <string>
 
+#include "core/version.h"
 #include "programs/byte_size.h"
 #include "programs/node.h"
 
@@ -39,6 +40,7 @@ int main(int argc, char** argv) {
       "tallyd: exact, durable counters over the Redis protocol, on an embedded RocksDB "
       "store"};
   app.set_config("--config", "", "Read options from this file (lines of 'name = value')");
+  app.set_version_flag("--version", "tallyd " + std::string(tally::Version()));
   app.get_formatter()->column_width(44);
 
   tally::programs::NodeOptions node;

@@ -4,7 +4,7 @@
 //
 // Why not write each commit into RocksDB directly: a million increments a second over a
 // million keys turn into a million memtable inserts, flush sorts and compactions a second,
-// which cost a whole core (measured; see the README). Instead the log makes each commit
+// which cost a whole core (measured; see docs/design.md). Instead the log makes each commit
 // durable with one sequential write, and the engine's background checkpoints write each
 // counter changed since the previous checkpoint once — N increments of a key in that
 // interval cost one RocksDB write. Recovery loads the tables and replays the log segments

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <optional>
 
+#include "core/timestamp.h"
 #include "engine/definitions/parser.h"
 
 namespace tally::definitions {
@@ -771,7 +772,9 @@ std::optional<int64_t> CompiledCounter::BucketOfKey(std::string_view key) const 
   if (!time_bucket_) return std::nullopt;
   const std::optional<std::string_view> part = KeyPartText(key, time_bucket_->column);
   if (!part) return std::nullopt;
-  return ParseTimestamp(*part);
+  const Result<int64_t> start = ParseTimestamp(*part);
+  if (!start) return std::nullopt;
+  return *start;
 }
 
 bool CompiledCounter::KeyExpired(std::string_view key, int64_t now_micros) const {

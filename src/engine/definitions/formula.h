@@ -1,5 +1,6 @@
-// The universal formula of the brief: from an object's state before and after a change,
-// the increments that keep a derived counter exact.
+// The universal formula: from an object's state before and after a change, the increments
+// that keep a derived counter exact. One rule in one place, instead of counting scattered
+// over every code path that changes an object (create, edit, publish, delete, move).
 //
 //   inc[key(old)] -= value(old)   if old exists and passes the filter
 //   inc[key(new)] += value(new)   if new exists and passes the filter

@@ -1,4 +1,4 @@
-// Tests of the universal formula on the blog model of the brief: each kind of change by
+// Tests of the universal formula on the blog model (posts, test_util.h): each kind of change by
 // hand, then random changes whose summed increments must equal a recount.
 #include "engine/definitions/formula.h"
 

@@ -32,7 +32,7 @@
 namespace tally::definitions {
 namespace {
 
-// The blog model of the brief, and likes of posts.
+// The blog model's posts (test_util.h), and likes of posts.
 const SourceSchema* TestCatalog(std::string_view name) {
   static const SourceSchema kLikes{"likes",
                                    {{"id", Type::kInt64},

@@ -9,7 +9,8 @@
 
 namespace tally::definitions::testing {
 
-// posts as in the brief. Column indexes are the constants below.
+// posts of the blog model (a blog's posts, by author, published or not, deleted or not, with
+// a rating): the source the definition tests count over. Column indexes are the constants below.
 inline const SourceSchema& PostsSchema() {
   static const SourceSchema kPosts{"posts",
                                    {{"id", Type::kInt64},

@@ -16,14 +16,6 @@ std::optional<int64_t> FloorTo(int64_t micros, int64_t unit) {
   return start;
 }
 
-// The days of `month` (1..12) of `year`.
-int64_t DaysInMonth(int64_t year, int month) {
-  const int64_t first = DaysFromCivil(year, month, 1);
-  const int64_t next =
-      month == 12 ? DaysFromCivil(year + 1, 1, 1) : DaysFromCivil(year, month + 1, 1);
-  return next - first;
-}
-
 // `micros` moved by `months` calendar months (negative: back), the day of the month clamped
 // to the target month's last, the time of day kept: PostgreSQL's timestamp +/- interval
 // 'N months'. nullopt past the int64 range.

@@ -1,6 +1,6 @@
-// Calendar arithmetic on int64 microseconds since the Unix epoch, UTC, in the proleptic
-// Gregorian calendar (as PostgreSQL's timestamp). Days to dates use Howard Hinnant's
-// public-domain algorithms, exact over the whole int64 range of days.
+// The SQL functions of time in counter definitions: date_trunc's buckets and the retention
+// of time-bucketed counters, on int64 microseconds since the Unix epoch, UTC, with the
+// calendar of core/calendar.h.
 #pragma once
 
 #include <cstdint>
@@ -8,50 +8,10 @@
 #include <string>
 #include <string_view>
 
+#include "core/calendar.h"
 #include "core/status.h"
 
 namespace tally::definitions {
-
-inline constexpr int64_t kMicrosPerSecond = 1'000'000;
-inline constexpr int64_t kMicrosPerMinute = 60 * kMicrosPerSecond;
-inline constexpr int64_t kMicrosPerHour = 60 * kMicrosPerMinute;
-inline constexpr int64_t kMicrosPerDay = 24 * kMicrosPerHour;
-
-// a / b rounded toward negative infinity. REQUIRES: b > 0.
-inline constexpr int64_t FloorDiv(int64_t a, int64_t b) {
-  const int64_t q = a / b;
-  return (a % b != 0 && a < 0) ? q - 1 : q;
-}
-
-// A date of the proleptic Gregorian calendar.
-struct CivilDate {
-  int64_t year;
-  int month;  // 1..12
-  int day;    // 1..31
-};
-
-// The date `days` after 1970-01-01.
-inline constexpr CivilDate CivilFromDays(int64_t days) {
-  days += 719468;
-  const int64_t era = (days >= 0 ? days : days - 146096) / 146097;
-  const int64_t doe = days - era * 146097;
-  const int64_t yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
-  const int64_t doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-  const int64_t mp = (5 * doy + 2) / 153;
-  const int day = static_cast<int>(doy - (153 * mp + 2) / 5 + 1);
-  const int month = static_cast<int>(mp < 10 ? mp + 3 : mp - 9);
-  return CivilDate{yoe + era * 400 + (month <= 2 ? 1 : 0), month, day};
-}
-
-// The number of days from 1970-01-01 to `date`.
-inline constexpr int64_t DaysFromCivil(int64_t year, int month, int day) {
-  year -= month <= 2 ? 1 : 0;
-  const int64_t era = (year >= 0 ? year : year - 399) / 400;
-  const int64_t yoe = year - era * 400;
-  const int64_t doy = (153 * (month > 2 ? month - 3 : month + 9) + 2) / 5 + day - 1;
-  const int64_t doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-  return era * 146097 + doe - 719468;
-}
 
 // The units of date_trunc.
 enum class TimeUnit : uint8_t { kMinute, kHour, kDay, kWeek, kMonth };

@@ -42,20 +42,12 @@ struct Value {
 // A source row: one Value per column of the source's schema, in schema order.
 using RowView = std::span<const Value>;
 
-// Writes a timestamp in ISO 8601 basic format, UTC: "20240501T134500Z", with a fraction
-// ".123456" only when the microseconds are not zero. It has no ':' so that a key part
-// needs no escaping. Years outside 0..9999 get a sign and as many digits as needed.
-std::string FormatTimestamp(int64_t micros);
-// The inverse of FormatTimestamp: its exact spelling back to microseconds; nullopt for any
-// other text (it reads keys, not client input).
-std::optional<int64_t> ParseTimestamp(std::string_view text);
-
 // The canonical counter key of one group, which is also its human spelling:
 //
 //   key      := counter_name ( ':' part )*
 //   part     := int64 in decimal ("-12")
 //             | "true" | "false"
-//             | timestamp as FormatTimestamp ("20240501T000000Z")
+//             | timestamp as FormatTimestamp writes it ("20240501T000000Z", core/timestamp.h)
 //             | text with '\' written "\\" and ':' written "\:"
 //             | "\N" for NULL (PostgreSQL's COPY spelling; a text "\N" is written "\\N")
 //

@@ -25,12 +25,11 @@
 
 #include <algorithm>
 #include <charconv>
-#include <cmath>
 #include <cstring>
 #include <limits>
 
+#include "core/timestamp.h"
 #include "core/utf8.h"
-#include "engine/definitions/time_util.h"
 
 namespace tally::derived {
 
@@ -119,145 +118,6 @@ std::string_view Expectation(Type type) {
       break;
   }
   return "null";
-}
-
-// ---- Timestamps ------------------------------------------------------------------------
-
-// The parts of a timestamp as written, before the range checks of ToMicros.
-struct TimestampParts {
-  int64_t year = 0;
-  int64_t month = 0;
-  int64_t day = 0;
-  int64_t hour = 0;
-  int64_t minute = 0;
-  int64_t second = 0;
-  int64_t micros = 0;          // the fraction of the second, rounded to microseconds
-  int64_t offset_seconds = 0;  // east of UTC
-};
-
-// Reads `count` decimal digits at text[*at] into *out and advances; false unless there are
-// that many digits.
-bool ReadDigits(std::string_view text, size_t* at, size_t count, int64_t* out) {
-  if (*at + count > text.size()) return false;
-  int64_t value = 0;
-  for (size_t i = 0; i < count; ++i) {
-    const char c = text[*at + i];
-    if (c < '0' || c > '9') return false;
-    value = value * 10 + (c - '0');
-  }
-  *at += count;
-  *out = value;
-  return true;
-}
-
-// Reads a fraction of a second after its '.', at text[*at]: 1 to 6 digits exactly, more
-// rounded to the microsecond as PostgreSQL rounds them (rint of the fraction times 10^6).
-bool ReadFraction(std::string_view text, size_t* at, int64_t* micros) {
-  const size_t start = *at;
-  size_t end = start;
-  while (end < text.size() && text[end] >= '0' && text[end] <= '9') ++end;
-  const size_t digits = end - start;
-  if (digits == 0 || digits > 18) return false;
-  if (digits <= 6) {
-    int64_t value = 0;
-    ReadDigits(text, at, digits, &value);
-    for (size_t i = digits; i < 6; ++i) value *= 10;
-    *micros = value;
-    return true;
-  }
-  char buffer[24] = "0.";
-  std::memcpy(buffer + 2, text.data() + start, digits);
-  double fraction = 0;
-  std::from_chars(buffer, buffer + 2 + digits, fraction);
-  *micros = static_cast<int64_t>(std::rint(fraction * 1e6));
-  *at = end;
-  return true;
-}
-
-bool IsLeapYear(int64_t year) { return year % 4 == 0 && (year % 100 != 0 || year % 400 == 0); }
-
-int64_t DaysInMonth(int64_t year, int64_t month) {
-  static constexpr int64_t kDays[] = {31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
-  return month == 2 && IsLeapYear(year) ? 29 : kDays[month - 1];
-}
-
-// Microseconds since the Unix epoch, UTC; nullopt when a part is out of its range. As in
-// PostgreSQL, 24:00:00 is the end of the day and a 60th second (a leap second) is the
-// first of the next minute.
-std::optional<int64_t> ToMicros(const TimestampParts& t) {
-  if (t.year < 1 || t.year > 9999 || t.month < 1 || t.month > 12 || t.day < 1 ||
-      t.day > DaysInMonth(t.year, t.month) || t.hour > 24 || t.minute > 59 || t.second > 60 ||
-      (t.hour == 24 && (t.minute != 0 || t.second != 0 || t.micros != 0))) {
-    return std::nullopt;
-  }
-  const int64_t days =
-      definitions::DaysFromCivil(t.year, static_cast<int>(t.month), static_cast<int>(t.day));
-  const int64_t seconds = (t.hour * 60 + t.minute) * 60 + t.second - t.offset_seconds;
-  return days * definitions::kMicrosPerDay + seconds * definitions::kMicrosPerSecond + t.micros;
-}
-
-// "YYYY-MM-DD" or "YYYY-MM-DD[T ]HH:MM[:SS[.fraction]]" with an optional "Z" or
-// ±HH[[:]MM] offset (none = UTC); 't' and 'z' too.
-std::optional<int64_t> ParseIsoTimestamp(std::string_view text) {
-  TimestampParts t;
-  size_t at = 0;
-  auto is = [&](char c) { return at < text.size() && text[at] == c; };
-  if (!ReadDigits(text, &at, 4, &t.year) || !is('-')) return std::nullopt;
-  ++at;
-  if (!ReadDigits(text, &at, 2, &t.month) || !is('-')) return std::nullopt;
-  ++at;
-  if (!ReadDigits(text, &at, 2, &t.day)) return std::nullopt;
-  if (at == text.size()) return ToMicros(t);
-  if (!is('T') && !is('t') && !is(' ')) return std::nullopt;
-  ++at;
-  if (!ReadDigits(text, &at, 2, &t.hour) || !is(':')) return std::nullopt;
-  ++at;
-  if (!ReadDigits(text, &at, 2, &t.minute)) return std::nullopt;
-  if (is(':')) {
-    ++at;
-    if (!ReadDigits(text, &at, 2, &t.second)) return std::nullopt;
-    if (is('.')) {
-      ++at;
-      if (!ReadFraction(text, &at, &t.micros)) return std::nullopt;
-    }
-  }
-  if (is('Z') || is('z')) {
-    ++at;
-  } else if (is('+') || is('-')) {
-    const int64_t sign = text[at] == '-' ? -1 : 1;
-    ++at;
-    int64_t hours = 0;
-    int64_t minutes = 0;
-    if (!ReadDigits(text, &at, 2, &hours)) return std::nullopt;
-    if (is(':')) {
-      ++at;
-      if (!ReadDigits(text, &at, 2, &minutes)) return std::nullopt;
-    } else if (at < text.size() && !ReadDigits(text, &at, 2, &minutes)) {
-      return std::nullopt;
-    }
-    if (hours > 15 || minutes > 59) return std::nullopt;
-    t.offset_seconds = sign * (hours * 3600 + minutes * 60);
-  }
-  if (at != text.size()) return std::nullopt;
-  return ToMicros(t);
-}
-
-// The key spelling of FormatTimestamp: "YYYYMMDDTHHMMSS[.fraction]Z".
-std::optional<int64_t> ParseKeyTimestamp(std::string_view text) {
-  TimestampParts t;
-  size_t at = 0;
-  if (!ReadDigits(text, &at, 4, &t.year) || !ReadDigits(text, &at, 2, &t.month) ||
-      !ReadDigits(text, &at, 2, &t.day) || at >= text.size() || text[at++] != 'T' ||
-      !ReadDigits(text, &at, 2, &t.hour) || !ReadDigits(text, &at, 2, &t.minute) ||
-      !ReadDigits(text, &at, 2, &t.second)) {
-    return std::nullopt;
-  }
-  if (at < text.size() && text[at] == '.') {
-    ++at;
-    if (!ReadFraction(text, &at, &t.micros)) return std::nullopt;
-  }
-  if (at + 1 != text.size() || text[at] != 'Z') return std::nullopt;
-  return ToMicros(t);
 }
 
 // ---- Where invalid JSON is -------------------------------------------------------------
@@ -858,7 +718,7 @@ Status ChangeDecoder::Impl::DecodeCell(dom::element value,
     case Type::kTimestamp: {
       if (kind != dom::element_type::STRING) return refuse(JsonKind(kind));
       const std::string_view text = value.get_string().value_unsafe();
-      const std::optional<int64_t> micros = ParseIsoTimestamp(text);
+      const Result<int64_t> micros = ParseTimestamp(text);
       if (!micros) return refuse(Quoted(text));
       *cell = Value::Timestamp(*micros);
       return OkStatus();
@@ -898,8 +758,7 @@ Result<Value> ParseKeyPart(Type type, std::string_view text) {
     case Type::kText:
       return Value::Text(text);
     case Type::kTimestamp: {
-      std::optional<int64_t> micros = ParseKeyTimestamp(text);
-      if (!micros) micros = ParseIsoTimestamp(text);
+      const Result<int64_t> micros = ParseTimestamp(text);
       if (!micros) {
         return InvalidArgument(fmt::format(
             "{} is not a timestamp (2024-05-01T13:45:00Z or 20240501T134500Z)", Quoted(text)));

@@ -13,11 +13,9 @@
 // objects separated by white space, usually one per line; blank lines are fine).
 //
 // Cell types: int64 ← a JSON integer in the int64 range (1.0 and 1e3 are refused);
-// bool ← true/false; text ← a string; timestamp ← a string "YYYY-MM-DD" or
-// "YYYY-MM-DD[T ]HH:MM[:SS[.fraction]]" with an optional "Z" or ±HH[[:]MM] offset (none =
-// UTC), years 0001 to 9999, a fraction of more than 6 digits rounded to the microsecond
-// as PostgreSQL rounds it, and PostgreSQL's 24:00:00 and leap second :60; any type ← null.
-// Anything else is refused.
+// bool ← true/false; text ← a string; timestamp ← a string as ParseTimestamp reads it
+// (core/timestamp.h: "2024-05-01", "2024-05-01T13:45:07.5+02:00", "20240501T134507Z"; no
+// offset = UTC); any type ← null. Anything else is refused.
 #pragma once
 
 #include <functional>
@@ -83,7 +81,7 @@ class ChangeDecoder {
 
 // Parses one part of a counter key as a client spells it in a read (a path segment, a
 // Redis argument) into a value of `type`: an int64 in decimal, true/false, a timestamp as
-// above or as the key spelling "20240501T000000Z" (with ".ffffff" when not whole seconds),
+// ParseTimestamp reads it (the key spelling "20240501T000000Z" or ISO 8601 as above),
 // text verbatim (the Value views `text`); "\N" is NULL for every type, so a text "\N"
 // cannot be read this way. Errors (kInvalidArgument): `"abc" is not an int64`,
 // `"99999999999999999999" is out of the int64 range`, `"yes" is not a bool (true or

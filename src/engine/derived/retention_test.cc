@@ -7,7 +7,9 @@
 #include <map>
 #include <random>
 
-#include "engine/definitions/time_util.h"
+#include "core/calendar.h"
+#include "core/timestamp.h"
+#include "core/timestamp_test_cases.h"
 #include "engine/derived/derived_test_util.h"
 
 namespace tally::derived {
@@ -19,16 +21,10 @@ constexpr std::string_view kLikes = R"sql(
   CREATE SOURCE likes (id bigint, post_id bigint, weight bigint, created_at timestamp);
 )sql";
 
-// Micros of a UTC date and time.
-int64_t At(int64_t year, int month, int day, int hour = 0, int minute = 0) {
-  return defs::DaysFromCivil(year, month, day) * defs::kMicrosPerDay + hour * defs::kMicrosPerHour +
-         minute * defs::kMicrosPerMinute;
-}
-
 // "2024-05-01T10:00:00Z" from the key spelling "20240501T100000Z" (whole seconds, years
 // 0-9999).
 std::string Iso(int64_t micros) {
-  const std::string basic = defs::FormatTimestamp(micros);
+  const std::string basic = FormatTimestamp(micros);
   return basic.substr(0, 4) + "-" + basic.substr(4, 2) + "-" + basic.substr(6, 2) + "T" +
          basic.substr(9, 2) + ":" + basic.substr(11, 2) + ":" + basic.substr(13, 2) + "Z";
 }
@@ -56,7 +52,9 @@ constexpr DerivedOptions kNoSweeper{.retention_sweep_interval_ms = 0};
 
 class RetentionTest : public DerivedStoreTest {
  protected:
-  RetentionTest() : DerivedStoreTest("tally_retention_test_", At(2024, 5, 10) / 1000, kNoSweeper) {}
+  RetentionTest()
+      : DerivedStoreTest("tally_retention_test_", MicrosFromCivil(2024, 5, 10) / 1000, kNoSweeper) {
+  }
 
   void SetNow(int64_t micros) { clock_.Set(micros / 1000); }
 
@@ -105,18 +103,18 @@ constexpr std::string_view kPerDay = R"sql(
 TEST_F(RetentionTest, ABucketExpiresExactlyWhenItsEndIsRetentionOld) {
   Define(kLikes);
   Define(kPerDay);
-  Apply({{std::nullopt, Like{1, 7, 1, At(2024, 5, 1, 10)}},
-         {std::nullopt, Like{2, 7, 1, At(2024, 5, 1, 23, 59)}},
-         {std::nullopt, Like{3, 7, 1, At(2024, 5, 2)}}});
+  Apply({{std::nullopt, Like{1, 7, 1, MicrosFromCivil(2024, 5, 1, 10)}},
+         {std::nullopt, Like{2, 7, 1, MicrosFromCivil(2024, 5, 1, 23, 59)}},
+         {std::nullopt, Like{3, 7, 1, MicrosFromCivil(2024, 5, 2)}}});
   const std::string may1 = "likes_per_day:7:20240501T000000Z";
   const std::string may2 = "likes_per_day:7:20240502T000000Z";
 
-  SetNow(At(2024, 5, 22) - 1000);  // one millisecond before
+  SetNow(MicrosFromCivil(2024, 5, 22) - 1000);  // one millisecond before
   EXPECT_EQ(derived_->SweepRetention(100), 0u);
   EXPECT_EQ(Value(may1), 2);
   EXPECT_EQ(Range("likes_per_day", {"7"}, "2024-05-01T00:00:00Z", "2024-05-03T00:00:00Z"), 3);
 
-  SetNow(At(2024, 5, 22));
+  SetNow(MicrosFromCivil(2024, 5, 22));
   // A range read counts it as gone at once; the sweep removes it.
   EXPECT_EQ(Range("likes_per_day", {"7"}, "2024-05-01T00:00:00Z", "2024-05-03T00:00:00Z"), 1);
   EXPECT_EQ(derived_->SweepRetention(100), 1u);
@@ -124,11 +122,11 @@ TEST_F(RetentionTest, ABucketExpiresExactlyWhenItsEndIsRetentionOld) {
   EXPECT_EQ((Groups("likes_per_day")), (std::map<std::string, int64_t>{{may2, 1}}));
   EXPECT_EQ(derived_->Counters()[0].groups, 1u);
 
-  SetNow(At(2024, 5, 23));
+  SetNow(MicrosFromCivil(2024, 5, 23));
   EXPECT_EQ(derived_->SweepRetention(100), 1u);
   EXPECT_TRUE(Groups("likes_per_day").empty());
   // Durable: a restart (at an earlier time even) does not bring them back.
-  SetNow(At(2024, 5, 10));
+  SetNow(MicrosFromCivil(2024, 5, 10));
   Restart();
   EXPECT_TRUE(Groups("likes_per_day").empty());
   EXPECT_EQ(Value(may2), 0);
@@ -139,11 +137,11 @@ TEST_F(RetentionTest, MonthBucketsAndMonthRetentionFollowTheCalendar) {
   Define(kLikes);
   Define(R"sql(CREATE COUNTER monthly AS SELECT date_trunc('month', created_at) AS m, count(*)
                FROM likes GROUP BY m WITH (retention = '1 month'))sql");
-  SetNow(At(2024, 3, 15));
-  Apply({{std::nullopt, Like{1, 7, 1, At(2024, 2, 29, 23)}}});
-  SetNow(At(2024, 4, 1) - 1000);
+  SetNow(MicrosFromCivil(2024, 3, 15));
+  Apply({{std::nullopt, Like{1, 7, 1, MicrosFromCivil(2024, 2, 29, 23)}}});
+  SetNow(MicrosFromCivil(2024, 4, 1) - 1000);
   EXPECT_EQ(derived_->SweepRetention(100), 0u);
-  SetNow(At(2024, 4, 1));
+  SetNow(MicrosFromCivil(2024, 4, 1));
   EXPECT_EQ(derived_->SweepRetention(100), 1u);
   EXPECT_EQ(Value("monthly:20240201T000000Z"), 0);
 }
@@ -154,14 +152,14 @@ TEST_F(RetentionTest, MonthBucketsAndMonthRetentionFollowTheCalendar) {
 TEST_F(RetentionTest, ALateChangeToAnExpiredBucketIsSkipped) {
   Define(kLikes);
   Define(kPerDay);
-  const Like old_like{1, 7, 1, At(2024, 5, 1, 10)};
-  const Like other{2, 7, 1, At(2024, 5, 1, 11)};
+  const Like old_like{1, 7, 1, MicrosFromCivil(2024, 5, 1, 10)};
+  const Like other{2, 7, 1, MicrosFromCivil(2024, 5, 1, 11)};
   Apply({{std::nullopt, old_like}, {std::nullopt, other}});
   const std::string may1 = "likes_per_day:7:20240501T000000Z";
   const std::string may25 = "likes_per_day:7:20240525T000000Z";
 
   // Expired, not swept yet: a DELETE of one of its rows leaves the bucket as it was.
-  SetNow(At(2024, 5, 26));
+  SetNow(MicrosFromCivil(2024, 5, 26));
   PushOutcome deleted = Apply({{other, std::nullopt}});
   EXPECT_EQ(deleted.expired, 1u);
   EXPECT_EQ(deleted.increments, 0u);
@@ -170,17 +168,17 @@ TEST_F(RetentionTest, ALateChangeToAnExpiredBucketIsSkipped) {
 
   // Swept: an UPDATE moving a row out of it counts only on the live side.
   Like moved = old_like;
-  moved.created = At(2024, 5, 25, 9);
+  moved.created = MicrosFromCivil(2024, 5, 25, 9);
   PushOutcome updated = Apply({{old_like, moved}});
   EXPECT_EQ(updated.expired, 1u);
   EXPECT_EQ(Value(may1), 0);
   EXPECT_EQ(Value(may25), 1);
   // An insert dated in an expired bucket (a row backdated by the app) is skipped too.
-  EXPECT_EQ(Apply({{std::nullopt, Like{3, 7, 1, At(2024, 5, 2)}}}).expired, 1u);
+  EXPECT_EQ(Apply({{std::nullopt, Like{3, 7, 1, MicrosFromCivil(2024, 5, 2)}}}).expired, 1u);
 
   // The same through a pushed change.
   const std::string update = R"({"source":"likes","old":)" + Json(moved) +
-                             ",\"new\":" + Json(Like{1, 7, 1, At(2024, 4, 30)}) + "}";
+                             ",\"new\":" + Json(Like{1, 7, 1, MicrosFromCivil(2024, 4, 30)}) + "}";
   auto pushed = derived_->Push(update, "", decoder_);
   ASSERT_TRUE(pushed) << pushed.error().message;
   engine_->committer().WaitDurable(pushed->required_epoch);
@@ -194,17 +192,17 @@ TEST_F(RetentionTest, ALateChangeToAnExpiredBucketIsSkipped) {
 TEST_F(RetentionTest, ARestartRemovesWhatExpiredMeanwhile) {
   Define(kLikes);
   Define(kPerDay);
-  Apply({{std::nullopt, Like{1, 7, 1, At(2024, 5, 1)}},
-         {std::nullopt, Like{2, 8, 1, At(2024, 5, 5)}},
-         {std::nullopt, Like{3, 8, 1, At(2024, 5, 9)}}});
+  Apply({{std::nullopt, Like{1, 7, 1, MicrosFromCivil(2024, 5, 1)}},
+         {std::nullopt, Like{2, 8, 1, MicrosFromCivil(2024, 5, 5)}},
+         {std::nullopt, Like{3, 8, 1, MicrosFromCivil(2024, 5, 9)}}});
   ASSERT_EQ(Groups("likes_per_day").size(), 3u);
-  SetNow(At(2024, 5, 26));  // May 1 and May 5 are past, May 9 is not
+  SetNow(MicrosFromCivil(2024, 5, 26));  // May 1 and May 5 are past, May 9 is not
   Restart();
   EXPECT_EQ((Groups("likes_per_day")),
             (std::map<std::string, int64_t>{{"likes_per_day:8:20240509T000000Z", 1}}));
   Restart();  // the removal was durable
   EXPECT_EQ(Groups("likes_per_day").size(), 1u);
-  SetNow(At(2024, 5, 30));
+  SetNow(MicrosFromCivil(2024, 5, 30));
   EXPECT_EQ(derived_->SweepRetention(100), 1u);
   EXPECT_TRUE(Groups("likes_per_day").empty());
 }
@@ -214,10 +212,10 @@ TEST_F(RetentionTest, ASweepRemovesAtMostItsBudgetOldestFirst) {
   Define(kPerDay);
   std::vector<std::pair<std::optional<Like>, std::optional<Like>>> inserts;
   for (int day = 1; day <= 9; ++day) {
-    inserts.push_back({std::nullopt, Like{day, 7, 1, At(2024, 5, day)}});
+    inserts.push_back({std::nullopt, Like{day, 7, 1, MicrosFromCivil(2024, 5, day)}});
   }
   Apply(inserts);
-  SetNow(At(2024, 6, 30));  // all nine expired
+  SetNow(MicrosFromCivil(2024, 6, 30));  // all nine expired
   EXPECT_EQ(derived_->SweepRetention(4), 4u);
   auto left = Groups("likes_per_day");
   ASSERT_EQ(left.size(), 5u);
@@ -239,10 +237,10 @@ TEST_F(RetentionTest, SweepsTakeTheCountersInTurn) {
                AS day, count(*) FROM likes GROUP BY post_id, day WITH (retention = '20 days'))sql");
   std::vector<std::pair<std::optional<Like>, std::optional<Like>>> inserts;
   for (int day = 1; day <= 9; ++day) {
-    inserts.push_back({std::nullopt, Like{day, 7, 1, At(2024, 5, day)}});
+    inserts.push_back({std::nullopt, Like{day, 7, 1, MicrosFromCivil(2024, 5, day)}});
   }
   Apply(inserts);
-  SetNow(At(2024, 6, 30));  // all nine expired in each of the three
+  SetNow(MicrosFromCivil(2024, 6, 30));  // all nine expired in each of the three
   const auto left = [&] {
     return std::vector<size_t>{Groups("likes_per_day").size(), Groups("likes_per_day_b").size(),
                                Groups("likes_per_day_c").size()};
@@ -276,8 +274,8 @@ TEST_F(RetentionTest, RangeReadsNeedOneTimeBucketAndCheckTheirArguments) {
     CREATE COUNTER weight AS SELECT date_trunc('day', created_at) AS day, sum(weight)
       FROM likes GROUP BY day;
   )sql");
-  Apply({{std::nullopt, Like{1, 7, 5'000'000'000'000'000'000, At(2020, 1, 1)}},
-         {std::nullopt, Like{2, 7, 5'000'000'000'000'000'000, At(2020, 1, 2)}}});
+  Apply({{std::nullopt, Like{1, 7, 5'000'000'000'000'000'000, MicrosFromCivil(2020, 1, 1)}},
+         {std::nullopt, Like{2, 7, 5'000'000'000'000'000'000, MicrosFromCivil(2020, 1, 2)}}});
   EXPECT_EQ(derived_->SweepRetention(100), 0u);
   // Every spelling of an instant: ISO 8601 (offsets too), the key spelling, Unix seconds.
   EXPECT_EQ(Range("per_day", {"7"}, "2020-01-01T00:00:00Z", "2020-01-02T00:00:00Z"), 1);
@@ -336,6 +334,28 @@ TEST_F(RetentionTest, RangeReadsNeedOneTimeBucketAndCheckTheirArguments) {
   EXPECT_EQ(Range("weight", {}, "2020-01-02", "2020-01-03"), 5'000'000'000'000'000'000);
 }
 
+// Every spelling of the shared table as the start of a range read. The instant read shows
+// in the message of a backwards range: from it to the earliest instant of Unix seconds.
+TEST_F(RetentionTest, RangeInstantsReadTheTable) {
+  Define(kLikes);
+  Define(R"sql(
+    CREATE COUNTER per_day AS SELECT post_id, date_trunc('day', created_at) AS day, count(*)
+      FROM likes GROUP BY post_id, day;
+  )sql");
+  const std::string_view earliest = "-9223372036854";
+  const std::string backwards = "the range is backwards: from ";
+  const std::string to = " is after to " + FormatTimestamp(-9223372036854 * 1'000'000);
+  for (const timestamp_cases::Case& c : timestamp_cases::kCases) {
+    auto range = Range("per_day", {"7"}, c.text, earliest);
+    ASSERT_FALSE(range) << c.text;
+    if ((c.readers & timestamp_cases::kInstant) != 0) {
+      EXPECT_EQ(range.error().message, backwards + std::string(c.instant) + to) << c.text;
+    } else {
+      EXPECT_TRUE(range.error().message.starts_with("from \"")) << range.error().message;
+    }
+  }
+}
+
 // Random likes, inserted, updated and deleted over a month of clock time, in two counters
 // (bucket last, bucket first): every range sum equals a recount of the rows in the model,
 // buckets past retention excluded; sweeping then changes no range sum.
@@ -349,12 +369,12 @@ TEST_F(RetentionTest, RangeSumsEqualARecount) {
   )sql");
   // The clock moves while rows change, so some changes meet expired buckets and are
   // skipped; a live bucket never met one, so the recount of the rows is exact for it.
-  int64_t now = At(2024, 5, 1);
+  int64_t now = MicrosFromCivil(2024, 5, 1);
   std::mt19937_64 rng(2024);
   auto pick = [&](int64_t n) { return static_cast<int64_t>(rng() % static_cast<uint64_t>(n)); };
-  const int64_t first = At(2024, 5, 1);
+  const int64_t first = MicrosFromCivil(2024, 5, 1);
   auto random_like = [&](int64_t id) {
-    return Like{id, 1 + pick(4), pick(100) - 20, first + pick(32 * defs::kMicrosPerDay)};
+    return Like{id, 1 + pick(4), pick(100) - 20, first + pick(32 * kMicrosPerDay)};
   };
   std::map<int64_t, Like> rows;
   size_t skipped = 0;
@@ -375,7 +395,7 @@ TEST_F(RetentionTest, RangeSumsEqualARecount) {
       }
     }
     skipped += Apply(txn).expired;
-    now += 18 * defs::kMicrosPerHour + 45 * defs::kMicrosPerMinute;
+    now += 18 * kMicrosPerHour + 45 * kMicrosPerMinute;
     SetNow(now);
   }
 
@@ -399,17 +419,17 @@ TEST_F(RetentionTest, RangeSumsEqualARecount) {
     for (int i = 0; i < 400; ++i) {
       const bool per_day = i % 2 == 0;
       const int64_t post = 1 + pick(5);
-      int64_t from = first - defs::kMicrosPerDay + pick(36 * defs::kMicrosPerDay);
-      int64_t to = from + pick(15 * defs::kMicrosPerDay);
+      int64_t from = first - kMicrosPerDay + pick(36 * kMicrosPerDay);
+      int64_t to = from + pick(15 * kMicrosPerDay);
       if (i % 3 == 0) {  // on bucket boundaries
         from = *defs::TruncateTimestamp(defs::TimeUnit::kHour, from);
         to = *defs::TruncateTimestamp(defs::TimeUnit::kHour, to);
       }
       const std::string post_text = std::to_string(post);
-      const std::string from_text = Iso(from / defs::kMicrosPerSecond * defs::kMicrosPerSecond);
-      const std::string to_text = std::to_string(to / defs::kMicrosPerSecond);
-      from = from / defs::kMicrosPerSecond * defs::kMicrosPerSecond;
-      to = to / defs::kMicrosPerSecond * defs::kMicrosPerSecond;
+      const std::string from_text = Iso(from / kMicrosPerSecond * kMicrosPerSecond);
+      const std::string to_text = std::to_string(to / kMicrosPerSecond);
+      from = from / kMicrosPerSecond * kMicrosPerSecond;
+      to = to / kMicrosPerSecond * kMicrosPerSecond;
       const std::string_view parts[] = {post_text};
       auto range =
           derived_->Range(per_day ? "per_day" : "weight_per_hour", parts, from_text, to_text);

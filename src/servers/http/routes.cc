@@ -13,8 +13,10 @@
 #include <vector>
 
 #include "core/constant_time.h"
+#include "core/version.h"
 #include "servers/http/dashboard_assets.h"
 #include "servers/http/json_writer.h"
+#include "servers/http/openapi.h"
 #include "servers/http/request_target.h"
 #include "servers/http/router.h"
 
@@ -70,6 +72,7 @@ const Api::Route Api::kRoutes[] = {
     {{"GET", "/v1/subscribe", "key* prefix* token"}, &Api::GetSubscribe},
     {{"GET", "/", ""}, &Api::GetPage},
     {{"GET", "/assets/*", ""}, &Api::GetAsset},
+    {{"GET", "/openapi.json", ""}, &Api::GetOpenApi},
 };
 
 const Router& Api::TheRouter() {
@@ -215,9 +218,10 @@ ApiResponse Api::Dispatch(const ApiRequest& request, int* route) {
   *route = static_cast<int>(match.route);
   // With a password, every route needs it but these: the probes (an orchestrator sends
   // none), the dashboard's files (the page asks for the password, then sends it with its
-  // data calls), and /metrics when told so (tallyd --public-metrics).
+  // data calls), the API's description, and /metrics when told so (tallyd --public-metrics).
   const bool open = handler == &Api::GetHealth || handler == &Api::GetReady ||
                     handler == &Api::GetPage || handler == &Api::GetAsset ||
+                    handler == &Api::GetOpenApi ||
                     (handler == &Api::GetMetrics && options_.public_metrics);
   // The subscription routes also take it as ?token=: a browser's EventSource cannot set
   // headers. Both checks compare in constant time (core/constant_time.h).
@@ -461,10 +465,12 @@ ApiResponse Api::DeleteDefinition(const Call& call) {
   return response;
 }
 
-// {"durability":"sync","counters":N,"source":{figures as INFO's # Source, same names
-// without "source_"}} ("source": null without --source).
+// {"version":"0.1.0","durability":"sync","counters":N,"source":{figures as INFO's # Source,
+// same names without "source_"}} ("source": null without --source).
 ApiResponse Api::GetStatus(const Call& call) {
-  std::string body = R"({"durability":)";
+  std::string body = R"({"version":)";
+  AppendJsonString(Version(), &body);
+  body += R"(,"durability":)";
   body += engine_.durability() == engine::Durability::kSync ? R"("sync")" : R"("async")";
   fmt::format_to(std::back_inserter(body), R"(,"counters":{},"source":)",
                  derived_.Counters().size());
@@ -606,6 +612,8 @@ ApiResponse Api::GetAsset(const Call& call) {
   for (const std::string& segment : call.params) path += "/" + segment;
   return Serve(FindDashboardAsset(path), call.request.if_none_match);
 }
+
+ApiResponse Api::GetOpenApi(const Call& call) { return Ok(std::string(OpenApiDocument())); }
 
 // ---- tally_http_requests_total -------------------------------------------------------
 

@@ -21,13 +21,15 @@
 //   GET    /v1/events?key=&prefix=         live values as Server-Sent Events
 //   GET    /v1/subscribe?key=&prefix=      live values over a WebSocket
 //   GET    /, /assets/...                  the web dashboard (dashboard_assets.h)
+//   GET    /openapi.json                   this table as OpenAPI 3.1 (openapi.h)
 //
-// With a password (ApiOptions::password, tallyd's --requirepass) every route answers 401 unless the
-// request carries "Authorization: Bearer <password>", but these: /healthz and /readyz (a probe
-// sends no password; they reveal nothing), the dashboard's files (the page asks for the password
-// and sends it with its data calls), and /metrics when ApiOptions::public_metrics says so. The
-// subscription routes also take it as ?token=<password>, as a browser's EventSource cannot set
-// headers. Passwords are compared in constant time.
+// With a password (ApiOptions::password, tallyd's --requirepass) every route answers 401 unless
+// the request carries "Authorization: Bearer <password>", but these: /healthz and /readyz (a
+// probe sends no password; they reveal nothing), the dashboard's files (the page asks for the
+// password and sends it with its data calls), /openapi.json, and /metrics when
+// ApiOptions::public_metrics says so. The subscription routes also take it as
+// ?token=<password>, as a browser's EventSource cannot set headers. Passwords are compared in
+// constant time.
 //
 // Every API response body is JSON; an error is {"error": "..."} with a status from its kind.
 #pragma once
@@ -171,6 +173,8 @@ class Api {
   ApiResponse Subscribe(const Call& call, bool websocket);
   ApiResponse GetPage(const Call& call);   // GET /: the dashboard
   ApiResponse GetAsset(const Call& call);  // GET /assets/...: its scripts and styles
+  // GET /openapi.json: the API's description (openapi.h).
+  ApiResponse GetOpenApi(const Call& call);
 
   const servers::Services services_;
   engine::Engine& engine_;

@@ -10,6 +10,7 @@
 #include <string>
 #include <string_view>
 
+#include "core/version.h"
 #include "engine/derived/derived_test_util.h"
 
 namespace tally::http {
@@ -220,7 +221,9 @@ TEST_F(ApiTest, StatusHealthAndReadiness) {
   Define();
   ApiResponse response = Call("GET", "/v1/status");
   EXPECT_EQ(response.status, 200);
-  EXPECT_EQ(response.body, R"({"durability":"sync","counters":1,"source":null})");
+  EXPECT_EQ(response.body, fmt::format(R"({{"version":"{}","durability":"sync","counters":1,)"
+                                       R"("source":null}})",
+                                       Version()));
   EXPECT_EQ(Call("GET", "/healthz").body, R"({"status":"ok"})");
   response = Call("GET", "/readyz");
   EXPECT_EQ(response.status, 200);
@@ -233,8 +236,9 @@ TEST_F(ApiTest, StatusHealthAndReadiness) {
   services.readiness = [] { return MakeError(ErrorCode::kUnavailable, "the source is starting"); };
   Serve(std::move(services));
   response = Call("GET", "/v1/status");
-  EXPECT_EQ(response.body,
-            R"({"durability":"sync","counters":1,"source":{"state":"streaming","lag_bytes":12}})");
+  EXPECT_EQ(response.body, fmt::format(R"({{"version":"{}","durability":"sync","counters":1,)"
+                                       R"("source":{{"state":"streaming","lag_bytes":12}}}})",
+                                       Version()));
   response = Call("GET", "/readyz");
   EXPECT_EQ(response.status, 503);
   EXPECT_EQ(response.body, R"({"status":"not ready","reason":"the source is starting"})");
@@ -289,10 +293,11 @@ TEST_F(ApiTest, WithAPasswordRequestsNeedTheBearerToken) {
   EXPECT_EQ(Call("GET", "/v1/value/blog_posts/7/3", {}, "Bearer pw").body,
             R"({"key":"blog_posts:7:3","value":0})");
 
-  // Open without it: the probes, the dashboard's files.
+  // Open without it: the probes, the dashboard's files, the API's description.
   EXPECT_EQ(Call("GET", "/healthz").status, 200);
   EXPECT_EQ(Call("GET", "/readyz").status, 200);
   EXPECT_EQ(Call("GET", "/").status, 200);
+  EXPECT_EQ(Call("GET", "/openapi.json").status, 200);
   // Subscriptions also take it as ?token=.
   EXPECT_EQ(Call("GET", "/v1/events?key=a").status, 401);
   EXPECT_EQ(Call("GET", "/v1/events?key=a&token=nope").status, 401);

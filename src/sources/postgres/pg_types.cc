@@ -3,9 +3,8 @@
 #include <fmt/format.h>
 
 #include <charconv>
-#include <limits>
 
-#include "engine/definitions/time_util.h"
+#include "core/timestamp.h"
 
 namespace tally::postgres {
 namespace {
@@ -54,112 +53,15 @@ Result<Value> ParseNumeric(std::string_view text) {
   return InvalidArgument(fmt::format("numeric value '{}' is not an integer within int64", text));
 }
 
-// A cursor over PostgreSQL's ISO date/time output.
-class TimeText {
- public:
-  explicit TimeText(std::string_view s) : s_(s) {}
-  bool done() const { return i_ == s_.size(); }
-  bool Eat(char c) {
-    if (i_ < s_.size() && s_[i_] == c) {
-      ++i_;
-      return true;
-    }
-    return false;
+// A date, timestamp or timestamptz value, read by the one timestamp reader of tally
+// (core/timestamp.h), of which PostgreSQL's ISO output is a part. A date is midnight UTC,
+// a timestamp without an offset is taken as UTC.
+Result<Value> ParseTime(std::string_view type, std::string_view text) {
+  const Result<int64_t> micros = ParseTimestamp(text);
+  if (!micros) {
+    return InvalidArgument(fmt::format("{} value '{}' {}", type, text, micros.error().message));
   }
-  // Between min and max digits, greedily.
-  bool Number(size_t min, size_t max, int64_t* out, size_t* count = nullptr) {
-    size_t n = 0;
-    int64_t v = 0;
-    while (i_ < s_.size() && n < max && IsDigit(s_[i_])) {
-      v = v * 10 + (s_[i_++] - '0');
-      ++n;
-    }
-    if (count != nullptr) *count = n;
-    *out = v;
-    return n >= min;
-  }
-  std::string_view rest() const { return s_.substr(i_); }
-
- private:
-  std::string_view s_;
-  size_t i_ = 0;
-};
-
-bool IsLeap(int64_t y) { return (y % 4 == 0 && y % 100 != 0) || y % 400 == 0; }
-
-int DaysInMonth(int64_t year, int month) {
-  static constexpr int kDays[] = {31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
-  return month == 2 && IsLeap(year) ? 29 : kDays[month - 1];
-}
-
-// a * b + c, or nullopt on overflow.
-std::optional<int64_t> MulAdd(int64_t a, int64_t b, int64_t c) {
-  int64_t r;
-  if (__builtin_mul_overflow(a, b, &r) || __builtin_add_overflow(r, c, &r)) return std::nullopt;
-  return r;
-}
-
-enum class TimeKind { kDate, kTimestamp, kTimestamptz };
-
-Result<Value> ParseTime(TimeKind kind, std::string_view type, std::string_view text) {
-  auto bad = [&](std::string_view why) {
-    return InvalidArgument(fmt::format("{} value '{}' {}", type, text, why));
-  };
-  if (text == "infinity" || text == "-infinity") {
-    return bad("is infinite; tally's timestamps are finite");
-  }
-  if (text.ends_with(" BC")) return bad("is before the common era (BC); it is not supported");
-
-  TimeText in(text);
-  int64_t year, month, day;
-  if (!in.Number(4, 7, &year) || !in.Eat('-') || !in.Number(2, 2, &month) || !in.Eat('-') ||
-      !in.Number(2, 2, &day)) {
-    return bad("is not a date in ISO format (YYYY-MM-DD)");
-  }
-  if (month < 1 || month > 12 || day < 1 || day > DaysInMonth(year, static_cast<int>(month))) {
-    return bad("is not a valid date");
-  }
-  int64_t seconds_of_day = 0, micros = 0, offset_seconds = 0;
-  if (kind != TimeKind::kDate) {
-    int64_t h, m, s;
-    if (!in.Eat(' ') || !in.Number(2, 2, &h) || !in.Eat(':') || !in.Number(2, 2, &m) ||
-        !in.Eat(':') || !in.Number(2, 2, &s)) {
-      return bad("is not in ISO format (YYYY-MM-DD HH:MM:SS[.ffffff])");
-    }
-    if (h > 23 || m > 59 || s > 59) return bad("has an invalid time of day");
-    seconds_of_day = h * 3600 + m * 60 + s;
-    if (in.Eat('.')) {
-      size_t n = 0;
-      if (!in.Number(1, 6, &micros, &n)) return bad("has an empty fraction of a second");
-      for (; n < 6; ++n) micros *= 10;
-    }
-    if (kind == TimeKind::kTimestamptz) {
-      int sign = 0;
-      if (in.Eat('+'))
-        sign = 1;
-      else if (in.Eat('-'))
-        sign = -1;
-      int64_t oh = 0, om = 0, os = 0;
-      if (sign == 0 || !in.Number(2, 2, &oh)) {
-        return bad("has no UTC offset (+HH, +HH:MM or +HH:MM:SS)");
-      }
-      if (in.Eat(':')) {
-        if (!in.Number(2, 2, &om)) return bad("has an invalid UTC offset");
-        if (in.Eat(':') && !in.Number(2, 2, &os)) return bad("has an invalid UTC offset");
-      }
-      if (oh > 23 || om > 59 || os > 59) return bad("has an invalid UTC offset");
-      offset_seconds = sign * (oh * 3600 + om * 60 + os);
-    }
-  }
-  if (!in.done()) return bad(fmt::format("has unexpected text '{}'", in.rest()));
-
-  const int64_t days =
-      definitions::DaysFromCivil(year, static_cast<int>(month), static_cast<int>(day));
-  const auto seconds = MulAdd(days, 86400, seconds_of_day - offset_seconds);
-  const auto result =
-      seconds ? MulAdd(*seconds, definitions::kMicrosPerSecond, micros) : std::nullopt;
-  if (!result) return bad("is outside the range of tally's timestamps");
-  return Value::Timestamp(*result);
+  return Value::Timestamp(*micros);
 }
 
 }  // namespace
@@ -262,11 +164,11 @@ Result<Value> ParsePgText(uint32_t type_oid, std::string_view text) {
     case kNameOid:
       return Value::Text(text);
     case kDateOid:
-      return ParseTime(TimeKind::kDate, "date", text);
+      return ParseTime("date", text);
     case kTimestampOid:
-      return ParseTime(TimeKind::kTimestamp, "timestamp", text);
+      return ParseTime("timestamp", text);
     case kTimestamptzOid:
-      return ParseTime(TimeKind::kTimestamptz, "timestamptz", text);
+      return ParseTime("timestamptz", text);
     default:
       return InvalidArgument(
           fmt::format("PostgreSQL type {} cannot be read by tally", PgTypeName(type_oid)));

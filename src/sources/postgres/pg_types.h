@@ -4,6 +4,7 @@
 //
 // The text formats parsed are PostgreSQL's output with DateStyle ISO (the replication
 // connection must set it, and TimeZone UTC to keep offsets short; any offset is handled).
+// Dates and timestamps are read by tally's one timestamp reader (core/timestamp.h).
 #pragma once
 
 #include <cstdint>
@@ -51,11 +52,13 @@ std::string PgTypeName(uint32_t type_oid);
 //                   as numeric equality says), "12.5", NaN and ±Infinity are refused
 //   bool            "t" or "f"
 //   text types      as sent (bpchar keeps its padding)
-//   date            "YYYY-MM-DD" → midnight UTC
-//   timestamp       "YYYY-MM-DD HH:MM:SS[.ffffff]" taken as UTC
-//   timestamptz     the same followed by an offset "+HH", "+HH:MM" or "+HH:MM:SS"
-// Years have 4 or more digits; " BC" dates and ±infinity are refused. Timestamps are
-// microseconds since the Unix epoch.
+//   date, timestamp, timestamptz
+//                   as ParseTimestamp reads them; PostgreSQL sends "YYYY-MM-DD" (midnight
+//                   UTC), "YYYY-MM-DD HH:MM:SS[.ffffff]" (taken as UTC) and the same with
+//                   an offset "+HH", "+HH:MM" or "+HH:MM:SS". Years have 4 or more digits;
+//                   " BC" dates and ±infinity are refused. The message is "<type> value
+//                   '<text>' <why ParseTimestamp refuses it>".
+// Timestamps are microseconds since the Unix epoch.
 Result<definitions::Value> ParsePgText(uint32_t type_oid, std::string_view text);
 
 // How a source's columns are read from one relation's tuples. Built from the Relation

@@ -1,0 +1,112 @@
+// Applier: the apply path of the derived layer. It takes a batch of changes already
+// decoded into rows of their sources, runs the universal formula of every counter on each
+// change's source, and writes the resulting increments atomically: every key the batch
+// touches is locked in one View and written in it, one commit epoch, so the batch is
+// visible together and durable together, or not at all. What makes a batch count exactly
+// once is written in the same View: idempotency markers ("\0id:<id>", see
+// derived_keyspace.h) or position records ("\0pos:<name>").
+//
+// The applier does not know where changes come from: a push body decoded by the caller
+// (ApplyChanges), a transaction of a database's change stream (ApplyPositioned, the name
+// of whose position record is the caller's choice), or any other ordered stream of
+// batches that records its position with the counters the same way.
+//
+// The write, for both shapes. Increments are summed per key; every sum is checked against
+// the key's value before anything is written (an overflow refuses the whole batch); a
+// group whose value returns to 0 is deleted; the family index follows (family.h). An
+// increment for a time bucket already past its counter's retention is skipped, decided
+// under the keys' locks with the clock read there, so that a late change never brings a
+// swept bucket back with a partial value.
+//
+// Callers: DerivedCounters — Push (ApplyChanges), ApplyTransaction and ApplyBackfill
+// (ApplyPositioned, one part per source, named by the source).
+//
+// Thread-safety: any thread, concurrently; the applier has no state of its own beyond
+// per-thread scratch. REQUIRES: the caller holds DerivedCounters' apply lock (shared, or
+// exclusive) for the call, so that no DDL or start change happens mid-batch, and
+// `catalog` is a snapshot taken under it. The applier takes stripe locks (one View, or all
+// stripes for a batch with a TRUNCATE) and family index mutexes inside them.
+//
+// Errors: kInvalidArgument "change N: ..." for a row the formula refuses, kOverflow for a
+// counter the batch would take out of the int64 range. Nothing is written then, with one
+// exception: in a positioned batch with a TRUNCATE, each stretch between TRUNCATEs is
+// checked and written in turn, so an overflow in a later stretch leaves the earlier ones
+// written (without the position record).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "core/status.h"
+#include "engine/definitions/value.h"
+#include "engine/derived/catalog_snapshot.h"
+#include "engine/derived/change_json.h"
+#include "engine/keyspace.h"
+
+namespace tally::derived {
+
+// The outcome of one batch.
+struct PushOutcome {
+  size_t changes = 0;           // changes in the request
+  size_t applied = 0;           // changes applied now
+  size_t duplicates = 0;        // changes skipped: their id (or the batch's) was seen before
+  size_t increments = 0;        // counter keys written
+  size_t expired = 0;           // increments skipped: their time bucket is past retention
+  uint64_t required_epoch = 0;  // the reply may leave once this epoch is durable
+};
+
+// One change of a source's own change stream (PostgreSQL logical replication): rows in
+// the source's schema order, or a TRUNCATE of the source (every counter on it back to 0).
+struct SourceRowChange {
+  std::optional<std::vector<definitions::Value>> old_row;
+  std::optional<std::vector<definitions::Value>> new_row;
+  bool truncate = false;
+};
+
+// One part of a positioned batch: changes of one source and the position record that
+// says whether they are counted. Views of the caller's data, which must live for the call.
+struct PositionedPart {
+  const SourceEntry* source = nullptr;  // of the snapshot passed with the part
+  std::span<const SourceRowChange> changes;
+  std::string_view position_name;  // the record "\0pos:<position_name>"
+};
+
+class Applier {
+ public:
+  // `keyspace` must outlive the applier. Markers live `idempotency_window_ms`.
+  Applier(engine::Keyspace& keyspace, int64_t idempotency_window_ms)
+      : keyspace_(keyspace), idempotency_window_ms_(idempotency_window_ms) {}
+
+  // Applies `changes`, made idempotent by ids: a change whose id has a marker (or repeats
+  // an id of this batch) is skipped; with a `batch_id` whose marker stands, nothing is
+  // applied and every change counts as a duplicate. The markers of the changes applied,
+  // and the batch's, are written with the increments. Pending counters
+  // (Family::start == kPendingStart) are not moved; with `only_counter`, that counter
+  // alone moves (a backfill push). REQUIRES: every change's source is of `catalog`;
+  // `only_counter` empty or a counter of `catalog`.
+  Result<PushOutcome> ApplyChanges(const CatalogSnapshot& catalog,
+                                   std::span<const DecodedChange> changes,
+                                   std::string_view batch_id, std::string_view only_counter);
+
+  // Applies the parts of one position of an ordered stream: a part whose position record
+  // is at or past `position` was counted before and is skipped (counted as duplicates);
+  // the others apply, and their records are set to `position`, in the same View. Changes
+  // apply in order, part after part; a TRUNCATE deletes every group of its source's
+  // counters at its place in that order. A counter whose start is at or past `position`
+  // is not moved (its backfill's snapshot holds the change). With `position` 0 (a
+  // backfill chunk) no record is read or written and only pending counters are left out;
+  // with `only_counter`, that counter alone moves. REQUIRES: the parts' sources are of
+  // `catalog`; `only_counter` empty or a counter of `catalog`.
+  Result<PushOutcome> ApplyPositioned(const CatalogSnapshot& catalog,
+                                      std::span<const PositionedPart> parts, int64_t position,
+                                      std::string_view only_counter);
+
+ private:
+  engine::Keyspace& keyspace_;
+  const int64_t idempotency_window_ms_;
+};
+
+}  // namespace tally::derived

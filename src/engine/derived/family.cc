@@ -1,0 +1,47 @@
+#include "engine/derived/family.h"
+
+namespace tally::derived {
+
+std::string_view CounterStateName(CounterState state) {
+  switch (state) {
+    case CounterState::kCounting:
+      return "counting";
+    case CounterState::kPending:
+      return "pending";
+    case CounterState::kBackfilling:
+      return "backfilling";
+  }
+  return "counting";
+}
+
+CounterState Family::state() const {
+  if (start == kPendingStart) return CounterState::kPending;
+  if (backfilling.load(std::memory_order_acquire)) return CounterState::kBackfilling;
+  return CounterState::kCounting;
+}
+
+void Family::AddKey(std::string_view key) {
+  if (counter.retention()) {
+    if (const std::optional<int64_t> bucket = counter.BucketOfKey(key)) {
+      by_bucket.emplace(*bucket, std::string(key));
+    }
+  }
+  keys.emplace(key);
+}
+
+void Family::RemoveKey(std::string_view key) {
+  if (counter.retention()) {
+    if (const std::optional<int64_t> bucket = counter.BucketOfKey(key)) {
+      by_bucket.erase(std::pair<int64_t, std::string>(*bucket, key));
+    }
+  }
+  keys.erase(Absl(key));
+}
+
+void Family::ClearKeys() {
+  keys.clear();
+  by_bucket.clear();
+  top_cache.clear();
+}
+
+}  // namespace tally::derived

@@ -1,0 +1,43 @@
+#include "engine/derived/verification_hold.h"
+
+namespace tally::derived {
+
+Status VerificationHold::Hold(int64_t position) {
+  std::lock_guard lock(mutex_);
+  if (hold_.held) {
+    return MakeError(ErrorCode::kUnavailable,
+                     "another verification holds the sources (COUNTER.RELEASE ends it)");
+  }
+  hold_ = HoldState{true, position, false};
+  return OkStatus();
+}
+
+void VerificationHold::MarkStreamAt(int64_t position) {
+  std::lock_guard lock(mutex_);
+  if (hold_.held && position >= hold_.position && !hold_.reached) {
+    hold_.reached = true;
+    changed_.notify_all();
+  }
+}
+
+HoldState VerificationHold::state() const {
+  std::lock_guard lock(mutex_);
+  return hold_;
+}
+
+void VerificationHold::Release() {
+  std::lock_guard lock(mutex_);
+  hold_ = HoldState{};
+  changed_.notify_all();
+}
+
+void VerificationHold::WaitUntilDue(int64_t position) {
+  std::unique_lock lock(mutex_);
+  while (hold_.held && position > hold_.position) {
+    hold_.reached = true;
+    changed_.notify_all();
+    changed_.wait(lock);
+  }
+}
+
+}  // namespace tally::derived
