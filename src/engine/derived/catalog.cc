@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <array>
 
+#include "core/integer.h"
 #include "engine/definitions/compiler.h"
 #include "engine/definitions/parser.h"
 #include "engine/derived/catalog_records.h"
@@ -30,11 +31,8 @@ defs::Catalog SchemaLookup(const CatalogSnapshot& catalog) {
 // The start a "start/<name>" record holds: kPendingStart or a position.
 Result<int64_t> ParseStart(std::string_view record, const std::string& value) {
   if (value == kPendingStartValue) return kPendingStart;
-  try {
-    return std::stoll(value);
-  } catch (...) {
-    return Corruption(fmt::format("catalog record {}: '{}' is not a position", record, value));
-  }
+  if (std::optional<int64_t> position = ParseInt64(value)) return *position;
+  return Corruption(fmt::format("catalog record {}: '{}' is not a position", record, value));
 }
 
 }  // namespace
