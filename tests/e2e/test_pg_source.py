@@ -33,6 +33,8 @@ standing still above it, RELEASE, and tallyd stopping while a transaction waits 
 StartBeforePostgresTest: tallyd started while PostgreSQL is down stays up, serves what it
 stored (and plain counters), reports source_state reconnecting and /readyz 503, then streams
 (backfilling the first time) once PostgreSQL starts, and /readyz is 200.
+AppliedPositionTest: the applied LSN and lag_bytes reach a commit's LSN as soon as it is
+durable in tally, while the slot (told every 10 minutes here) is still behind.
 StatusTest: INFO's # Source section and GET /v1/status: backfill figures, the applied LSN
 advancing past the database's WAL position, the lag back to 0, the same figures in both.
 
@@ -240,8 +242,8 @@ class PgCase(unittest.TestCase):
         return "host=127.0.0.1 port=%d dbname=postgres user=%s %s" % (
             self.pg.port, self.pg.user, extra)
 
-    def tallyd(self, slot, extra=(), more_definitions=""):
-        s = TallyServer(extra_args=["--source", self.conninfo(), "--source-slot", slot,
+    def tallyd(self, slot, extra=(), more_definitions="", conninfo=None):
+        s = TallyServer(extra_args=["--source", conninfo or self.conninfo(), "--source-slot", slot,
                                     "--source-publication", slot] + list(extra))
         path = os.path.join(s.base_dir, "definitions.sql")
         with open(path, "w") as f:
@@ -794,6 +796,45 @@ class StatusTest(PgCase):
         h.close()
         self.assertEqual((status, body["source"], body["counters"]), (200, None, 0))
         self.assertEqual(plain.stop(), 0)
+
+
+@tally_only
+class AppliedPositionTest(PgCase):
+    """The applied position (INFO's source_applied_lsn, lag_bytes) reaches a commit's LSN
+    once the commit is durable in tally, before the slot is told: with the confirmations to
+    PostgreSQL every 10 minutes (and the walsender asking for one no sooner), the slot's
+    confirmed_flush_lsn is still behind while tally already reports the commit applied."""
+
+    def test_applied_before_the_slot_is_told(self):
+        rng = random.Random(17)
+        self.pg.sql(insert_sql(rng, 100))
+        conninfo = self.conninfo("options='-c wal_sender_timeout=20min'")
+        server = self.tallyd("s_applied", extra=["--source-ack-interval-ms", "600000"],
+                             conninfo=conninfo)
+        server.start()
+        self.wait_equal(server, "backfill")
+        for round in range(3):
+            self.pg.sql(insert_sql(rng, 1 + round))
+            target = parse_lsn(self.pg.query("SELECT pg_current_wal_insert_lsn()")[0][0])
+            deadline = time.monotonic() + CATCH_UP
+            info = info_source(server.port)
+            while ((parse_lsn(info["applied_lsn"]) < target or info["lag_bytes"] != "0")
+                   and time.monotonic() < deadline):
+                time.sleep(0.02)
+                info = info_source(server.port)
+            confirmed = self.pg.query("SELECT confirmed_flush_lsn FROM pg_replication_slots "
+                                      "WHERE slot_name = 's_applied'")[0][0]
+            self.assertGreaterEqual(parse_lsn(info["applied_lsn"]), target, info)
+            self.assertEqual(info["lag_bytes"], "0", info)
+            self.assertLess(parse_lsn(confirmed), target,
+                            "the slot was told first: the test shows nothing")
+            self.wait_equal(server, "round %d" % round)
+        self.assertEqual(server.stop(), 0)
+        # The stop's last acknowledgement tells the slot.
+        confirmed = self.pg.query("SELECT confirmed_flush_lsn FROM pg_replication_slots "
+                                  "WHERE slot_name = 's_applied'")[0][0]
+        self.assertGreaterEqual(parse_lsn(confirmed), target)
+        self.pg.sql("SELECT pg_drop_replication_slot('s_applied')")
 
 
 @tally_only

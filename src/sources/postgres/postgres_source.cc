@@ -23,8 +23,14 @@ int64_t NowMicros() {
 
 PostgresSource::PostgresSource(engine::Engine& engine, derived::DerivedCounters& derived,
                                PostgresSourceOptions options)
-    : engine_(engine), derived_(derived), options_(std::move(options)) {
+    : engine_(engine),
+      derived_(derived),
+      options_(std::move(options)),
+      applied_(std::make_shared<AppliedPosition>()) {
   session_conninfo_ = WithSessionSettings(options_.conninfo);
+  engine::Committer& committer = engine_.committer();
+  committer.AddDurableListener([applied = applied_](uint64_t epoch) { applied->Durable(epoch); });
+  applied_->Durable(committer.durable_epoch());  // those before the listener
 }
 
 PostgresSource::~PostgresSource() { Stop(); }
@@ -46,8 +52,15 @@ void PostgresSource::SetError(const std::string& error) {
 }
 
 PostgresSource::Stats PostgresSource::stats() const {
+  const Lsn applied = applied_->position();
   std::lock_guard lock(mutex_);
-  return stats_;
+  Stats s = stats_;
+  s.applied_lsn = applied;
+  // Caught up, whatever else the server's WAL holds (other tables, other databases).
+  const bool caught_up = caught_up_at_ != 0 && applied >= caught_up_at_;
+  s.lag_bytes = caught_up || s.server_wal_end <= applied ? 0 : s.server_wal_end - applied;
+  if (s.lag_bytes == 0) s.lag_seconds = 0;
+  return s;
 }
 
 Status PostgresSource::Start() {
@@ -227,11 +240,12 @@ Status PostgresSource::RunSession(Session& session, bool* fatal) {
   session.acked = start;
   spdlog::info("postgres source: streaming from {} (slot {}, publication {})", FormatLsn(start),
                options_.slot, options_.publication);
+  applied_->Add(0, start);  // stored, so durable
   {
     std::lock_guard lock(mutex_);
     stats_.state = "streaming";
     stats_.connected = true;
-    stats_.applied_lsn = std::max<uint64_t>(stats_.applied_lsn, start);
+    caught_up_at_ = 0;
   }
   return Stream(session, fatal);
 }

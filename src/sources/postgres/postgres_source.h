@@ -42,6 +42,12 @@
 //      retyped, a value that does not parse, an overflow, an old row missing) stops this
 //      source: nothing more is applied, what was counted stays.
 //
+// The applied position (Stats::applied_lsn) is the position up to which every change is
+// durable in tally. It moves as soon as the commit holding a transaction is durable
+// (AppliedPosition, fed by the committer's durable listener), and when the stream is idle
+// this thread makes the last transaction durable at once; PostgreSQL is told (the slot's
+// confirmed position) at the ack_interval cadence, which may trail.
+//
 // One transaction touching several source tables is applied with one ApplyTransaction:
 // every table's changes (in the order the tables first appear in it) and every table's
 // position land in one commit, so a reader (and a crash) sees all of the transaction or
@@ -57,7 +63,9 @@
 // reconnect resumes after it. Stop() releases any hold first (tallyd is shutting down; a
 // verification still running then fails on its own connection).
 //
-// Thread-safety: Start and Stop from one thread; stats() and Report() from any.
+// Thread-safety: Start and Stop from one thread; stats() and Report() from any. The
+// constructor adds a durable listener to the engine's committer, which stays (harmless)
+// after this object is gone.
 #pragma once
 
 #include <chrono>
@@ -75,6 +83,8 @@
 #include "core/status_report.h"
 #include "engine/derived/derived_counters.h"
 #include "engine/engine.h"
+#include "sources/postgres/applied_position.h"
+#include "sources/postgres/pgoutput.h"  // Lsn
 
 namespace tally::postgres {
 
@@ -101,9 +111,9 @@ class PostgresSource {
     bool connected = false;
     std::string error;            // the last error (the fatal one when failed)
     uint64_t received_lsn = 0;    // start of the last XLogData received
-    uint64_t applied_lsn = 0;     // the last position durable in tally and acknowledged
+    uint64_t applied_lsn = 0;     // every change up to here is durable in tally
     uint64_t server_wal_end = 0;  // the server's WAL end, from its frames
-    uint64_t lag_bytes = 0;       // server_wal_end - applied_lsn
+    uint64_t lag_bytes = 0;       // server_wal_end - applied_lsn; 0 when caught up
     double lag_seconds = 0;       // now - commit time of the last applied transaction, when behind
     uint64_t transactions = 0;    // source transactions applied
     uint64_t rows = 0;            // row changes applied (backfill rows not included)
@@ -173,6 +183,9 @@ class PostgresSource {
   // Stores `lsn` as every source's position where it is behind, waits until everything
   // applied is durable and tells the server.
   Status Acknowledge(Session& session, uint64_t lsn);
+  // Makes everything applied durable (session.pending_epoch) and reports the stream caught
+  // up at `processed`: it had nothing more to send.
+  void Settle(Session& session, Lsn processed);
   void SetState(const std::string& state, bool connected);
   void SetError(const std::string& error);
   bool stopping() const;
@@ -186,11 +199,17 @@ class PostgresSource {
   std::vector<std::string> sources_;
   std::string unfollowed_error_;  // FollowNewTables' last refusal, logged once
 
+  // Stats::applied_lsn. Shared with the committer's durable listener, which may outlive this.
+  const std::shared_ptr<AppliedPosition> applied_;
+
   mutable std::mutex mutex_;
   std::condition_variable wake_;  // Stop() wakes a backoff sleep
   bool stop_ = false;             // guarded by mutex_
   bool finished_ = false;         // the thread has left Run; guarded by mutex_
-  Stats stats_;                   // guarded by mutex_
+  Stats stats_;  // guarded by mutex_; applied_lsn and lag_bytes are computed by stats()
+  // The stream had nothing more to send once everything up to here was processed: caught
+  // up when applied. 0 once it sent more. Guarded by mutex_.
+  Lsn caught_up_at_ = 0;
   std::thread thread_;
 };
 

@@ -115,11 +115,12 @@ Status PostgresSource::Backfill(Session& session, bool slot_exists) {
     table.position = consistent;
   }
   engine_.committer().WaitDurable(session.pending_epoch);
+  session.pending_epoch = 0;
+  applied_->Add(0, created->consistent_point);
   const double seconds = std::chrono::duration<double>(Clock::now() - began).count();
   {
     std::lock_guard lock(mutex_);
     stats_.backfilling = false;
-    stats_.applied_lsn = created->consistent_point;
   }
   spdlog::info("postgres source: backfill done: {} rows in {:.1f} s; streaming continues from {}",
                total_rows, seconds, FormatLsn(created->consistent_point));

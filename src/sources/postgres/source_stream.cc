@@ -9,9 +9,12 @@
 // counters to backfill (every second), and the acknowledgement (ack_interval).
 //
 // Positions. `processed`: every commit up to it is applied (a keepalive between
-// transactions moves it too). Acknowledge, every ack_interval, stores positions that only
-// move the slot, waits until all is durable, tells the server and reports the position as
-// applied: the slot is never confirmed past what is durable in tally.
+// transactions moves it too). Each applied position goes to AppliedPosition with the epoch
+// that holds it, so Stats::applied_lsn moves as soon as that epoch is durable; when the
+// stream has nothing more to send, Settle makes the last epoch durable at once, rather than
+// leave it to the next reader or the committer's timer. Acknowledge, every ack_interval,
+// stores positions that only move the slot, waits until all is durable and tells the
+// server: the slot is never confirmed past what is durable in tally.
 //
 // An error in the data (a frame that does not decode, a Relation that does not map, a row
 // without its old values, a transaction the counters refuse) sets *fatal: the source stops.
@@ -50,13 +53,7 @@ Status PostgresSource::Acknowledge(Session& session, uint64_t lsn) {
       std::max(session.acked, std::min<Lsn>(lsn, static_cast<Lsn>(session.MinPosition())));
   session.acked = ack;
   if (auto s = session.stream->SendStatus(session.received, ack, ack, false); !s) return s;
-  uint64_t lag = 0;
-  {
-    std::lock_guard lock(mutex_);
-    stats_.applied_lsn = std::max<uint64_t>(stats_.applied_lsn, ack);
-    lag = stats_.lag_bytes =
-        stats_.server_wal_end > stats_.applied_lsn ? stats_.server_wal_end - stats_.applied_lsn : 0;
-  }
+  const uint64_t lag = stats().lag_bytes;
   static thread_local Clock::time_point last_warning{};
   if (lag > options_.lag_warn_bytes && Clock::now() - last_warning > std::chrono::seconds(60)) {
     last_warning = Clock::now();
@@ -66,6 +63,17 @@ Status PostgresSource::Acknowledge(Session& session, uint64_t lsn) {
         lag, options_.lag_warn_bytes);
   }
   return OkStatus();
+}
+
+void PostgresSource::Settle(Session& session, Lsn processed) {
+  if (session.pending_epoch != 0) {
+    // Commits it on this thread when nobody else is committing (what a reader waiting for
+    // one of its values would do); the committer's listener then moves the applied position.
+    engine_.committer().WaitDurable(session.pending_epoch);
+    session.pending_epoch = 0;
+  }
+  std::lock_guard lock(mutex_);
+  caught_up_at_ = processed;
 }
 
 Status PostgresSource::Stream(Session& session, bool* fatal) {
@@ -80,6 +88,7 @@ Status PostgresSource::Stream(Session& session, bool* fatal) {
   int64_t last_commit = 0;         // of the last applied one
   std::deque<std::string> frames;  // the open transaction's: its rows point into them
   Clock::time_point next_ack = Clock::now() + options_.ack_interval;
+  Clock::time_point next_lag = Clock::now();
   Clock::time_point next_hold_check = Clock::now();
   Clock::time_point next_pending_check = Clock::now();
   std::vector<Table*> touched;
@@ -114,23 +123,22 @@ Status PostgresSource::Stream(Session& session, bool* fatal) {
     if (Clock::now() >= next_ack) {
       if (auto s = Acknowledge(session, processed); !s) return s;
       next_ack = Clock::now() + options_.ack_interval;
-      std::lock_guard lock(mutex_);
-      stats_.lag_seconds = stats_.lag_bytes > 0 && last_commit != 0
-                               ? static_cast<double>(NowMicros() - last_commit) / 1e6
-                               : 0;
     }
-    auto next = stream.Next(std::chrono::milliseconds(100));
+    if (Clock::now() >= next_lag) {
+      // Every second, whatever the acknowledgements' cadence.
+      next_lag = Clock::now() + std::chrono::seconds(1);
+      const bool behind = stats().lag_bytes > 0;
+      std::lock_guard lock(mutex_);
+      stats_.lag_seconds =
+          behind && last_commit != 0 ? static_cast<double>(NowMicros() - last_commit) / 1e6 : 0;
+    }
+    // Something applied is not durable yet: look for more without waiting, and settle it
+    // as soon as nothing more has come.
+    const bool unsettled = !in_transaction && session.pending_epoch != 0;
+    auto next = stream.Next(std::chrono::milliseconds(unsettled ? 0 : 100));
     if (!next) return tl::unexpected(next.error());
     if (!next->has_value()) {
-      // Nothing to receive and nothing unacknowledged: caught up, whatever else the
-      // server's WAL holds (other tables, other databases).
-      if (!in_transaction && session.pending_epoch == 0) {
-        std::lock_guard lock(mutex_);
-        if (stats_.applied_lsn >= processed) {
-          stats_.lag_bytes = 0;
-          stats_.lag_seconds = 0;
-        }
-      }
+      if (!in_transaction) Settle(session, processed);
       continue;
     }
     frames.push_back(std::move(**next));
@@ -152,6 +160,7 @@ Status PostgresSource::Stream(Session& session, bool* fatal) {
       if (!in_transaction) {
         processed = std::max(processed, k->wal_end);
         derived_.MarkStreamAt(static_cast<int64_t>(processed));
+        applied_->Add(0, processed);
       }
       if (k->reply_requested) {
         if (auto s = Acknowledge(session, processed); !s) return s;
@@ -165,6 +174,7 @@ Status PostgresSource::Stream(Session& session, bool* fatal) {
       std::lock_guard lock(mutex_);
       stats_.received_lsn = session.received;
       stats_.server_wal_end = std::max<uint64_t>(stats_.server_wal_end, data.wal_end);
+      caught_up_at_ = 0;
     }
     auto message = DecodeMessage(data.payload);
     if (!message) return fail(message.error().message);
@@ -237,6 +247,7 @@ Status PostgresSource::Stream(Session& session, bool* fatal) {
       }
     } else if (const auto* commit = std::get_if<CommitMessage>(&*message)) {
       const auto end = static_cast<int64_t>(commit->end_lsn);
+      uint64_t epoch = 0;  // the transaction's, when it wrote anything
       if (!touched.empty()) {
         // One commit for the whole transaction: every table's changes and position.
         parts.resize(touched.size());
@@ -256,7 +267,8 @@ Status PostgresSource::Stream(Session& session, bool* fatal) {
           return fail((touched.size() == 1 ? "table " : "tables ") + names + ": " +
                       applied.error().message);
         }
-        session.pending_epoch = std::max(session.pending_epoch, applied->required_epoch);
+        epoch = applied->required_epoch;
+        session.pending_epoch = std::max(session.pending_epoch, epoch);
         for (Table* table : touched) table->position = std::max(table->position, end);
         last_commit = commit_time;
         std::lock_guard lock(mutex_);
@@ -266,6 +278,7 @@ Status PostgresSource::Stream(Session& session, bool* fatal) {
       in_transaction = false;
       processed = std::max(processed, commit->end_lsn);
       derived_.MarkStreamAt(static_cast<int64_t>(processed));
+      applied_->Add(epoch, processed);
       frames.clear();
       touched.clear();
     }
