@@ -24,6 +24,8 @@
 #include <algorithm>
 #include <deque>
 #include <span>
+#include <string>
+#include <string_view>
 #include <variant>
 
 #include "sources/postgres/source_session.h"
@@ -93,6 +95,19 @@ Status PostgresSource::Stream(Session& session, bool* fatal) {
   Clock::time_point next_pending_check = Clock::now();
   std::vector<Table*> touched;
   std::vector<derived::SourceTransactionPart> parts;  // of the committing transaction
+  auto touch = [&](Table* table) {
+    if (std::ranges::find(touched, table) == touched.end()) touched.push_back(table);
+  };
+  // Why a row message about `table` cannot be applied, empty when it can: no Relation yet,
+  // or `what` (an UPDATE, a DELETE) without the whole old row.
+  auto refusal = [](const Table& table, std::string_view what, bool whole_old_row) {
+    if (!table.mapping) return "table " + table.sql_name + ": a row before its Relation";
+    if (whole_old_row) return std::string();
+    return "table " + table.sql_name + ": " + std::string(what) +
+           " arrived without the whole old row (is REPLICA IDENTITY still FULL? fix it with: "
+           "ALTER TABLE " +
+           table.sql_name + " REPLICA IDENTITY FULL;)";
+  };
 
   for (;;) {
     if (stopping()) return Acknowledge(session, processed);
@@ -197,22 +212,18 @@ Status PostgresSource::Stream(Session& session, bool* fatal) {
     } else if (const auto* insert = std::get_if<InsertMessage>(&*message)) {
       Table* table = session.ByOid(insert->relation_oid);
       if (table == nullptr) continue;
-      if (!table->mapping) return fail("table " + table->sql_name + ": a row before its Relation");
+      if (auto r = refusal(*table, "", true); !r.empty()) return fail(std::move(r));
       derived::SourceRowChange& change = table->changes.emplace_back();
       change.new_row.emplace();
       if (auto s = TupleToRow(*table->mapping, insert->new_tuple, nullptr, &*change.new_row); !s)
         return fail(s.error().message);
-      if (std::ranges::find(touched, table) == touched.end()) touched.push_back(table);
+      touch(table);
     } else if (const auto* update = std::get_if<UpdateMessage>(&*message)) {
       Table* table = session.ByOid(update->relation_oid);
       if (table == nullptr) continue;
-      if (!table->mapping) return fail("table " + table->sql_name + ": a row before its Relation");
-      if (update->old_kind != OldTupleKind::kFull) {
-        return fail("table " + table->sql_name +
-                    ": an UPDATE arrived without the whole old row (is REPLICA IDENTITY still "
-                    "FULL? fix it with: ALTER TABLE " +
-                    table->sql_name + " REPLICA IDENTITY FULL;)");
-      }
+      if (auto r = refusal(*table, "an UPDATE", update->old_kind == OldTupleKind::kFull);
+          !r.empty())
+        return fail(std::move(r));
       derived::SourceRowChange& change = table->changes.emplace_back();
       change.old_row.emplace();
       change.new_row.emplace();
@@ -222,28 +233,23 @@ Status PostgresSource::Stream(Session& session, bool* fatal) {
               TupleToRow(*table->mapping, update->new_tuple, &update->old_tuple, &*change.new_row);
           !s)
         return fail(s.error().message);
-      if (std::ranges::find(touched, table) == touched.end()) touched.push_back(table);
+      touch(table);
     } else if (const auto* del = std::get_if<DeleteMessage>(&*message)) {
       Table* table = session.ByOid(del->relation_oid);
       if (table == nullptr) continue;
-      if (!table->mapping) return fail("table " + table->sql_name + ": a row before its Relation");
-      if (del->old_kind != OldTupleKind::kFull) {
-        return fail("table " + table->sql_name +
-                    ": a DELETE arrived without the whole old row (is REPLICA IDENTITY still "
-                    "FULL? fix it with: ALTER TABLE " +
-                    table->sql_name + " REPLICA IDENTITY FULL;)");
-      }
+      if (auto r = refusal(*table, "a DELETE", del->old_kind == OldTupleKind::kFull); !r.empty())
+        return fail(std::move(r));
       derived::SourceRowChange& change = table->changes.emplace_back();
       change.old_row.emplace();
       if (auto s = TupleToRow(*table->mapping, del->old_tuple, nullptr, &*change.old_row); !s)
         return fail(s.error().message);
-      if (std::ranges::find(touched, table) == touched.end()) touched.push_back(table);
+      touch(table);
     } else if (const auto* truncate = std::get_if<TruncateMessage>(&*message)) {
       for (uint32_t oid : truncate->relation_oids) {
         Table* table = session.ByOid(oid);
         if (table == nullptr) continue;
         table->changes.emplace_back().truncate = true;
-        if (std::ranges::find(touched, table) == touched.end()) touched.push_back(table);
+        touch(table);
       }
     } else if (const auto* commit = std::get_if<CommitMessage>(&*message)) {
       const auto end = static_cast<int64_t>(commit->end_lsn);
