@@ -5,7 +5,9 @@
 #include <spdlog/spdlog.h>
 
 #include <CLI/CLI.hpp>
+#include <chrono>
 #include <csignal>
+#include <cstdint>
 #include <string>
 
 #include "core/version.h"
@@ -141,6 +143,12 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   AddSizeOption(app, "--source-lag-warn-bytes", node.source.lag_warn_bytes,
                 "Warn when the stream is this far behind the database's WAL (e.g. 1gb)", "1gb");
+  int64_t source_ack_interval_ms = node.source.ack_interval.count();
+  app.add_option("--source-ack-interval-ms", source_ack_interval_ms,
+                 "How often the --source slot is told what tally has made durable (PostgreSQL "
+                 "keeps the WAL after it)")
+      ->check(CLI::Range(int64_t{10}, int64_t{3'600'000}))
+      ->capture_default_str();
   app.add_option("--ready-max-lag-ms", node.ready_max_lag_ms,
                  "GET /readyz answers 503 while the --source is not streaming or lags more than "
                  "this many ms behind PostgreSQL")
@@ -188,6 +196,7 @@ int main(int argc, char** argv) {
       durability == "sync" ? tally::engine::Durability::kSync : tally::engine::Durability::kAsync;
   commit.commit_on_waiting_thread = group_commit == "inline";
   node.derived.idempotency_window_ms = idempotency_window_seconds * 1000;
+  node.source.ack_interval = std::chrono::milliseconds(source_ack_interval_ms);
   if (http.bind.empty()) http.bind = server.bind;
   http.password = server.requirepass;  // one password for both protocols
 

@@ -13,8 +13,9 @@ CrashTest: writer threads on several connections keep changing posts (one-row an
 transactions, aborted ones) while tallyd is killed with SIGKILL E2E_PG_SOURCE_KILLS times
 (default 10) and PostgreSQL is restarted once; after each restart the writers pause and
 every counter must equal PostgreSQL's GROUP BY exactly (no loss, no double count).
-RefusalTest: a table without REPLICA IDENTITY FULL, a bad connection string and a wrong
-password make tallyd exit non-zero with the exact message; a column a counter reads dropped
+RefusalTest: a table without REPLICA IDENTITY FULL, a missing table, a bad connection string
+and a wrong password make tallyd exit non-zero with the exact message (what waiting cannot
+fix, while PostgreSQL being down is waited for: StartBeforePostgresTest); a column a counter reads dropped
 mid-stream stops the source with a clear error and changes nothing counted.
 
 MultiTableTest: transactions that change two source tables (posts and likes) at once are
@@ -29,6 +30,11 @@ NewTableTest: a counter on a table tally does not follow yet, defined mid-stream
 publication, the counter is backfilled and streamed through a kill -9, and equals GROUP BY.
 HoldTest: COUNTER.HOLD reached on an idle stream (the runner asks for keepalives), counters
 standing still above it, RELEASE, and tallyd stopping while a transaction waits in a hold.
+StartBeforePostgresTest: tallyd started while PostgreSQL is down stays up, serves what it
+stored (and plain counters), reports source_state reconnecting and /readyz 503, then streams
+(backfilling the first time) once PostgreSQL starts, and /readyz is 200.
+AppliedPositionTest: the applied LSN and lag_bytes reach a commit's LSN as soon as it is
+durable in tally, while the slot (told every 10 minutes here) is still behind.
 StatusTest: INFO's # Source section and GET /v1/status: backfill figures, the applied LSN
 advancing past the database's WAL position, the lag back to 0, the same figures in both.
 
@@ -236,8 +242,8 @@ class PgCase(unittest.TestCase):
         return "host=127.0.0.1 port=%d dbname=postgres user=%s %s" % (
             self.pg.port, self.pg.user, extra)
 
-    def tallyd(self, slot, extra=(), more_definitions=""):
-        s = TallyServer(extra_args=["--source", self.conninfo(), "--source-slot", slot,
+    def tallyd(self, slot, extra=(), more_definitions="", conninfo=None):
+        s = TallyServer(extra_args=["--source", conninfo or self.conninfo(), "--source-slot", slot,
                                     "--source-publication", slot] + list(extra))
         path = os.path.join(s.base_dir, "definitions.sql")
         with open(path, "w") as f:
@@ -793,6 +799,45 @@ class StatusTest(PgCase):
 
 
 @tally_only
+class AppliedPositionTest(PgCase):
+    """The applied position (INFO's source_applied_lsn, lag_bytes) reaches a commit's LSN
+    once the commit is durable in tally, before the slot is told: with the confirmations to
+    PostgreSQL every 10 minutes (and the walsender asking for one no sooner), the slot's
+    confirmed_flush_lsn is still behind while tally already reports the commit applied."""
+
+    def test_applied_before_the_slot_is_told(self):
+        rng = random.Random(17)
+        self.pg.sql(insert_sql(rng, 100))
+        conninfo = self.conninfo("options='-c wal_sender_timeout=20min'")
+        server = self.tallyd("s_applied", extra=["--source-ack-interval-ms", "600000"],
+                             conninfo=conninfo)
+        server.start()
+        self.wait_equal(server, "backfill")
+        for round in range(3):
+            self.pg.sql(insert_sql(rng, 1 + round))
+            target = parse_lsn(self.pg.query("SELECT pg_current_wal_insert_lsn()")[0][0])
+            deadline = time.monotonic() + CATCH_UP
+            info = info_source(server.port)
+            while ((parse_lsn(info["applied_lsn"]) < target or info["lag_bytes"] != "0")
+                   and time.monotonic() < deadline):
+                time.sleep(0.02)
+                info = info_source(server.port)
+            confirmed = self.pg.query("SELECT confirmed_flush_lsn FROM pg_replication_slots "
+                                      "WHERE slot_name = 's_applied'")[0][0]
+            self.assertGreaterEqual(parse_lsn(info["applied_lsn"]), target, info)
+            self.assertEqual(info["lag_bytes"], "0", info)
+            self.assertLess(parse_lsn(confirmed), target,
+                            "the slot was told first: the test shows nothing")
+            self.wait_equal(server, "round %d" % round)
+        self.assertEqual(server.stop(), 0)
+        # The stop's last acknowledgement tells the slot.
+        confirmed = self.pg.query("SELECT confirmed_flush_lsn FROM pg_replication_slots "
+                                  "WHERE slot_name = 's_applied'")[0][0]
+        self.assertGreaterEqual(parse_lsn(confirmed), target)
+        self.pg.sql("SELECT pg_drop_replication_slot('s_applied')")
+
+
+@tally_only
 class HoldTest(PgCase):
     """A verification hold (COUNTER.HOLD): reached promptly on an idle stream, the counters
     stand still above it, INFO shows it, RELEASE lets the stream go on, and tallyd stops
@@ -844,6 +889,89 @@ class HoldTest(PgCase):
 
 
 @tally_only
+class StartBeforePostgresTest(PgCase):
+    """tallyd started while PostgreSQL is down (a host's reboot, a deploy): it stays up,
+    serves what it has stored, reports source_state reconnecting and /readyz 503, and once
+    PostgreSQL is there it backfills (the first time) or resumes, streams, and /readyz is
+    200."""
+
+    def ready(self, h):
+        status, body = h.request("GET", "/readyz")
+        return status, body
+
+    def wait_streaming(self, server, h, context):
+        deadline = time.monotonic() + CATCH_UP
+        while time.monotonic() < deadline and server.alive():
+            if (info_source(server.port)["state"] == "streaming"
+                    and self.ready(h)[0] == 200):
+                return
+            time.sleep(0.1)
+        self.fail("%s: not streaming: %s %s\n%s" % (
+            context, info_source(server.port) if server.alive() else "exited", self.ready(h)
+            if server.alive() else "", server.log_tail()))
+
+    def assert_waiting(self, server, h, context):
+        """tallyd up, its source reconnecting, not ready, after a few attempts."""
+        deadline = time.monotonic() + CATCH_UP
+        info = {}
+        while time.monotonic() < deadline and server.alive():
+            info = info_source(server.port)
+            if int(info["reconnects"]) >= 3:
+                break
+            time.sleep(0.05)
+        self.assertTrue(server.alive(), "%s: tallyd exited\n%s" % (context, server.log_tail()))
+        self.assertEqual((info["state"], info["connected"]), ("reconnecting", "0"), context)
+        self.assertIn("Connection refused", info["error"])
+        status, body = self.ready(h)
+        self.assertEqual(status, 503, context)
+        self.assertEqual(body["reason"],
+                         "the source is reconnecting (details: the log, GET /v1/status)")
+        self.assertEqual(h.request("GET", "/healthz")[0], 200)
+
+    def test_start_before_postgres(self):
+        rng = random.Random(13)
+        self.pg.sql(insert_sql(rng, 400))
+        http_port = free_port()
+        server = self.tallyd("s_early", extra=["--http-port", str(http_port)])
+        h = bm.Http(http_port)
+        self.addCleanup(h.close)
+        # Never connected before: nothing stored, nothing to backfill yet.
+        self.pg.shut_down()
+        try:
+            server.start()
+            bm.wait_http(http_port)
+            self.assert_waiting(server, h, "first start, PostgreSQL down")
+            with RespConn(server.port) as conn:  # tallyd serves meanwhile
+                self.assertEqual(conn.call("INCRBY", "plain", 5), 5)
+        finally:
+            self.pg.start_again()
+        self.wait_streaming(server, h, "PostgreSQL started")
+        self.wait_equal(server, "backfill once PostgreSQL is up")
+        self.pg.sql(insert_sql(rng, 30))
+        self.wait_equal(server, "streamed")
+        counted = tally_counters(server.port)
+        self.assertIn("retrying in", self.log(server))
+        self.assertEqual(server.stop(), 0)
+
+        # Both down, tallyd first again: what it counted is served while it waits.
+        self.pg.shut_down()
+        try:
+            server.start()
+            bm.wait_http(http_port)
+            self.assert_waiting(server, h, "restart, PostgreSQL down")
+            self.assertEqual(tally_counters(server.port), counted)
+            with RespConn(server.port) as conn:
+                self.assertEqual(conn.call("GET", "plain"), "5")
+        finally:
+            self.pg.start_again()
+        self.wait_streaming(server, h, "PostgreSQL back")
+        self.pg.sql(insert_sql(rng, 30) + " UPDATE posts SET blog_id = 2 WHERE id % 4 = 0;")
+        self.wait_equal(server, "streamed after the wait")
+        self.assertEqual(server.stop(), 0)
+        self.pg.sql("SELECT pg_drop_replication_slot('s_early')")
+
+
+@tally_only
 class RefusalTest(PgCase):
     def refused(self, source, expected, slot="s_refuse"):
         s = TallyServer(extra_args=["--source", source, "--source-slot", slot])
@@ -865,6 +993,10 @@ class RefusalTest(PgCase):
                      "table posts does not have REPLICA IDENTITY FULL (tally needs the old row "
                      "of every update and delete); fix it with: ALTER TABLE posts REPLICA "
                      "IDENTITY FULL;")
+
+    def test_missing_table(self):
+        self.pg.sql("DROP TABLE posts")
+        self.refused(self.conninfo(), 'table "posts" does not exist')
 
     def test_bad_connection_string(self):
         self.refused("nonsense",
