@@ -1,9 +1,11 @@
 // Connection: one client's socket. Reads requests, hands them to its Session, and writes
 // the replies the worker releases. Lives on its worker's thread only.
 //
-// Reading and writing are readiness-based (async_wait, then non-blocking reads and writes
-// until the socket would block): an idle connection holds no buffer, and a burst of
-// pipelined requests is read and answered in as few system calls as the kernel allows.
+// Reading starts with one async_read_some into at least 16 KiB of room; once it completes,
+// non-blocking reads continue until the socket would block or a read comes back short (the
+// socket is empty), so a burst of pipelined requests is read in as few system calls as the
+// kernel allows. Writing is non-blocking, with async_wait(wait_write) only when the socket's
+// send buffer is full.
 #pragma once
 
 #include <boost/asio/ip/tcp.hpp>
