@@ -1,7 +1,9 @@
 // tallyd: the tally server. Reads its options (command line, --config file) into NodeOptions,
 // starts a Node (node.h), serves until SIGINT or SIGTERM, then stops the node, which commits
-// and fsyncs everything before tallyd exits. Exit status: 0 after a stop by signal, 1 when
-// the node cannot start (the log says why), CLI11's for a bad option.
+// and fsyncs everything before tallyd exits. SIGHUP reloads the TLS certificates. Exit status: 0
+// after a stop by signal, 1 when the node cannot start (the log says why), CLI11's for a bad
+// option.
+#include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 #include <CLI/CLI.hpp>
@@ -179,6 +181,39 @@ int main(int argc, char** argv) {
   app.add_option("--http-allow-origin", subscriptions.allowed_origins,
                  "A web origin (https://example.com, or * for any) whose pages may open a "
                  "WebSocket on /v1/subscribe besides the server's own; repeatable");
+  tally::tls::TlsOptions& tls = node.tls;
+  std::string tls_auth_clients = "yes";
+  std::string plain_ports = "yes";
+  app.add_option("--tls-port", server.tls_port,
+                 "Port for the Redis protocol over TLS (0 = none); needs --tls-cert-file")
+      ->capture_default_str();
+  app.add_option("--http-tls-port", http.tls_port,
+                 "Port for the HTTP API over TLS, HTTPS (0 = none); needs --tls-cert-file")
+      ->capture_default_str();
+  app.add_option("--plain-ports", plain_ports,
+                 "no: listen on the TLS ports only (--port and --http-port are not opened)")
+      ->check(CLI::IsMember({"yes", "no"}))
+      ->capture_default_str();
+  app.add_option("--tls-cert-file", tls.cert_file,
+                 "The TLS ports' certificate chain (PEM); SIGHUP reads it again")
+      ->check(CLI::ExistingFile);
+  app.add_option("--tls-key-file", tls.key_file, "The certificate's private key (PEM)")
+      ->check(CLI::ExistingFile);
+  app.add_option("--tls-ca-cert-file", tls.ca_cert_file,
+                 "CA certificates (PEM) that sign the client certificates of the Redis TLS port")
+      ->check(CLI::ExistingFile);
+  app.add_option("--tls-auth-clients", tls_auth_clients,
+                 "Redis TLS port: yes = a client certificate is required, optional = checked "
+                 "when given, no = not asked for")
+      ->check(CLI::IsMember({"yes", "no", "optional"}))
+      ->capture_default_str();
+  app.add_option("--tls-protocols", tls.protocols,
+                 "TLS versions offered: TLSv1.2 and/or TLSv1.3 (older ones are refused)")
+      ->capture_default_str();
+  app.add_option("--tls-ciphers", tls.ciphers,
+                 "TLS 1.2 cipher list, OpenSSL's syntax (default: OpenSSL's)");
+  app.add_option("--tls-ciphersuites", tls.ciphersuites,
+                 "TLS 1.3 cipher suites, OpenSSL's syntax (default: OpenSSL's)");
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error or off")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "off"}))
       ->capture_default_str();
@@ -199,14 +234,17 @@ int main(int argc, char** argv) {
   node.source.ack_interval = std::chrono::milliseconds(source_ack_interval_ms);
   if (http.bind.empty()) http.bind = server.bind;
   http.password = server.requirepass;  // one password for both protocols
+  tls.auth_clients = *tally::tls::ParseClientAuth(tls_auth_clients);  // checked by IsMember
+  server.plain = http.plain = plain_ports == "yes";
 
-  // Block the stop signals in every thread (the node's start them); the main thread waits
-  // for them below.
-  sigset_t stop_signals;
-  sigemptyset(&stop_signals);
-  sigaddset(&stop_signals, SIGINT);
-  sigaddset(&stop_signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  // Block the stop and reload signals in every thread (the node's start them); the main
+  // thread waits for them below.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGHUP);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   std::signal(SIGPIPE, SIG_IGN);
 
   tally::programs::Node tallyd(std::move(node));
@@ -214,14 +252,35 @@ int main(int argc, char** argv) {
     spdlog::critical("{}", status.error().message);
     return 1;
   }
-  spdlog::info(
-      "tallyd ready: redis-cli -h {} -p {}, HTTP API on http://{}:{}/ (durability={}, "
-      "data in {})",
-      tallyd.options().redis.bind, tallyd.redis_port(), tallyd.options().http.bind,
-      tallyd.http_port(), durability, tallyd.data_dir());
+  const std::string& redis_host = tallyd.options().redis.bind;
+  const std::string& http_host = tallyd.options().http.bind;
+  std::string where;
+  if (tallyd.redis_port() != 0)
+    where += fmt::format("redis-cli -h {} -p {}", redis_host, tallyd.redis_port());
+  if (tallyd.redis_tls_port() != 0) {
+    where += fmt::format("{}redis-cli --tls -h {} -p {}", where.empty() ? "" : ", ", redis_host,
+                         tallyd.redis_tls_port());
+  }
+  if (tallyd.http_port() != 0) {
+    where += fmt::format(", HTTP API on http://{}:{}/", http_host, tallyd.http_port());
+  }
+  if (tallyd.http_tls_port() != 0) {
+    where += fmt::format(", HTTP API on https://{}:{}/", http_host, tallyd.http_tls_port());
+  }
+  spdlog::info("tallyd ready: {} (durability={}, data in {})", where, durability,
+               tallyd.data_dir());
 
   int signal = 0;
-  sigwait(&stop_signals, &signal);
+  for (;;) {
+    sigwait(&signals, &signal);
+    if (signal != SIGHUP) break;
+    if (auto status = tallyd.ReloadTls(); status) {
+      spdlog::info("SIGHUP: TLS certificates reloaded");
+    } else {
+      spdlog::error("SIGHUP: TLS certificates not reloaded (the previous ones stay): {}",
+                    status.error().message);
+    }
+  }
   spdlog::info("signal {} received: stopping", signal);
   tallyd.Stop();
   spdlog::info("all counters committed; bye");

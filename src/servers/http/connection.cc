@@ -106,13 +106,15 @@ std::optional<Failure> FailureOf(const boost::system::error_code& error,
 
 }  // namespace
 
-HttpConnection::HttpConnection(HttpWorker& worker, asio::ip::tcp::socket socket, bool counted)
+HttpConnection::HttpConnection(HttpWorker& worker, asio::ip::tcp::socket socket, bool counted,
+                               const servers::Peer& peer)
     : worker_(worker),
       socket_(std::move(socket)),
+      peer_(peer),
       deadline_(socket_.get_executor()),
       counted_(counted) {
   boost::system::error_code ignored;
-  socket_.set_option(asio::ip::tcp::no_delay(true), ignored);
+  if (!peer.tls) socket_.set_option(asio::ip::tcp::no_delay(true), ignored);
 }
 
 HttpConnection::~HttpConnection() {

@@ -19,7 +19,9 @@
 #include "servers/durability_gate.h"
 #include "servers/http/http_options.h"
 #include "servers/http/routes.h"
+#include "servers/peer.h"
 #include "servers/services.h"
+#include "servers/tls/tls_tunnel.h"
 
 namespace tally::http {
 
@@ -52,9 +54,12 @@ class HttpWorker {
   // thread. Call once no more sockets are handed to Adopt().
   void Stop();
 
-  // Takes an accepted socket of this worker's io_context. With `refuse`, the connection
-  // only gets 503 and is closed (it is not counted). Any thread.
-  void Adopt(boost::asio::ip::tcp::socket socket, bool refuse);
+  // Takes an accepted socket of this worker's io_context (or a TLS tunnel's inner end; `peer`
+  // is the client's TCP connection). With `refuse`, the connection only gets 503 and is
+  // closed (it is not counted). Any thread.
+  void Adopt(boost::asio::ip::tcp::socket socket, bool refuse, const servers::Peer& peer);
+  // The TLS tunnels of this worker's clients on the HTTPS port.
+  tls::TunnelSet& tunnels() { return tunnels_; }
   void Forget(HttpConnection* connection);
 
   // Sends the connection's batch (ReleaseReplies) once its epoch is durable: now, when it
@@ -71,6 +76,7 @@ class HttpWorker {
   std::thread thread_;
   Api api_;
   servers::DurabilityGate gate_;
+  tls::TunnelSet tunnels_;
 
   // This worker's thread only.
   std::unordered_map<HttpConnection*, std::shared_ptr<HttpConnection>> connections_;

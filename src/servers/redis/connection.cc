@@ -17,10 +17,6 @@ constexpr size_t kReadChunk = size_t{16} * 1024;
 // the others of the same worker.
 constexpr size_t kMaxReadPerTurn = size_t{1024} * 1024;
 
-std::string Endpoint(const boost::asio::ip::tcp::endpoint& endpoint) {
-  return fmt::format("{}:{}", endpoint.address().to_string(), endpoint.port());
-}
-
 ParserLimits LimitsOf(const ServerOptions& options) {
   ParserLimits limits;
   limits.max_bulk_length = options.proto_max_bulk_len;
@@ -30,16 +26,16 @@ ParserLimits LimitsOf(const ServerOptions& options) {
 
 }  // namespace
 
-Connection::Connection(Worker& worker, boost::asio::ip::tcp::socket socket)
+Connection::Connection(Worker& worker, boost::asio::ip::tcp::socket socket,
+                       const servers::Peer& peer)
     : worker_(worker), socket_(std::move(socket)), parser_(LimitsOf(worker.core().options())) {
   boost::system::error_code ignored;
-  socket_.set_option(boost::asio::ip::tcp::no_delay(true), ignored);
+  if (!peer.tls) socket_.set_option(boost::asio::ip::tcp::no_delay(true), ignored);
   socket_.non_blocking(true, ignored);
-  const auto remote = socket_.remote_endpoint(ignored);
-  const auto local = socket_.local_endpoint(ignored);
   ServerCore& core = worker.core();
-  auto info = core.clients().Add(Endpoint(remote), Endpoint(local), socket_.native_handle(),
-                                 core.engine().keyspace().clock()->NowMillis());
+  auto info =
+      core.clients().Add(servers::FormatEndpoint(peer.remote), servers::FormatEndpoint(peer.local),
+                         socket_.native_handle(), core.engine().keyspace().clock()->NowMillis());
   session_ = std::make_unique<Session>(core, worker.shard(), std::move(info));
 }
 

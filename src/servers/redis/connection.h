@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "servers/durability_gate.h"
+#include "servers/peer.h"
 #include "servers/redis/resp_parser.h"
 #include "servers/redis/session.h"
 
@@ -25,7 +26,8 @@ class Worker;
 class Connection final : public std::enable_shared_from_this<Connection>,
                          public servers::DurabilityWaiter {
  public:
-  Connection(Worker& worker, boost::asio::ip::tcp::socket socket);
+  // `peer`: where the client is (the socket may be a TLS tunnel's inner end).
+  Connection(Worker& worker, boost::asio::ip::tcp::socket socket, const servers::Peer& peer);
   ~Connection();
 
   void Start();

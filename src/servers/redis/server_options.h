@@ -10,10 +10,13 @@ namespace tally::redis {
 struct ServerOptions {
   std::string bind = "127.0.0.1";  // --bind: listen address; loopback unless told otherwise
   uint16_t port = 6380;            // --port; 0 picks a free port
-  int workers = 0;                 // --workers: I/O threads; 0 = the CPUs this process may use
-  std::string requirepass;         // --requirepass: when set, clients must AUTH first
-  int64_t maxclients = 10000;      // --maxclients: more connections are refused
-  int64_t timeout_seconds = 0;     // --timeout: idle clients are closed; 0 = never
+  // --tls-port: the port of TLS clients (the node's services.tls); 0 = none, as in Redis.
+  uint16_t tls_port = 0;
+  bool plain = true;            // false with --plain-ports no: only the TLS port listens
+  int workers = 0;              // --workers: I/O threads; 0 = the CPUs this process may use
+  std::string requirepass;      // --requirepass: when set, clients must AUTH first
+  int64_t maxclients = 10000;   // --maxclients: more connections are refused
+  int64_t timeout_seconds = 0;  // --timeout: idle clients are closed; 0 = never
   int64_t proto_max_bulk_len = 512LL << 20;          // --proto-max-bulk-len
   int64_t max_multibulk_length = 1 << 20;            // --max-multibulk-length
   int64_t client_query_buffer_limit = 1LL << 30;     // --client-query-buffer-limit

@@ -35,15 +35,16 @@ void Worker::Stop() {
     std::vector<std::shared_ptr<Connection>> all;
     for (const auto& [raw, connection] : connections_) all.push_back(connection);
     for (const auto& connection : all) connection->Close();
+    tunnels_.CloseAll();
     gate_.Clear();
     guard_.reset();
   });
   thread_.join();
 }
 
-void Worker::Adopt(boost::asio::ip::tcp::socket socket) {
-  boost::asio::post(io_, [this, socket = std::move(socket)]() mutable {
-    auto connection = std::make_shared<Connection>(*this, std::move(socket));
+void Worker::Adopt(boost::asio::ip::tcp::socket socket, servers::Peer peer) {
+  boost::asio::post(io_, [this, socket = std::move(socket), peer]() mutable {
+    auto connection = std::make_shared<Connection>(*this, std::move(socket), peer);
     connections_.emplace(connection.get(), connection);
     connection->Start();
   });
