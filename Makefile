@@ -244,6 +244,7 @@ check-asan: deps
 	  ctest --test-dir build-asan --output-on-failure --no-tests=error \
 	    -j$(TEST_JOBS) --timeout $$(( $(TEST_TIMEOUT) * 3 ))
 
+# tests/tsan.supp names the races inside uninstrumented RocksDB that TSan cannot judge.
 # TSan's deadlock detector tracks at most 64 held locks and aborts on Keyspace::LockAll (128
 # stripe locks, always taken in ascending order), hence detect_deadlocks=0.
 # setarch -R (no ASLR) keeps TSan working on kernels with high mmap randomisation; it is skipped
@@ -254,7 +255,7 @@ check-tsan: deps
 	cmake --build build-tsan -j$(JOBS)
 	noaslr=""; \
 	if setarch "$$(uname -m)" -R true 2>/dev/null; then noaslr="setarch $$(uname -m) -R"; fi; \
-	TSAN_OPTIONS=halt_on_error=1:detect_deadlocks=0 \
+	TSAN_OPTIONS=halt_on_error=1:detect_deadlocks=0:suppressions=$(CURDIR)/tests/tsan.supp \
 	  timeout --kill-after=60 $(TEST_TOTAL_TIMEOUT) \
 	  $$noaslr ctest --test-dir build-tsan --output-on-failure --no-tests=error \
 	    -j$(TEST_JOBS) --timeout $$(( $(TEST_TIMEOUT) * 3 )) $(TSAN_CTEST_FILTER)
