@@ -58,9 +58,9 @@ DatabaseKey SplitStoredKey(std::string_view stored);
 void StoreKeyInto(uint32_t db, std::string_view name, std::string* out);
 std::string StoredKey(uint32_t db, std::string_view name);
 
-// The refusal of a reserved key in database 0, in Redis's error form.
-inline constexpr std::string_view kReservedKeyError =
-    "ERR keys that start with \\x00db are reserved: tally stores the keys of databases 1 and "
-    "up under them";
+// Why a reserved key is refused in database 0 (the HTTP API's keys are database 0's).
+inline constexpr std::string_view kReservedKeyMessage =
+    "keys that start with \\x00db are reserved: tally stores the keys of databases 1 and up "
+    "under them";
 
 }  // namespace tally::engine
