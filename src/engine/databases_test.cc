@@ -39,8 +39,8 @@ TEST(DatabasesTest, OtherDatabasesArePrefixed) {
 }
 
 TEST(DatabasesTest, SplitIsTheInverseOfStore) {
-  const std::vector<std::string> names = {"", "a", "likes:7", "\0id:x"s, "\0db\x02y"s,
-                                          std::string(40, 'k'), "\xff\xfe"};
+  const std::vector<std::string> names = {
+      "", "a", "likes:7", "\0id:x"s, "\0db\x02y"s, std::string(40, 'k'), "\xff\xfe"};
   for (uint32_t db : {0u, 1u, 2u, 15u, 200u, 255u}) {
     for (const std::string& name : names) {
       if (db == 0 && IsReservedKey(name)) continue;
@@ -54,8 +54,8 @@ TEST(DatabasesTest, SplitIsTheInverseOfStore) {
 
 TEST(DatabasesTest, NoTwoDatabasesShareAStoredKey) {
   // Every name a database accepts, over every database: all stored keys distinct.
-  const std::vector<std::string> names = {"", "x", "\0"s, "\0d"s, "\0db"s, "\0db\x01x"s,
-                                          "\0db\x00x"s, "db\x01x", "\x01x"};
+  const std::vector<std::string> names = {"",           "x",          "\0"s,     "\0d"s, "\0db"s,
+                                          "\0db\x01x"s, "\0db\x00x"s, "db\x01x", "\x01x"};
   std::set<std::string> seen;
   size_t stored = 0;
   for (uint32_t db = 0; db < kMaxDatabases; ++db) {

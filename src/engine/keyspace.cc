@@ -60,8 +60,7 @@ struct alignas(64) StripeState {
     const uint32_t db = DatabaseOf(key);
     if (db == 0) return;
     for (const uint32_t i : {db, 0u}) {
-      counts[i].store(counts[i].load(std::memory_order_relaxed) + delta,
-                      std::memory_order_relaxed);
+      counts[i].store(counts[i].load(std::memory_order_relaxed) + delta, std::memory_order_relaxed);
     }
   }
 

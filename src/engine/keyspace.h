@@ -243,7 +243,7 @@ class Keyspace {
   // records. Lock-free, approximate while writers run. REQUIRES: db < kMaxDatabases.
   size_t database_size(uint32_t db) const;
   size_t database_expiring(uint32_t db) const;
-  size_t memory_bytes() const;    // bytes of the maps and indexes
+  size_t memory_bytes() const;  // bytes of the maps and indexes
   // Increments applied since start, from every origin (an overflow refused is not one).
   uint64_t increments_applied() const;
   uint64_t open_epoch() const { return open_epoch_.load(std::memory_order_acquire); }

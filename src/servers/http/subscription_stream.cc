@@ -76,7 +76,8 @@ Result<std::vector<std::string>> StringList(simdjson::dom::element element, std:
     if (item.get(text))
       return InvalidArgument(fmt::format("\"{}\" must be an array of strings", name));
     // The HTTP API follows database 0, where no key starts with the reserved prefix.
-    if (engine::IsReservedKey(text)) return InvalidArgument(std::string(engine::kReservedKeyMessage));
+    if (engine::IsReservedKey(text))
+      return InvalidArgument(std::string(engine::kReservedKeyMessage));
     list.emplace_back(text);
   }
   return list;

@@ -155,7 +155,8 @@ std::string Session::KeyRefusal(const CommandSpec& spec, std::span<const std::st
                                 std::span<const size_t> key_positions, uint32_t db) const {
   if (db != 0) return {};  // derived counters and tally's own records live in database 0
   for (const size_t position : key_positions) {
-    if (engine::IsReservedKey(args[position])) return fmt::format("ERR {}", engine::kReservedKeyMessage);
+    if (engine::IsReservedKey(args[position]))
+      return fmt::format("ERR {}", engine::kReservedKeyMessage);
   }
   const derived::DerivedCounters* derived = core_.derived();
   if (derived == nullptr || (spec.flags & kWrite) == 0) return {};
