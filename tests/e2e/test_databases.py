@@ -10,12 +10,11 @@ Check the test vs Redis:   E2E_TARGET=redis /usr/bin/python3 -m unittest -v test
 """
 
 import subprocess
-import time
 import unittest
 
 import redis
 
-from harness import (HOST, IS_REDIS, RespError, ServerTestCase, TallyServer, Push, tally_only,
+from harness import (HOST, RespError, ServerTestCase, TallyServer, Push, tally_only,
                      wait_until)
 
 OUT_OF_RANGE = "ERR DB index is out of range"
@@ -36,11 +35,15 @@ def cli(server, *args, db=None):
     return result.stdout.decode().rstrip("\n")
 
 
-class DatabasesTest(ServerTestCase):
+class DatabaseTestCase(ServerTestCase):
     def db(self, n):
+        """A redis-py client of database n, closed after the test."""
         client = self.server.client(db=n)
         self.addCleanup(client.close)
         return client
+
+
+class DatabasesTest(DatabaseTestCase):
 
     def test_redis_cli_n(self):
         self.assertEqual(cli(self.server, "INCRBY", "visits", "5", db=2), "5")
@@ -176,7 +179,7 @@ class DatabasesTest(ServerTestCase):
         c.call("CLIENT", "SETNAME", "in-db-3")
         self.assertEqual(c.call("SELECT", "3"), "OK")
         self.assertIn(" db=3 ", c.call("CLIENT", "INFO"))
-        line = [l for l in self.r.execute_command("CLIENT", "LIST").splitlines()
+        line = [l for l in self.raw().call("CLIENT", "LIST").splitlines()
                 if "name=in-db-3" in l]
         self.assertEqual(len(line), 1)
         self.assertIn(" db=3 ", line[0])
@@ -185,13 +188,8 @@ class DatabasesTest(ServerTestCase):
 
 
 @tally_only
-class TallyDatabasesTest(ServerTestCase):
+class TallyDatabasesTest(DatabaseTestCase):
     """What only tally does: its reserved prefix, its refusals, its subscriptions, its store."""
-
-    def db(self, n):
-        client = self.server.client(db=n)
-        self.addCleanup(client.close)
-        return client
 
     def test_database_zero_refuses_the_reserved_prefix(self):
         two = self.db(2)
@@ -300,7 +298,7 @@ class TallyDatabasesTest(ServerTestCase):
         self.assertEqual(two.incr("blog_posts:7"), 1)
         self.assertEqual(two.keys("*"), ["blog_posts:7"])
         # ... and the COUNTER commands, which name a counter, not a key, work from any database.
-        self.assertEqual(two.execute_command("COUNTER.GET", "blog_posts", "7"), "1")
+        self.assertEqual(two.execute_command("COUNTER.GET", "blog_posts", "7"), 1)
         self.assertEqual(self.r.get("blog_posts:7"), "1")
         # FLUSHDB of database 2 leaves the derived counter; of database 0 it empties it.
         two.flushdb()
