@@ -659,13 +659,18 @@ size_t Keyspace::size() const {
 size_t Keyspace::database_size(uint32_t db) const {
   size_t total = 0;
   for (const auto& s : stripes_) total += s->database_size[db].load(std::memory_order_relaxed);
-  return db == 0 ? size() - total : total;
+  if (db != 0) return total;
+  // Database 0's are the rest; the mirrors are read apart, so clamp a passing skew.
+  const size_t all = size();
+  return all > total ? all - total : 0;
 }
 
 size_t Keyspace::database_expiring(uint32_t db) const {
   size_t total = 0;
   for (const auto& s : stripes_) total += s->database_expiring[db].load(std::memory_order_relaxed);
-  return db == 0 ? expiring_count() - total : total;
+  if (db != 0) return total;
+  const size_t all = expiring_count();
+  return all > total ? all - total : 0;
 }
 
 size_t Keyspace::expiring_count() const {
