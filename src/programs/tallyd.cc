@@ -90,7 +90,7 @@ int main(int argc, char** argv) {
   app.add_option("--databases", server.databases,
                  "Databases SELECT may choose, 0 to N-1, each its own keyspace of plain "
                  "counters; derived counters live in database 0")
-      ->check(CLI::Range(1u, engine::kMaxDatabases))
+      ->check(CLI::Range(1u, tally::engine::kMaxDatabases))
       ->capture_default_str();
   app.add_option("--timeout", server.timeout_seconds,
                  "Close clients idle this many seconds (0 = never)")
