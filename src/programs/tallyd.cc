@@ -13,6 +13,7 @@
 #include <string>
 
 #include "core/version.h"
+#include "engine/databases.h"
 #include "programs/byte_size.h"
 #include "programs/node.h"
 
@@ -89,6 +90,11 @@ int main(int argc, char** argv) {
                  "Password clients must give with AUTH (or HELLO ... AUTH) before any command");
   app.add_option("--maxclients", server.maxclients, "Most simultaneous client connections")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 30))
+      ->capture_default_str();
+  app.add_option("--databases", server.databases,
+                 "Databases SELECT may choose, 0 to N-1, each its own keyspace of plain "
+                 "counters; derived counters live in database 0")
+      ->check(CLI::Range(1u, tally::engine::kMaxDatabases))
       ->capture_default_str();
   app.add_option("--timeout", server.timeout_seconds,
                  "Close clients idle this many seconds (0 = never)")

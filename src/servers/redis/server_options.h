@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <string>
 
+#include "engine/databases.h"
+
 namespace tally::redis {
 
 struct ServerOptions {
@@ -21,6 +23,8 @@ struct ServerOptions {
   int64_t max_multibulk_length = 1 << 20;            // --max-multibulk-length
   int64_t client_query_buffer_limit = 1LL << 30;     // --client-query-buffer-limit
   int64_t client_output_buffer_limit = 256LL << 20;  // --client-output-buffer-limit
+  // --databases: SELECT takes 0 to databases - 1 (at most engine::kMaxDatabases).
+  uint32_t databases = engine::kDefaultDatabases;
   std::string config_file;  // for INFO; the file the options came from, if any
   std::string data_dir;     // for INFO and CONFIG GET dir
 };
