@@ -961,6 +961,59 @@ class BadInputTest(DerivedCase):
                            'change 4: "new"."blog_id" must be an int64 (counter author_rating '
                            'reads it), got 1.5 (a number with a fraction or an exponent)')
 
+    def test_numbers_past_int64(self):
+        """A number of any size is JSON: where a column is, it is refused with where and why
+        (not as invalid JSON), over both protocols; in a key that is not a column it is
+        ignored."""
+        def body(objs, number):
+            return bm.body_of(objs).replace('"@number@"', number)
+
+        def with_cell(pid, column, value="@number@", which="new"):
+            return {"source": "posts", which: dict(bm.row_json(post(pid)), **{column: value})}
+
+        out_of_range = ('change 3: "new"."rating" is out of the int64 range (counter '
+                        'author_rating reads it), got %s')
+        for number in ("99999999999999999999", "-99999999999999999999", "9223372036854775808",
+                       "-9223372036854775809", "18446744073709551616"):
+            for transport in ("http", "redis"):
+                self.assertRefused(body(self.good(2, 9510) + [with_cell(9501, "rating")], number),
+                                   out_of_range % number, transport=transport)
+        for number in ("1e400", "-1E+999", "1e3", "2.0"):
+            for transport in ("http", "redis"):
+                self.assertRefused(body([with_cell(9502, "blog_id")], number),
+                                   'change 1: "new"."blog_id" must be an int64 (counter '
+                                   'author_rating reads it), got %s (a number with a fraction or '
+                                   'an exponent)' % number, transport=transport)
+        self.assertRefused(body([with_cell(9503, "is_published")], "99999999999999999999"),
+                           'change 1: "new"."is_published" must be a bool (counter author_rating '
+                           'reads it), got a number', transport="redis")
+        self.assertRefused(body([with_cell(9504, "created_at")], "-1e999"),
+                           'change 1: "new"."created_at" must be a timestamp like '
+                           '"2024-05-01T13:45:00Z" (counter blog_posts_per_day reads it), got a '
+                           'number')
+        self.assertRefused(body(self.good(1, 9520) + [dict(with_cell(9505, "rating", which="old"),
+                                                           new=bm.row_json(post(9505)))],
+                                "123456789012345678901234567890"),
+                           'change 2: "old"."rating" is out of the int64 range (counter '
+                           'author_rating reads it), got 123456789012345678901234567890',
+                           transport="redis")
+        # Keys that are not columns stay ignored, whatever their numbers.
+        row = dict(bm.row_json(post(9506, blog=96, user=2)), extra="@number@",
+                   deep={"x": ["@number@", {"y": "@number@"}]})
+        for transport, number in (("http", "99999999999999999999"), ("redis", "-1e400")):
+            objs = [{"source": "posts", "new": row}]
+            if transport == "http":
+                status, reply = self.http.push(body(objs, number))
+                self.assertEqual((status, reply["applied"]), (200, 1), reply)
+            else:
+                reply = redis_reply_dict(redis_push(self.conn, body(objs, number)))
+                self.assertEqual(reply["applied"], 1, reply)
+            objs = [{"source": "posts", "old": row}]
+            self.assertEqual(self.r.get("blog_posts:96:2"), "1")
+            status, reply = self.http.push(body(objs, number))
+            self.assertEqual((status, reply["applied"]), (200, 1), reply)
+            self.assertIsNone(self.r.get("blog_posts:96:2"))
+
     def test_missing_column_and_unknown_source(self):
         row = bm.row_json(post(9201))
         del row["blog_id"]

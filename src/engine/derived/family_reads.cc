@@ -12,7 +12,7 @@
 #include "core/timestamp.h"
 #include "engine/definitions/time_util.h"
 #include "engine/definitions/value.h"
-#include "engine/derived/change_json.h"
+#include "engine/derived/key_part.h"
 
 namespace tally::derived {
 
