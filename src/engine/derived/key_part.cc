@@ -12,7 +12,35 @@ namespace tally::derived {
 using definitions::Type;
 using definitions::Value;
 
-Result<Value> ParseKeyPart(Type type, std::string_view text) {
+namespace {
+
+constexpr std::string_view kTextRule =
+    "(text in a key part is spelled as in the key: \\: for ':', \\\\ for '\\', and \\N alone "
+    "is NULL)";
+
+// The text a part spells, unescaped into *out.
+Status UnescapeText(std::string_view part, std::string* out) {
+  out->clear();
+  for (size_t at = 0; at < part.size(); ++at) {
+    const char c = part[at];
+    if (c == ':') {
+      return InvalidArgument(fmt::format("':' at byte {} must be written \\: {}", at, kTextRule));
+    }
+    if (c == '\\') {
+      if (at + 1 == part.size() || (part[at + 1] != '\\' && part[at + 1] != ':')) {
+        return InvalidArgument(
+            fmt::format("'\\' at byte {} must be written \\\\ {}", at, kTextRule));
+      }
+      ++at;
+    }
+    out->push_back(part[at]);
+  }
+  return OkStatus();
+}
+
+}  // namespace
+
+Result<Value> ParseKeyPart(Type type, std::string_view text, std::string* storage) {
   if (text == "\\N") return Value::Null();
   switch (type) {
     case Type::kInt64: {
@@ -31,7 +59,8 @@ Result<Value> ParseKeyPart(Type type, std::string_view text) {
       if (text == "false") return Value::Bool(false);
       return InvalidArgument(fmt::format("{} is not a bool (true or false)", Quoted(text)));
     case Type::kText:
-      return Value::Text(text);
+      if (auto status = UnescapeText(text, storage); !status) return tl::unexpected(status.error());
+      return Value::Text(*storage);
     case Type::kTimestamp: {
       const Result<int64_t> micros = ParseTimestamp(text);
       if (!micros) {
