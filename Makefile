@@ -11,6 +11,14 @@ SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
 .DEFAULT_GOAL := help
 
+# The client examples (examples/) and the tests of the API's description, the migration
+# script and the package: each language's runtime and its Redis client, a JSON Schema
+# validator, the PostgreSQL driver of the migration script, and what builds the .deb.
+CLIENT_PACKAGES := \
+	ruby ruby-redis php-cli php-redis golang-go default-jdk-headless libjackson2-databind-java \
+	python3-jsonschema python3-psycopg2
+PACKAGING_PACKAGES := debhelper dpkg-dev fakeroot help2man
+
 # Every Debian 12 package the project needs to build, test, benchmark and lint. One list, so
 # that a change which needs a new package adds it here and nowhere else.
 DEPS_PACKAGES := \
@@ -19,13 +27,17 @@ DEPS_PACKAGES := \
 	libcli11-dev libexpected-dev libgtest-dev libgmock-dev libbenchmark-dev libxxhash-dev \
 	libsimdjson-dev libpq-dev \
 	postgresql-15 redis-server redis-tools python3 python3-redis \
-	util-linux procps nodejs chromium
+	util-linux procps nodejs chromium \
+	$(CLIENT_PACKAGES) $(PACKAGING_PACKAGES)
 
 # The dashboard (dashboard/) is built with node and tested in chromium. npm comes from
 # Debian's `npm` package unless an npm is already on PATH (NodeSource's nodejs bundles one
-# and conflicts with Debian's). Its npm packages, pinned by dashboard/package-lock.json, are
-# installed by `make deps` with `npm ci`, again whenever the lock file changes.
+# and conflicts with Debian's). The npm packages of each folder below, pinned by its
+# package-lock.json, are installed by `make deps` with `npm ci`, again whenever the lock file
+# changes: the dashboard's, the Node.js example's (ioredis) and the tests' (an OpenAPI
+# validator).
 DASHBOARD_DIR := dashboard
+NPM_DIRS := $(DASHBOARD_DIR) examples/node tests/e2e
 
 JOBS          ?= 2
 BUILD_TYPE    ?= Release
@@ -59,6 +71,11 @@ SOURCE_BENCH_ARGS ?=
 SUBSCRIBERS_BENCH_ARGS ?=
 ENGINE_BENCH_ARGS ?= --benchmark_min_time=1
 
+# make deb: the Debian package (debian/), built by dpkg-buildpackage in a copy of the source
+# tree under DEB_DIR, where the .deb lands. make deb-test installs it on this machine (root),
+# runs tallyd as its systemd unit would, and removes it again (tests/packaging/test_deb.py).
+DEB_DIR ?= $(BUILD_DIR)/deb
+
 # make fuzz
 FUZZ_DIR     ?= build-fuzz
 FUZZ_SECONDS ?= 600
@@ -77,7 +94,7 @@ SUDO := sudo
 endif
 
 .PHONY: help deps configure build run test bench fuzz fuzz-smoke soak check-sanitize check-asan check-tsan \
-	format format-check tidy clean
+	deb deb-test format format-check tidy clean
 
 help:
 	@echo "make deps            install missing Debian packages (apt-get; sudo when not root)"
@@ -88,6 +105,8 @@ help:
 	@echo "make fuzz            libFuzzer on the RESP parser for FUZZ_SECONDS=$(FUZZ_SECONDS)"
 	@echo "make soak            kill -9 soak: tests/e2e/test_crash.py, $(CRASH_KILLS) kills"
 	@echo "make check-sanitize  ASan+UBSan (all tests) and TSan (unit tests) builds and runs"
+	@echo "make deb             the Debian package (tallyd.service, /etc/tally/tally.conf) in $(DEB_DIR)"
+	@echo "make deb-test        deb, then install it here (root), run and restart tallyd, remove it"
 	@echo "make format          clang-format -i on $(FORMAT_DIRS) (format-check: verify only)"
 	@echo "make tidy            clang-tidy over the compilation database"
 	@echo "make clean           remove the build directories"
@@ -109,12 +128,14 @@ deps:
 	$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=300 update -q; \
 	$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=300 install -y -q \
 	  --no-install-recommends $$missing
-	@lock=$(DASHBOARD_DIR)/package-lock.json; installed=$(DASHBOARD_DIR)/node_modules/.package-lock.json; \
-	if [ -f "$$installed" ] && [ ! "$$lock" -nt "$$installed" ]; then \
-	  echo "deps: $(DASHBOARD_DIR)/node_modules up to date"; exit 0; \
-	fi; \
-	echo "deps: npm ci in $(DASHBOARD_DIR)"; \
-	cd $(DASHBOARD_DIR) && npm ci --no-audit --no-fund
+	@for dir in $(NPM_DIRS); do \
+	  lock=$$dir/package-lock.json; installed=$$dir/node_modules/.package-lock.json; \
+	  if [ -f "$$installed" ] && [ ! "$$lock" -nt "$$installed" ]; then \
+	    echo "deps: $$dir/node_modules up to date"; continue; \
+	  fi; \
+	  echo "deps: npm ci in $$dir"; \
+	  (cd $$dir && npm ci --no-audit --no-fund); \
+	done
 
 configure: deps
 	cmake -S . -B $(BUILD_DIR) -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) $(CMAKE_FLAGS)
@@ -171,6 +192,22 @@ bench: build
 	else \
 	  echo "bench: no $(BUILD_DIR)/bin/engine_bench yet, engine benchmarks skipped"; \
 	fi
+
+# The source is copied without build trees, data and the npm folders the package does not
+# need (the dashboard's node_modules stays: the build runs esbuild). debhelper sets HOME to a
+# directory of its own, so ccache is told where its cache is.
+deb: deps
+	rm -rf $(DEB_DIR) && mkdir -p $(DEB_DIR)/tally
+	tar -c --exclude-vcs --exclude='./build*' --exclude=./data --exclude=./fuzz/corpus-run \
+	  --exclude=./examples/node/node_modules --exclude=./tests/e2e/node_modules . \
+	  | tar -x -C $(DEB_DIR)/tally
+	cd $(DEB_DIR)/tally && CCACHE_DIR="$$(ccache -k cache_dir 2>/dev/null || true)" \
+	  dpkg-buildpackage -b -us -uc -j$(JOBS)
+	@ls -l $(DEB_DIR)/*.deb
+
+deb-test: deb
+	cd tests/packaging && TALLY_DEB_DIR=$(abspath $(DEB_DIR)) PYTHONDONTWRITEBYTECODE=1 \
+	  timeout --kill-after=30 600 $(PYTHON) -m unittest -v test_deb
 
 # New corpus entries and crash artifacts go to fuzz/corpus-run (ignored by git); the checked-in
 # seed corpus fuzz/corpus/resp_parser is only read.

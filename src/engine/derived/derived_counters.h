@@ -200,7 +200,8 @@ class DerivedCounters {
   // the key (key_part.h: "re\:turn", "\N" for NULL, "\\N" for the text \N).
   Result<std::string> KeyOf(std::string_view counter,
                             std::span<const std::string_view> parts) const;
-  // The key prefix "counter:part:...:" of the first parts.size() key columns.
+  // The key prefix "counter:part:...:" of the first parts.size() key columns ("counter"
+  // for a counter without key columns).
   Result<std::string> PrefixOf(std::string_view counter,
                                std::span<const std::string_view> parts) const;
 

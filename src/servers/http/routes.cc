@@ -13,8 +13,10 @@
 #include <vector>
 
 #include "core/constant_time.h"
+#include "core/version.h"
 #include "servers/http/dashboard_assets.h"
 #include "servers/http/json_writer.h"
+#include "servers/http/openapi.h"
 #include "servers/http/request_target.h"
 #include "servers/http/router.h"
 
@@ -70,6 +72,7 @@ const Api::Route Api::kRoutes[] = {
     {{"GET", "/v1/subscribe", "key* prefix* token"}, &Api::GetSubscribe},
     {{"GET", "/", ""}, &Api::GetPage},
     {{"GET", "/assets/*", ""}, &Api::GetAsset},
+    {{"GET", "/openapi.json", ""}, &Api::GetOpenApi},
 };
 
 const Router& Api::TheRouter() {
@@ -174,13 +177,12 @@ constexpr std::string_view kValuesShape =
 
 }  // namespace
 
-Api::Api(engine::Engine& engine, derived::DerivedCounters& derived, std::string password,
-         StatusReporter source_report)
-    : engine_(engine),
-      derived_(derived),
-      password_(std::move(password)),
-      expected_authorization_("Bearer " + password_),
-      source_report_(std::move(source_report)),
+Api::Api(servers::Services services, ApiOptions options)
+    : services_(std::move(services)),
+      engine_(services_.engine),
+      derived_(*services_.derived),
+      options_(std::move(options)),
+      expected_authorization_("Bearer " + options_.password),
       scratch_(std::make_unique<Scratch>()) {}
 
 Api::~Api() = default;
@@ -188,7 +190,7 @@ Api::~Api() = default;
 ApiResponse Api::Handle(const ApiRequest& request) {
   int route = -1;
   ApiResponse response = Dispatch(request, &route);
-  if (monitoring_.requests != nullptr) monitoring_.requests->Count(route, response.status);
+  if (options_.requests != nullptr) options_.requests->Count(route, response.status);
   return response;
 }
 
@@ -216,18 +218,19 @@ ApiResponse Api::Dispatch(const ApiRequest& request, int* route) {
   *route = static_cast<int>(match.route);
   // With a password, every route needs it but these: the probes (an orchestrator sends
   // none), the dashboard's files (the page asks for the password, then sends it with its
-  // data calls), and /metrics when told so (tallyd --public-metrics).
+  // data calls), the API's description, and /metrics when told so (tallyd --public-metrics).
   const bool open = handler == &Api::GetHealth || handler == &Api::GetReady ||
                     handler == &Api::GetPage || handler == &Api::GetAsset ||
-                    (handler == &Api::GetMetrics && monitoring_.public_metrics);
+                    handler == &Api::GetOpenApi ||
+                    (handler == &Api::GetMetrics && options_.public_metrics);
   // The subscription routes also take it as ?token=: a browser's EventSource cannot set
   // headers. Both checks compare in constant time (core/constant_time.h).
-  const bool token_given =
-      (handler == &Api::GetEvents || handler == &Api::GetSubscribe) &&
-      std::ranges::any_of(target->query, [&](const auto& parameter) {
-        return parameter.first == "token" && ConstantTimeEquals(parameter.second, password_);
-      });
-  if (!password_.empty() && !open && !token_given &&
+  const bool token_given = (handler == &Api::GetEvents || handler == &Api::GetSubscribe) &&
+                           std::ranges::any_of(target->query, [&](const auto& parameter) {
+                             return parameter.first == "token" &&
+                                    ConstantTimeEquals(parameter.second, options_.password);
+                           });
+  if (!options_.password.empty() && !open && !token_given &&
       !ConstantTimeEquals(request.authorization, expected_authorization_)) {
     ApiResponse response =
         Fail(401, request.authorization.empty()
@@ -462,20 +465,22 @@ ApiResponse Api::DeleteDefinition(const Call& call) {
   return response;
 }
 
-// {"durability":"sync","counters":N,"source":{figures as INFO's # Source, same names
-// without "source_"}} ("source": null without --source).
+// {"version":"0.1.0","durability":"sync","counters":N,"source":{figures as INFO's # Source,
+// same names without "source_"}} ("source": null without --source).
 ApiResponse Api::GetStatus(const Call& call) {
-  std::string body = R"({"durability":)";
+  std::string body = R"({"version":)";
+  AppendJsonString(Version(), &body);
+  body += R"(,"durability":)";
   body += engine_.durability() == engine::Durability::kSync ? R"("sync")" : R"("async")";
   fmt::format_to(std::back_inserter(body), R"(,"counters":{},"source":)",
                  derived_.Counters().size());
-  if (!source_report_) {
+  if (!services_.source_report) {
     body += "null}";
     return Ok(std::move(body));
   }
   body += '{';
   bool first = true;
-  for (const ReportField& field : source_report_()) {
+  for (const ReportField& field : services_.source_report()) {
     if (!first) body += ',';
     first = false;
     AppendJsonString(field.name, &body);
@@ -512,8 +517,8 @@ ApiResponse Api::GetReady(const Call& call) {
   std::string reason;
   if (!engine_.committer().stats().healthy) {
     reason = "commits to the store are failing";
-  } else if (monitoring_.readiness) {
-    if (auto status = monitoring_.readiness(); !status) reason = status.error().message;
+  } else if (services_.readiness) {
+    if (auto status = services_.readiness(); !status) reason = status.error().message;
   }
   if (reason.empty()) return Ok(R"({"status":"ready"})");
   JsonWriter json;
@@ -524,8 +529,8 @@ ApiResponse Api::GetReady(const Call& call) {
 }
 
 ApiResponse Api::GetMetrics(const Call& call) {
-  if (monitoring_.metrics == nullptr) return Fail(404, "metrics are not served here");
-  ApiResponse response = Ok(monitoring_.metrics->Render());
+  if (services_.metrics == nullptr) return Fail(404, "metrics are not served here");
+  ApiResponse response = Ok(services_.metrics->Render());
   response.content_type = metrics::Registry::kContentType;
   return response;
 }
@@ -607,6 +612,8 @@ ApiResponse Api::GetAsset(const Call& call) {
   for (const std::string& segment : call.params) path += "/" + segment;
   return Serve(FindDashboardAsset(path), call.request.if_none_match);
 }
+
+ApiResponse Api::GetOpenApi(const Call& call) { return Ok(std::string(OpenApiDocument())); }
 
 // ---- tally_http_requests_total -------------------------------------------------------
 

@@ -12,13 +12,13 @@
 #include "core/escape.h"
 #include "core/glob.h"
 #include "core/process_stats.h"
+#include "core/version.h"
 #include "servers/redis/command_args.h"
 #include "servers/redis/session.h"
 
 namespace tally::redis::commands {
 namespace {
 
-constexpr std::string_view kTallyVersion = "0.1.0";
 constexpr size_t kInfoHotKeys = 10;  // the hot keys INFO lists
 
 void CommandInfo(CommandContext& ctx, const CommandSpec& spec) {
@@ -66,7 +66,7 @@ void ServerSection(CommandContext& ctx, std::string& out) {
                  "os:{} {} {}\r\narch_bits:64\r\nprocess_id:{}\r\ntcp_port:{}\r\n"
                  "uptime_in_seconds:{}\r\nuptime_in_days:{}\r\nio_threads_active:{}\r\n"
                  "config_file:{}\r\n",
-                 kTallyVersion, uts.sysname, uts.release, uts.machine, getpid(),
+                 Version(), uts.sysname, uts.release, uts.machine, getpid(),
                  ctx.server.bound_port(), uptime, uptime / 86400, ctx.server.worker_count(),
                  ctx.server.options().config_file);
 }

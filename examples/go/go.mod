@@ -1,0 +1,3 @@
+module tally.example/tour
+
+go 1.19
