@@ -177,9 +177,10 @@ def request_bytes(method, path, body=b"", headers=None, close=False):
 
 class HttpCase(ServerTestCase):
     """One tallyd per class with --http-port; each test starts from empty counters (the
-    harness sends FLUSHALL) and the definitions of SCHEMA."""
+    harness sends FLUSHALL) and the definitions of `schema`."""
 
     http_args = ()
+    schema = SCHEMA
 
     @classmethod
     def setUpClass(cls):
@@ -192,7 +193,7 @@ class HttpCase(ServerTestCase):
     def setUp(self):
         super().setUp()
         self.http = self.client()
-        status, _, reply = self.http.request("POST", "/v1/definitions", SCHEMA)
+        status, _, reply = self.http.request("POST", "/v1/definitions", self.schema)
         self.assertEqual(status, 200, reply)
 
     def client(self, timeout=30.0):

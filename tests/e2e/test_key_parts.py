@@ -12,8 +12,8 @@ import json
 import unittest
 import urllib.parse
 
-from harness import ServerTestCase, free_port, tally_only, wait_until
-from test_http import Http, http_ready
+from harness import tally_only
+from test_http import HttpCase
 
 SCHEMA = """
 CREATE SOURCE tagged (tag text, n bigint, at timestamp);
@@ -66,22 +66,12 @@ DAY = "?from=2024-05-01T00:00:00Z&to=2024-05-02T00:00:00Z"
 
 
 @tally_only
-class KeyPartsTest(ServerTestCase):
-
-    @classmethod
-    def setUpClass(cls):
-        cls.http_port = free_port()
-        cls.server_args = ("--http-port", str(cls.http_port))
-        super().setUpClass()
-        if not wait_until(lambda: http_ready(cls.http_port), timeout=10):
-            raise AssertionError("HTTP port not ready\n" + cls.server.log_tail())
+class KeyPartsTest(HttpCase):
+    schema = SCHEMA
 
     def setUp(self):
         super().setUp()
-        self.http = Http(self.http_port)
-        self.addCleanup(self.http.close)
         self.conn = self.raw()
-        self.assertEqual(self.post("/v1/definitions", SCHEMA)[0], 200)
         changes = [{"source": "tagged", "new": {"tag": tag, "n": 1, "at": "2024-05-01T10:00:00Z"}}
                    for tag, count in TAGS for _ in range(count)]
         status, reply = self.post("/v1/changes", json.dumps(changes))
