@@ -71,7 +71,8 @@ class KeyPartsTest(HttpCase):
 
     def setUp(self):
         super().setUp()
-        self.conn = self.raw()
+        self.conn = self.server.raw()  # RESP (HttpCase.raw is raw HTTP)
+        self.addCleanup(self.conn.close)
         changes = [{"source": "tagged", "new": {"tag": tag, "n": 1, "at": "2024-05-01T10:00:00Z"}}
                    for tag, count in TAGS for _ in range(count)]
         status, reply = self.post("/v1/changes", json.dumps(changes))
