@@ -24,6 +24,7 @@ Environment: E2E_SEED (default 20250601), E2E_DERIVED_CHANGES (default 100000).
 import json
 import os
 import random
+import re
 import threading
 import time
 import unittest
@@ -345,16 +346,16 @@ class PropertyTest(unittest.TestCase):
                 prefix = c.name + ":" + part + ":"
                 sub = [(k, v) for k, v in fam if k.startswith(prefix)]
                 self.assertTrue(sub)
-                raw_part = self.raw_part(part)
-                items, _ = http.list_all(c.name, prefix=[raw_part], limit=rng.randint(1, 5))
-                self.assertEqual(items, sub, "%s: /v1/list/%s/%s" % (context, c.name, raw_part))
+                items, _ = http.list_all(c.name, prefix=[part], limit=rng.randint(1, 5))
+                self.assertEqual(items, sub, "%s: /v1/list/%s/%s" % (context, c.name, part))
                 items, _ = bm.redis_scan_all(conn, c.name, count=rng.randint(1, 5),
-                                             prefix=[raw_part])
+                                             prefix=[part])
                 self.assertEqual(sorted(items, key=lambda kv: bm.key_sort(kv[0])), sub,
-                                 "%s: COUNTER.SCAN %s prefix %s" % (context, c.name, raw_part))
-            # COUNTER.GET, the HTTP value and POST /v1/values on a few keys and a missing one.
+                                 "%s: COUNTER.SCAN %s prefix %s" % (context, c.name, part))
+            # COUNTER.GET, the HTTP value and POST /v1/values on a few keys and a missing one:
+            # parts spelled as in the key.
             for k, v in rng.sample(fam, min(3, len(fam))):
-                parts = [self.raw_part(p) for p in self.parts_of(k)]
+                parts = self.parts_of(k)
                 self.assertEqual(conn.call("COUNTER.GET", c.name, *parts), v,
                                  "%s: COUNTER.GET %s" % (context, k))
                 reply = http.value(c.name, parts)
@@ -387,14 +388,13 @@ class PropertyTest(unittest.TestCase):
                 part = self.first_part(rng.choice(fam)[0])
                 prefix = c.name + ":" + part + ":"
                 sub = [kv for kv in order if kv[0].startswith(prefix)]
-                raw_part = self.raw_part(part)
-                reply = http.top(c.name, 5, prefix=[raw_part])
+                reply = http.top(c.name, 5, prefix=[part])
                 self.assertEqual([(it["key"], it["value"]) for it in reply["items"]], sub[:5],
-                                 "%s: /v1/top/%s/%s?k=5" % (context, c.name, raw_part))
-                flat = conn.call("COUNTER.TOP", c.name, "5", raw_part)
+                                 "%s: /v1/top/%s/%s?k=5" % (context, c.name, part))
+                flat = conn.call("COUNTER.TOP", c.name, "5", part)
                 got = [(flat[i], int(flat[i + 1])) for i in range(0, len(flat), 2)]
                 self.assertEqual(got, sub[:5], "%s: COUNTER.TOP %s 5 %s" % (
-                    context, c.name, raw_part))
+                    context, c.name, part))
 
     # --- key parts ------------------------------------------------------------------------
     @staticmethod
@@ -424,13 +424,6 @@ class PropertyTest(unittest.TestCase):
         return cls.parts_of(key)[0]
 
     @staticmethod
-    def raw_part(escaped):
-        """A key part as a client spells it in a read: text verbatim, NULL as \\N."""
-        if escaped == "\\N":
-            return "\\N"
-        return escaped.replace("\\:", ":").replace("\\\\", "\\")
-
-    @staticmethod
     def value_of(part, key_type):
         if part is None:
             return None
@@ -441,7 +434,8 @@ class PropertyTest(unittest.TestCase):
         if key_type == "timestamp":
             return bm.datetime.datetime.strptime(part, "%Y-%m-%dT%H:%M:%SZ").replace(
                 tzinfo=bm.UTC)
-        return part
+        # Text as the key spells it: \: is ':' and \\ is '\'.
+        return re.sub(r"\\(.)", r"\1", part)
 
     @classmethod
     def json_part(cls, escaped, key_type):
@@ -456,7 +450,7 @@ class PropertyTest(unittest.TestCase):
             t = bm.datetime.datetime.strptime(escaped.split(".")[0].rstrip("Z"),
                                               "%Y%m%dT%H%M%S")
             return t.strftime("%Y-%m-%dT%H:%M:%SZ")
-        return cls.raw_part(escaped)
+        return escaped
 
     @staticmethod
     def missing_part(key_type):
@@ -551,8 +545,11 @@ class ApiTest(DerivedCase):
         self.assertEqual(self.conn.call("COUNTER.GET", "blog_posts", "7", "3"), 1)
         self.assertEqual(self.conn.call("COUNTER.GET", "blog_posts", "7", "\\N"), 1)
         self.assertEqual(self.conn.call("COUNTER.GET", "blog_posts", "7", "4"), 0)
-        self.assertEqual(self.conn.call("COUNTER.GET", "rating_buckets", "7", "good:4-5"), 1)
-        self.assertEqual(self.conn.call("COUNTER.GET", "rating_buckets", "7", "bad\\low"), 1)
+        self.assertEqual(self.conn.call("COUNTER.GET", "rating_buckets", "7", "good\\:4-5"), 1)
+        self.assertEqual(self.conn.call("COUNTER.GET", "rating_buckets", "7", "bad\\\\low"), 1)
+        # A text part is spelled as in the key: verbatim ':' and '\' are refused.
+        self.assertIsInstance(self.conn.call("COUNTER.GET", "rating_buckets", "7", "good:4-5"),
+                              RespError)
         self.assertEqual(self.conn.call("COUNTER.GET", "blog_posts_per_day", "7",
                                         "20240501T000000Z"), 2)
         self.assertEqual(self.conn.call("COUNTER.GET", "blog_posts_per_day", "7",
@@ -560,7 +557,7 @@ class ApiTest(DerivedCase):
         self.assertEqual(self.conn.call("COUNTER.GET", "posts_at", "2024-05-01T13:45:00.120500Z"), 1)
         self.assertEqual(self.http.value("blog_posts", [7, 3]),
                          {"key": "blog_posts:7:3", "value": 1})
-        self.assertEqual(self.http.value("rating_buckets", [7, "good:4-5"]),
+        self.assertEqual(self.http.value("rating_buckets", [7, "good\\:4-5"]),
                          {"key": "rating_buckets:7:good\\:4-5", "value": 1})
         self.assertEqual(self.http.value("blog_posts", [9, 9]),
                          {"key": "blog_posts:9:9", "value": 0})
@@ -1060,6 +1057,59 @@ class BadInputTest(DerivedCase):
         self.assertRefused(self.good(3, 9140) + [bad],
                            'change 4: "new"."blog_id" must be an int64 (counter author_rating '
                            'reads it), got 1.5 (a number with a fraction or an exponent)')
+
+    def test_numbers_past_int64(self):
+        """A number of any size is JSON: where a column is, it is refused with where and why
+        (not as invalid JSON), over both protocols; in a key that is not a column it is
+        ignored."""
+        def body(objs, number):
+            return bm.body_of(objs).replace('"@number@"', number)
+
+        def with_cell(pid, column, value="@number@", which="new"):
+            return {"source": "posts", which: dict(bm.row_json(post(pid)), **{column: value})}
+
+        out_of_range = ('change 3: "new"."rating" is out of the int64 range (counter '
+                        'author_rating reads it), got %s')
+        for number in ("99999999999999999999", "-99999999999999999999", "9223372036854775808",
+                       "-9223372036854775809", "18446744073709551616"):
+            for transport in ("http", "redis"):
+                self.assertRefused(body(self.good(2, 9510) + [with_cell(9501, "rating")], number),
+                                   out_of_range % number, transport=transport)
+        for number in ("1e400", "-1E+999", "1e3", "2.0"):
+            for transport in ("http", "redis"):
+                self.assertRefused(body([with_cell(9502, "blog_id")], number),
+                                   'change 1: "new"."blog_id" must be an int64 (counter '
+                                   'author_rating reads it), got %s (a number with a fraction or '
+                                   'an exponent)' % number, transport=transport)
+        self.assertRefused(body([with_cell(9503, "is_published")], "99999999999999999999"),
+                           'change 1: "new"."is_published" must be a bool (counter author_rating '
+                           'reads it), got a number', transport="redis")
+        self.assertRefused(body([with_cell(9504, "created_at")], "-1e999"),
+                           'change 1: "new"."created_at" must be a timestamp like '
+                           '"2024-05-01T13:45:00Z" (counter blog_posts_per_day reads it), got a '
+                           'number')
+        self.assertRefused(body(self.good(1, 9520) + [dict(with_cell(9505, "rating", which="old"),
+                                                           new=bm.row_json(post(9505)))],
+                                "123456789012345678901234567890"),
+                           'change 2: "old"."rating" is out of the int64 range (counter '
+                           'author_rating reads it), got 123456789012345678901234567890',
+                           transport="redis")
+        # Keys that are not columns stay ignored, whatever their numbers.
+        row = dict(bm.row_json(post(9506, blog=96, user=2)), extra="@number@",
+                   deep={"x": ["@number@", {"y": "@number@"}]})
+        for transport, number in (("http", "99999999999999999999"), ("redis", "-1e400")):
+            objs = [{"source": "posts", "new": row}]
+            if transport == "http":
+                status, reply = self.http.push(body(objs, number))
+                self.assertEqual((status, reply["applied"]), (200, 1), reply)
+            else:
+                reply = redis_reply_dict(redis_push(self.conn, body(objs, number)))
+                self.assertEqual(reply["applied"], 1, reply)
+            objs = [{"source": "posts", "old": row}]
+            self.assertEqual(self.r.get("blog_posts:96:2"), "1")
+            status, reply = self.http.push(body(objs, number))
+            self.assertEqual((status, reply["applied"]), (200, 1), reply)
+            self.assertIsNone(self.r.get("blog_posts:96:2"))
 
     def test_missing_column_and_unknown_source(self):
         row = bm.row_json(post(9201))

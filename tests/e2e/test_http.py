@@ -177,9 +177,10 @@ def request_bytes(method, path, body=b"", headers=None, close=False):
 
 class HttpCase(ServerTestCase):
     """One tallyd per class with --http-port; each test starts from empty counters (the
-    harness sends FLUSHALL) and the definitions of SCHEMA."""
+    harness sends FLUSHALL) and the definitions of `schema`."""
 
     http_args = ()
+    schema = SCHEMA
 
     @classmethod
     def setUpClass(cls):
@@ -192,7 +193,7 @@ class HttpCase(ServerTestCase):
     def setUp(self):
         super().setUp()
         self.http = self.client()
-        status, _, reply = self.http.request("POST", "/v1/definitions", SCHEMA)
+        status, _, reply = self.http.request("POST", "/v1/definitions", self.schema)
         self.assertEqual(status, 200, reply)
 
     def client(self, timeout=30.0):
@@ -344,9 +345,9 @@ class ReadsTest(HttpCase):
         self.assertEqual(self.value("blog_posts", 9, 9), {"key": "blog_posts:9:9", "value": 0})
         self.assertEqual(self.value("blog_posts", -1, 0), {"key": "blog_posts:-1:0", "value": 0})
 
-    def test_value_text_parts_are_percent_decoded_and_keys_escaped(self):
-        # The part is the raw text; the key spells ':' and '\' escaped.
-        self.assertEqual(self.value("tag_posts", "a:b/c\\d e"),
+    def test_value_text_parts_are_percent_decoded_and_spelled_as_in_the_key(self):
+        # The part is spelled as in the key (':' and '\' escaped), percent-encoded.
+        self.assertEqual(self.value("tag_posts", "a\\:b/c\\\\d e"),
                          {"key": "tag_posts:a\\:b/c\\\\d e", "value": 1})
         self.assertEqual(self.value("tag_posts", "caf\u00e9 \U0001f600"),
                          {"key": "tag_posts:caf\u00e9 \U0001f600", "value": 1})
@@ -374,7 +375,7 @@ class ReadsTest(HttpCase):
         self.assertEqual(self.ok("POST", "/v1/values", json.dumps(body)), {"values": [
             {"key": "blog_posts:7:3", "value": 2}, {"key": "blog_posts:7:4", "value": 1},
             {"key": "blog_posts:8:1", "value": 1}, {"key": "blog_posts:9:9", "value": 0}]})
-        body = {"counter": "tag_posts", "keys": [["a:b/c\\d e"], [None], ["t"]]}
+        body = {"counter": "tag_posts", "keys": [["a\\:b/c\\\\d e"], [None], ["t"]]}
         self.assertEqual(self.ok("POST", "/v1/values", json.dumps(body)), {"values": [
             {"key": "tag_posts:a\\:b/c\\\\d e", "value": 1}, {"key": "tag_posts:\\N", "value": 0},
             {"key": "tag_posts:t", "value": 4}]})
