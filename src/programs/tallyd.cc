@@ -3,9 +3,12 @@
 // and fsyncs everything before tallyd exits. Exit status: 0 after a stop by signal, 1 when
 // the node cannot start (the log says why), CLI11's for a bad option.
 #include <spdlog/spdlog.h>
+#include <sys/resource.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <csignal>
+#include <cstdint>
 #include <string>
 
 #include "core/version.h"
@@ -31,6 +34,26 @@ void AddSizeOption(CLI::App& app, std::string name, Bytes& bytes, std::string he
       ->transform(to_bytes)
       ->type_name("SIZE")
       ->default_str(std::move(default_text));
+}
+
+// Client connections are file descriptors, and so are RocksDB's files. As Redis does, tallyd
+// raises its soft limit of open files to what --maxclients and --http-max-connections need
+// plus a reserve, as far as the hard limit allows, and warns when that is not enough: a flood
+// of connections could then take the descriptors RocksDB needs to write.
+void RaiseOpenFilesLimit(int64_t maxclients, int64_t http_connections) {
+  constexpr int64_t kReserve = 1024;  // RocksDB's files, listeners, PostgreSQL, the event loops
+  const auto wanted = static_cast<rlim_t>(maxclients + http_connections + kReserve);
+  rlimit limit{};
+  if (getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur >= wanted) return;
+  rlimit raised = limit;
+  raised.rlim_cur = limit.rlim_max == RLIM_INFINITY ? wanted : std::min(wanted, limit.rlim_max);
+  if (raised.rlim_cur > limit.rlim_cur && setrlimit(RLIMIT_NOFILE, &raised) == 0) limit = raised;
+  if (limit.rlim_cur < wanted) {
+    spdlog::warn(
+        "open files limited to {} (ulimit -n, systemd LimitNOFILE): --maxclients {} plus "
+        "--http-max-connections {} plus {} for the store need {}",
+        limit.rlim_cur, maxclients, http_connections, kReserve, wanted);
+  }
 }
 
 }  // namespace
@@ -88,6 +111,11 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--timeout", server.timeout_seconds,
                  "Close clients idle this many seconds (0 = never)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 40))
+      ->capture_default_str();
+  app.add_option("--request-timeout", server.request_timeout_seconds,
+                 "Close a client whose request began but has not arrived whole within this "
+                 "many seconds, with an error (0 = never)")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 40))
       ->capture_default_str();
   AddSizeOption(app, "--proto-max-bulk-len", server.proto_max_bulk_len,
@@ -189,6 +217,7 @@ int main(int argc, char** argv) {
   commit.commit_on_waiting_thread = group_commit == "inline";
   node.derived.idempotency_window_ms = idempotency_window_seconds * 1000;
   if (http.bind.empty()) http.bind = server.bind;
+  RaiseOpenFilesLimit(server.maxclients, http.max_connections);
   http.password = server.requirepass;  // one password for both protocols
 
   // Block the stop signals in every thread (the node's start them); the main thread waits
