@@ -155,9 +155,8 @@ class Soak:
         with RespConn(self.server.port, timeout=60) as conn:
             for l in self.loaders:
                 l.resolve(conn)
-            problems = [p for l in self.loaders for p in l.problems]
+            problems = self.take_problems()
             for l in self.loaders:
-                l.problems.clear()
                 problems += (l.check(conn, final=final) if l is self.expiry else l.check(conn))
             posts = [row for p in self.pushers for row in p.acked_posts.values()]
             got, want = snapshot_scan(conn, bm.COUNTER_NAMES), bm.recount(posts)
@@ -165,6 +164,13 @@ class Soak:
                 problems.append("blog counters differ from the recount:\n" + diff(got, want))
         self.problems += ["%s: %s" % (when, p) for p in problems]
         return not problems
+
+    def take_problems(self):
+        taken = []
+        for l in self.loaders:
+            mine, l.problems = l.problems, []
+            taken += mine
+        return taken
 
     def check_subscribers(self):
         with RespConn(self.server.port, timeout=60) as conn:
@@ -239,9 +245,7 @@ class Soak:
                 if not self.server.alive():
                     self.problems.append("tallyd died on its own:\n" + self.server.log_tail())
                     break
-                self.problems += [p for l in self.loaders for p in l.problems]
-                for l in self.loaders:
-                    l.problems.clear()
+                self.problems += self.take_problems()
                 time.sleep(0.2)
             self.take_sample()
             self.coord.set(paused=True)
