@@ -105,66 +105,61 @@ class HostileCase(unittest.TestCase):
         self.good.finish(self)
         self.assertTrue(self.server.alive(), self.server.log_tail())
 
-    def http_socket(self, timeout=30):
-        return socket.create_connection(("127.0.0.1", self.http_port), timeout=timeout)
+    def http_conn(self, timeout=30):
+        """A plain connection to the HTTP port (a RespConn: a socket and a reader)."""
+        conn = RespConn(self.http_port, timeout=timeout)
+        self.addCleanup(conn.close)
+        return conn
+
+    def resp_conn(self, timeout=30):
+        conn = RespConn(self.server.port, timeout=timeout)
+        self.addCleanup(conn.close)
+        return conn
 
 
-def read_all(sock, timeout):
-    """Everything the server sends until it closes (returns (bytes, True)) or `timeout`."""
-    deadline = time.monotonic() + timeout
-    data = b""
-    while time.monotonic() < deadline:
-        sock.settimeout(max(0.01, deadline - time.monotonic()))
-        try:
-            chunk = sock.recv(1 << 16)
-        except socket.timeout:
-            break
-        except (ConnectionResetError, BrokenPipeError):
-            return data, True
-        if not chunk:
-            return data, True
-        data += chunk
-    return data, False
+def flood(conn, data, timeout=10):
+    """Sends `data` on `conn` (a RespConn, on either port) however far the server lets it,
+    then returns what the server answered and whether it closed."""
+    try:
+        conn.send_raw(data)
+    except (BrokenPipeError, ConnectionResetError):
+        pass
+    return conn.read_until_closed(timeout=timeout)
 
 
 @tally_only
 class SlowLorisTest(HostileCase):
     extra_args = ("--http-timeout", "2", "--request-timeout", "2")
 
-    def dribble(self, sock, data, interval=0.5):
-        """Sends `data` a byte every `interval` s until the server closes; returns what it
-        answered and how long it took."""
+    def dribble(self, conn, data, interval=0.5):
+        """Sends `data` a byte every `interval` s until the server answers or closes; returns
+        everything it sent until it closed."""
         started = time.monotonic()
         for i in range(len(data)):
             try:
-                sock.sendall(data[i:i + 1])
+                conn.send_raw(data[i:i + 1])
             except (BrokenPipeError, ConnectionResetError):
                 break
-            got, closed = read_all(sock, interval)
+            got, closed = conn.read_until_closed(timeout=interval)
             if closed or got:
-                rest, closed = read_all(sock, 5)
-                return got + rest, time.monotonic() - started
+                rest, _ = conn.read_until_closed(timeout=5)
+                return got + rest
         self.fail("the server still waits for the request after %.0f s" % (
             time.monotonic() - started))
 
     def test_http_request_dribbled_gets_408(self):
-        sock = self.http_socket()
-        self.addCleanup(sock.close)
-        got, _ = self.dribble(sock, b"GET /v1/status HTTP/1.1\r\nHost: x\r\n" + b"X: y\r\n" * 40)
+        got = self.dribble(self.http_conn(), b"GET /v1/status HTTP/1.1\r\nHost: x\r\n" + b"X: y\r\n" * 40)
         self.assertTrue(got.startswith(b"HTTP/1.1 408 "), got)
         self.assertIn(b'{"error":"the request did not arrive whole within 2 s"}', got)
 
     def test_http_body_dribbled_gets_408(self):
-        sock = self.http_socket()
-        self.addCleanup(sock.close)
-        sock.sendall(b"POST /v1/changes HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n\r\n")
-        got, _ = self.dribble(sock, b"[" * 100)
+        conn = self.http_conn()
+        conn.send_raw(b"POST /v1/changes HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n\r\n")
+        got = self.dribble(conn, b"[" * 100)
         self.assertTrue(got.startswith(b"HTTP/1.1 408 "), got)
 
     def test_resp_request_dribbled_is_closed_with_an_error(self):
-        sock = self.server.raw_socket()
-        self.addCleanup(sock.close)
-        got, _ = self.dribble(sock, encode_command("INCRBY", "slow", "100") * 3)
+        got = self.dribble(self.resp_conn(), encode_command("INCRBY", "slow", "100") * 3)
         self.assertEqual(got, b"-ERR request timeout: the request did not arrive whole within "
                               b"2 s\r\n")
         with RespConn(self.server.port) as conn:
@@ -186,37 +181,21 @@ class SlowLorisTest(HostileCase):
 @tally_only
 class HeaderFloodTest(HostileCase):
     def test_many_headers_get_431(self):
-        sock = self.http_socket()
-        self.addCleanup(sock.close)
-        try:
-            sock.sendall(b"GET /v1/status HTTP/1.1\r\nHost: x\r\n" +
-                         b"".join(b"X-Flood-%d: %s\r\n" % (i, b"v" * 20) for i in range(20000)))
-        except (BrokenPipeError, ConnectionResetError):
-            pass
-        got, closed = read_all(sock, 10)
+        got, closed = flood(self.http_conn(), b"GET /v1/status HTTP/1.1\r\nHost: x\r\n" + b"".join(
+            b"X-Flood-%d: %s\r\n" % (i, b"v" * 20) for i in range(20000)))
         self.assertTrue(got.startswith(b"HTTP/1.1 431 "), got[:200])
         self.assertIn(b"over the limit of 16384 bytes", got)
         self.assertTrue(closed)
 
     def test_one_endless_header_line_gets_431(self):
-        sock = self.http_socket()
-        self.addCleanup(sock.close)
-        try:
-            sock.sendall(b"GET /v1/status HTTP/1.1\r\nX-Long: " + b"a" * (1 << 20))
-        except (BrokenPipeError, ConnectionResetError):
-            pass
-        got, closed = read_all(sock, 10)
+        got, closed = flood(self.http_conn(),
+                            b"GET /v1/status HTTP/1.1\r\nX-Long: " + b"a" * (1 << 20))
         self.assertTrue(got.startswith(b"HTTP/1.1 431 "), got[:200])
+        self.assertTrue(closed)
 
     def test_resp_inline_flood_is_refused(self):
         # The RESP counterpart: a line without end, refused at 64 KiB as Redis does.
-        sock = self.server.raw_socket()
-        self.addCleanup(sock.close)
-        try:
-            sock.sendall(b"GET " + b"k" * (1 << 20))
-        except (BrokenPipeError, ConnectionResetError):
-            pass
-        got, closed = read_all(sock, 10)
+        got, closed = flood(self.resp_conn(), b"GET " + b"k" * (1 << 20))
         self.assertEqual(got, b"-ERR Protocol error: too big inline request\r\n")
         self.assertTrue(closed)
 

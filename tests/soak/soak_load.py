@@ -436,24 +436,24 @@ def slow_fill(follower):
     follower.buf += chunk
 
 
-class SlowSse(SseFollower):
+class Slow:
+    """Mixed into a follower: slow_fill() once the response head is read (`born` set)."""
+
     born = 0.0
 
     def _fill(self):
         if self.born:
             slow_fill(self)
         else:
-            SseFollower._fill(self)
+            super()._fill()
 
 
-class SlowWs(WsFollower):
-    born = 0.0
+class SlowSse(Slow, SseFollower):
+    pass
 
-    def _fill(self):
-        if self.born:
-            slow_fill(self)
-        else:
-            WsFollower._fill(self)
+
+class SlowWs(Slow, WsFollower):
+    pass
 
 
 class QuietResp3(Resp3Follower):
