@@ -96,10 +96,20 @@ class HostileCase(unittest.TestCase):
         self.server.extra_args += ["--definitions", path]
         self.addCleanup(self.server.cleanup)
         self.server.start()
-        bm.wait_http(self.http_port)
+        # /healthz needs no password.
+        self.assertTrue(wait_until(lambda: self.healthy(), 10), "HTTP port not ready")
         self.good = GoodClient(self.server, self.http_port, self.password)
         self.good.start()
         self.addCleanup(self.good.stop.set)
+
+    def healthy(self):
+        http = bm.Http(self.http_port, timeout=2)
+        try:
+            return http.request("GET", "/healthz")[0] == 200
+        except OSError:
+            return False
+        finally:
+            http.close()
 
     def tearDown(self):
         self.good.finish(self)
@@ -267,7 +277,9 @@ class NestedJsonTest(HostileCase):
         for body in ("[" * self.DEPTH + "]" * self.DEPTH,
                      '{"source":"events","new":{"id":1,"n":' + "[" * self.DEPTH + "]" *
                      self.DEPTH + "}}"):
-            status, reply = bm.Http(self.http_port).push(body, "deep")
+            http = bm.Http(self.http_port)
+            self.addCleanup(http.close)
+            status, reply = http.push(body, "deep")
             self.assertEqual(status, 400, reply)
             self.assertIn("error", reply)
 
@@ -284,7 +296,9 @@ class NestedJsonTest(HostileCase):
     def test_nested_definitions_are_refused(self):
         sql = "CREATE COUNTER deep AS SELECT sum(" + "(" * 100000 + "n" + ")" * 100000 + \
               ") FROM events;"
-        status, reply = bm.Http(self.http_port).define(sql)
+        http = bm.Http(self.http_port)
+        self.addCleanup(http.close)
+        status, reply = http.define(sql)
         self.assertEqual(status, 400, reply)
 
 
@@ -402,19 +416,28 @@ class ManyConnectionsTest(HostileCase):
             self.assertTrue(got.startswith(b"HTTP/1.1 200 "), got)
 
 
+class LimitedServer(TallyServer):
+    """A TallyServer started through prlimit (which executes it: same pid)."""
+
+    def __init__(self, nofile, **kwargs):
+        super().__init__(**kwargs)
+        self.nofile = nofile
+
+    def command_line(self):
+        return ["prlimit", self.nofile, "--"] + super().command_line()
+
+
 @tally_only
 class OpenFilesLimitTest(unittest.TestCase):
     def start_with_limit(self, soft, hard, *args):
-        server = TallyServer(extra_args=list(args))
+        """Starts tallyd under prlimit's soft and hard RLIMIT_NOFILE; returns the server and
+        the soft limit it runs with."""
+        own = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+        if own != resource.RLIM_INFINITY and own < hard:
+            raise unittest.SkipTest("hard RLIMIT_NOFILE %d < %d" % (own, hard))
+        server = LimitedServer("--nofile=%d:%d" % (soft, hard), extra_args=list(args))
         self.addCleanup(server.cleanup)
-        old = resource.getrlimit(resource.RLIMIT_NOFILE)
-        if old[1] != resource.RLIM_INFINITY and old[1] < hard:
-            raise unittest.SkipTest("hard RLIMIT_NOFILE %d < %d" % (old[1], hard))
-        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
-        try:
-            server.start()
-        finally:
-            resource.setrlimit(resource.RLIMIT_NOFILE, old)
+        server.start()
         with open("/proc/%d/limits" % server.pid()) as f:
             line = next(l for l in f if l.startswith("Max open files"))
         return server, int(line.split()[3])

@@ -277,6 +277,8 @@ class Soak:
             ("changes pushed with ids", "%d (%s)" % (
                 sum(p.changes for p in self.pushers),
                 ", ".join("%s %d" % (p.transport, p.changes) for p in self.pushers))),
+            ("pipelined HTTP connections closed without a response (resent by id)",
+             str(sum(p.closed_early for p in self.pushers))),
             ("definitions: rounds of define, push, check, drop", str(self.definitions.rounds_done)),
             ("reads (HTTP and RESP)", str(ops["reader"])),
             ("subscriber messages", str(self.pool.messages)),

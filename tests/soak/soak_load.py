@@ -230,6 +230,9 @@ class PushLoader(Loader):
         self.acked_posts = {}
         self.batches = 0
         self.changes = 0
+        # Pipelined connections the server closed without a response while it was up (a
+        # finding to look into: the batches are resent by id, one per request).
+        self.closed_early = 0
 
     def next_batch(self):
         self.batches += 1
@@ -259,7 +262,10 @@ class PushLoader(Loader):
             reader = sock.makefile("rb")
             replies = []
             for _ in batches:
-                status = int(reader.readline().split()[1])
+                line = reader.readline()
+                if not line:
+                    raise ConnectionClosed("closed before a response")
+                status = int(line.split()[1])
                 length = 0
                 while True:
                     line = reader.readline()
@@ -286,7 +292,20 @@ class PushLoader(Loader):
         depth = self.rng.randint(2, 6) if self.transport == "http-pipelined" else 1
         batches = [self.next_batch() for _ in range(depth)]
         self.pending = batches
-        replies = (self.send_pipelined(batches) if depth > 1 else [self.send_one(batches[0])])
+        if depth == 1:
+            replies = [self.send_one(batches[0])]
+        else:
+            try:
+                replies = self.send_pipelined(batches)
+            except ConnectionClosed:
+                if self.ctx.coord.killing:
+                    raise
+                self.closed_early += 1
+                for batch in batches:
+                    self.check_resend(batch, self.send_one(batch))
+                    self.acknowledge(batch)
+                self.pending = None
+                return
         for batch, reply in zip(batches, replies):
             if (reply.get("changes"), reply.get("applied"), reply.get("duplicates")) != (
                     batch["n"], batch["n"], 0):
@@ -294,6 +313,15 @@ class PushLoader(Loader):
                     batch["id"], batch["n"], reply))
             self.acknowledge(batch)
         self.pending = None
+
+    @staticmethod
+    def check_resend(batch, reply):
+        """A resent batch comes back whole: all applied, or all duplicates."""
+        n = batch["n"]
+        if (reply["changes"], reply["applied"] + reply["duplicates"]) != (n, n) or \
+                reply["applied"] not in (0, n):
+            raise AssertionError("resend of %s (%d changes) answered %r: part of a batch" % (
+                batch["id"], n, reply))
 
     def resolve(self, conn):
         """Resends what was in flight, with its ids: applied once, whether or not the kill
@@ -311,11 +339,10 @@ class PushLoader(Loader):
                     self.problems.append("%s: resend of %s: %d %r" % (self.name, batch["id"],
                                                                      status, reply))
                     continue
-            n = batch["n"]
-            if (reply["changes"], reply["applied"] + reply["duplicates"]) != (n, n) or \
-                    reply["applied"] not in (0, n):
-                self.problems.append("%s: resend of %s (%d changes) answered %r: part of a "
-                                     "batch" % (self.name, batch["id"], n, reply))
+            try:
+                self.check_resend(batch, reply)
+            except AssertionError as e:
+                self.problems.append("%s: %s" % (self.name, e))
             self.acknowledge(batch)
         self.pending = None
         self.close()
