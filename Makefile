@@ -4,7 +4,7 @@
 #   make run     deps + build, then run tallyd in the foreground on 127.0.0.1:6380
 #   make test    deps + build, then every CTest test (unit and end-to-end)
 #
-# Other targets: build bench fuzz fuzz-smoke soak check-sanitize check-asan check-tsan format format-check
+# Other targets: build bench fuzz fuzz-smoke soak soak-crash check-sanitize check-asan check-tsan format format-check
 # tidy clean help. Every upper-case variable below can be overridden: make run PORT=7000.
 
 SHELL := /bin/bash
@@ -27,7 +27,7 @@ DEPS_PACKAGES := \
 	libcli11-dev libexpected-dev libgtest-dev libgmock-dev libbenchmark-dev libxxhash-dev \
 	libsimdjson-dev libpq-dev libssl-dev openssl \
 	postgresql-15 redis-server redis-tools python3 python3-redis \
-	util-linux procps nodejs chromium \
+	util-linux procps nodejs chromium python3-matplotlib \
 	$(CLIENT_PACKAGES) $(PACKAGING_PACKAGES)
 
 # The dashboard (dashboard/) is built with node and tested in chromium. npm comes from
@@ -81,7 +81,15 @@ FUZZ_DIR     ?= build-fuzz
 FUZZ_SECONDS ?= 600
 FUZZ_ARGS    ?=
 
-# make soak
+# make soak: SOAK_SECONDS of mixed load with a kill -9 and restart every SOAK_KILL_EVERY
+# seconds, samples of tallyd's RSS, fds and threads every SOAK_SAMPLE_EVERY seconds; the plot,
+# figures and samples go to SOAK_OUT. SOAK_ARGS go to tests/soak/soak.py.
+SOAK_SECONDS      ?= 3600
+SOAK_KILL_EVERY   ?= 300
+SOAK_SAMPLE_EVERY ?= 10
+SOAK_OUT          ?= $(BUILD_DIR)/soak
+SOAK_ARGS         ?=
+# make soak-crash
 CRASH_KILLS   ?= 200
 CRASH_SECONDS ?= 1200
 
@@ -93,7 +101,7 @@ else
 SUDO := sudo
 endif
 
-.PHONY: help deps configure build run test bench fuzz fuzz-smoke soak check-sanitize check-asan check-tsan \
+.PHONY: help deps configure build run test bench fuzz fuzz-smoke soak soak-crash check-sanitize check-asan check-tsan \
 	deb deb-test format format-check tidy clean
 
 help:
@@ -103,7 +111,8 @@ help:
 	@echo "make test            build, then ctest: unit and end-to-end tests"
 	@echo "make bench           tallyd vs redis-server side by side, then engine_bench"
 	@echo "make fuzz            libFuzzer on the RESP parser for FUZZ_SECONDS=$(FUZZ_SECONDS)"
-	@echo "make soak            kill -9 soak: tests/e2e/test_crash.py, $(CRASH_KILLS) kills"
+	@echo "make soak            $(SOAK_SECONDS) s of mixed load, kill -9 every $(SOAK_KILL_EVERY) s, exact values, flat RSS/fds/threads"
+	@echo "make soak-crash      kill -9 soak: tests/e2e/test_crash.py, $(CRASH_KILLS) kills"
 	@echo "make check-sanitize  ASan+UBSan (all tests) and TSan (unit tests) builds and runs"
 	@echo "make deb             the Debian package (tallyd.service, /etc/tally/tally.conf) in $(DEB_DIR)"
 	@echo "make deb-test        deb, then install it here (root), run and restart tallyd, remove it"
@@ -223,9 +232,18 @@ fuzz: deps
 	  -artifact_prefix=fuzz/corpus-run/ $(FUZZ_ARGS) \
 	  fuzz/corpus-run/resp_parser fuzz/corpus/resp_parser
 
+# The soak (tests/soak/soak.py; docs/testing.md): niced, so that the machine stays usable;
+# stopped after SOAK_SECONDS + 900 s at the latest.
+soak: build
+	TALLYD=$(abspath $(BUILD_DIR))/bin/tallyd PYTHONDONTWRITEBYTECODE=1 \
+	  timeout --kill-after=60 $$(( $(SOAK_SECONDS) + 900 )) \
+	  nice -n 10 $(PYTHON) tests/soak/soak.py --seconds $(SOAK_SECONDS) \
+	    --kill-every $(SOAK_KILL_EVERY) --sample-every $(SOAK_SAMPLE_EVERY) \
+	    --out $(SOAK_OUT) $(SOAK_ARGS)
+
 # The crash test, run long: CRASH_KILLS kill -9 cycles (test_crash.py reads E2E_CRASH_CYCLES),
 # the run stopped after CRASH_SECONDS + 600 s at the latest; run the way CTest runs it.
-soak: build
+soak-crash: build
 	cd tests/e2e && \
 	E2E_CRASH_CYCLES=$(CRASH_KILLS) \
 	TALLYD=$(abspath $(BUILD_DIR))/bin/tallyd PYTHONDONTWRITEBYTECODE=1 \

@@ -5,8 +5,10 @@
 // option.
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
+#include <sys/resource.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <chrono>
 #include <csignal>
 #include <cstdint>
@@ -36,6 +38,26 @@ void AddSizeOption(CLI::App& app, std::string name, Bytes& bytes, std::string he
       ->transform(to_bytes)
       ->type_name("SIZE")
       ->default_str(std::move(default_text));
+}
+
+// Client connections are file descriptors, and so are RocksDB's files. As Redis does, tallyd
+// raises its soft limit of open files to what --maxclients and --http-max-connections need
+// plus a reserve, as far as the hard limit allows, and warns when that is not enough: a flood
+// of connections could then take the descriptors RocksDB needs to write.
+void RaiseOpenFilesLimit(int64_t maxclients, int64_t http_connections) {
+  constexpr int64_t kReserve = 1024;  // RocksDB's files, listeners, PostgreSQL, the event loops
+  const auto wanted = static_cast<rlim_t>(maxclients + http_connections + kReserve);
+  rlimit limit{};
+  if (getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur >= wanted) return;
+  rlimit raised = limit;
+  raised.rlim_cur = limit.rlim_max == RLIM_INFINITY ? wanted : std::min(wanted, limit.rlim_max);
+  if (raised.rlim_cur > limit.rlim_cur && setrlimit(RLIMIT_NOFILE, &raised) == 0) limit = raised;
+  if (limit.rlim_cur < wanted) {
+    spdlog::warn(
+        "open files limited to {} (ulimit -n, systemd LimitNOFILE): --maxclients {} plus "
+        "--http-max-connections {} plus {} for the store need {}",
+        limit.rlim_cur, maxclients, http_connections, kReserve, wanted);
+  }
 }
 
 }  // namespace
@@ -98,6 +120,11 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--timeout", server.timeout_seconds,
                  "Close clients idle this many seconds (0 = never)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 40))
+      ->capture_default_str();
+  app.add_option("--request-timeout", server.request_timeout_seconds,
+                 "Close a client whose request began but has not arrived whole within this "
+                 "many seconds, with an error (0 = never)")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 40))
       ->capture_default_str();
   AddSizeOption(app, "--proto-max-bulk-len", server.proto_max_bulk_len,
@@ -239,6 +266,7 @@ int main(int argc, char** argv) {
   node.derived.idempotency_window_ms = idempotency_window_seconds * 1000;
   node.source.ack_interval = std::chrono::milliseconds(source_ack_interval_ms);
   if (http.bind.empty()) http.bind = server.bind;
+  RaiseOpenFilesLimit(server.maxclients, http.max_connections);
   http.password = server.requirepass;  // one password for both protocols
   tls.auth_clients = *tally::tls::ParseClientAuth(tls_auth_clients);  // checked by IsMember
   server.plain = http.plain = plain_ports == "yes";

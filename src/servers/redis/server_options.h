@@ -19,6 +19,10 @@ struct ServerOptions {
   std::string requirepass;      // --requirepass: when set, clients must AUTH first
   int64_t maxclients = 10000;   // --maxclients: more connections are refused
   int64_t timeout_seconds = 0;  // --timeout: idle clients are closed; 0 = never
+  // --request-timeout: a client whose request has begun but not arrived whole this many
+  // seconds later (a slow-loris) is told so and closed; 0 = never. Unlike --timeout, a
+  // byte now and then does not reset it: only a whole request does.
+  int64_t request_timeout_seconds = 60;
   int64_t proto_max_bulk_len = 512LL << 20;          // --proto-max-bulk-len
   int64_t max_multibulk_length = 1 << 20;            // --max-multibulk-length
   int64_t client_query_buffer_limit = 1LL << 30;     // --client-query-buffer-limit
