@@ -324,6 +324,10 @@ TEST(RetentionTest, BucketExpiresWhenItsEndIsRetentionOld) {
   EXPECT_EQ(RetentionCutoff(Retention{90, TimeUnit::kMinute}, day), day - 90 * kMicrosPerMinute);
   EXPECT_EQ(RetentionCutoff(thirty_days, INT64_MIN + 5), std::nullopt);
   EXPECT_FALSE(BucketExpired(TimeUnit::kDay, day, thirty_days, INT64_MIN + 5));
+  // Found by fuzzing (fuzz/key_spelling_fuzz.cc): a month's retention took the time of day
+  // as micros - days * kMicrosPerDay, whose product leaves int64 near INT64_MIN (UBSan).
+  EXPECT_EQ(RetentionCutoff(one_month, INT64_MIN + 5), std::nullopt);
+  EXPECT_FALSE(BucketExpired(TimeUnit::kMonth, MicrosFromCivil(2024, 2, 1), one_month, INT64_MIN));
   // A month bucket with a month of retention: [Feb 1, Mar 1) goes when now - 1 month
   // reaches Mar 1, on April 1.
   EXPECT_FALSE(BucketExpired(TimeUnit::kMonth, MicrosFromCivil(2024, 2, 1), one_month,
