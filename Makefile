@@ -83,6 +83,7 @@ FUZZ_DIR     ?= build-fuzz
 FUZZ_SECONDS ?= 600
 FUZZ_ARGS    ?=
 FUZZ_TARGETS ?= resp_parser timestamp
+	http_request websocket tallyd_config
 
 # make soak
 CRASH_KILLS   ?= 200
