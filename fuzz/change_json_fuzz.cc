@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "core/timestamp.h"
+#include "engine/definitions/blog_model.h"
 #include "engine/derived/change_json.h"
 #include "fuzz_check.h"
 #include "key_parts.h"
@@ -30,26 +31,18 @@ using definitions::Value;
 using fuzz::Check;
 using fuzz::StartsWith;
 
-const SourceSchema kPosts{"posts",
-                          {{"id", Type::kInt64},
-                           {"user_id", Type::kInt64},
-                           {"blog_id", Type::kInt64},
-                           {"rating", Type::kInt64},
-                           {"is_published", Type::kBool},
-                           {"is_deleted", Type::kBool},
-                           {"created_at", Type::kTimestamp},
-                           {"title", Type::kText}}};
 const SourceSchema kCells{"cells",
                           {{"n", Type::kInt64},
                            {"b", Type::kBool},
                            {"t", Type::kText},
                            {"at", Type::kTimestamp},
                            {"unread", Type::kText}}};
-const SourceView kPostsView{&kPosts, {"c", "c", "c", "c", "c", "c", "c", "c"}};
+const SourceView kPostsView{&definitions::testing::PostsSchema(),
+                            {"c", "c", "c", "c", "c", "c", "c", "c", "c"}};
 const SourceView kCellsView{&kCells, {"n_count", "b_count", "t_count", "at_count", ""}};
 
 const SourceView* Lookup(std::string_view name) {
-  if (name == kPosts.name) return &kPostsView;
+  if (name == "posts") return &kPostsView;
   if (name == kCells.name) return &kCellsView;
   return nullptr;
 }

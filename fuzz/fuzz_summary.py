@@ -52,9 +52,9 @@ def main(paths):
     rows = [summarize(p) for p in paths]
     columns = ["target", "runs", "exec/s", "cov", "ft", "corpus", "found"]
     widths = {c: max(len(c), *(len(str(r[c])) for r in rows)) for c in columns}
-    print("  ".join(c.ljust(widths[c]) for c in columns))
+    print("  ".join(c.ljust(widths[c]) for c in columns).rstrip())
     for r in rows:
-        print("  ".join(str(r[c]).ljust(widths[c]) for c in columns))
+        print("  ".join(str(r[c]).ljust(widths[c]) for c in columns).rstrip())
     return 0
 
 

@@ -2,9 +2,9 @@
 // stream of one connection. It goes through Beast's request parser with tallyd's limits
 // (HttpOptions: header and body limits), request after request as HttpConnection feeds it,
 // and every complete request, its headers taken as HttpConnection takes them, goes to an Api
-// over an Engine and DerivedCounters on an in-memory store (a few counters defined, a few
-// changes pushed): request target, router, and every route's handler, including the bodies
-// of pushes and definitions. Properties of each response:
+// over an Engine and DerivedCounters on a store that forgets (null_store.h), with a few
+// counters defined and a few changes pushed: request target, router, and every route's
+// handler, including the bodies of pushes and definitions. Properties of each response:
 //   - no 500: a handler never throws, and no error of the engine is an internal one;
 //   - a JSON response is valid JSON, an error's an object with an "error" string;
 //   - 405 names the allowed methods, 401 asks for the scheme;
@@ -34,7 +34,7 @@
 #include "engine/derived/derived_counters.h"
 #include "engine/engine.h"
 #include "fuzz_check.h"
-#include "memory_store.h"
+#include "null_store.h"
 #include "servers/http/http_options.h"
 #include "servers/http/routes.h"
 #include "servers/services.h"
@@ -66,7 +66,7 @@ constexpr std::string_view kChanges = R"(
 
 constexpr std::string_view kPassword = "secret";
 
-// An Engine and DerivedCounters over a MemoryStore, the clock at 2024-05-02, and two Apis.
+// An Engine and DerivedCounters over a NullStore, the clock at 2024-05-02, and two Apis.
 // Made once: starting an engine per input would cost more than the input.
 class Server {
  public:
@@ -123,7 +123,7 @@ class Server {
     Check(defined.has_value(), "the definitions apply", defined ? "" : defined.error().message);
   }
 
-  fuzz::MemoryStore store_;
+  fuzz::NullStore store_;
   ManualClock clock_{1714608000000};
   std::unique_ptr<engine::Engine> engine_;
   std::unique_ptr<derived::DerivedCounters> derived_;

@@ -1,10 +1,9 @@
-// An in-memory Persistence for the fuzzers that run an Engine and DerivedCounters: commits
-// succeed and are forgotten (the fuzzers never restart), the catalog is kept in a map so that
-// definitions work as with RocksDB. Thread-safe, as the committer calls it from its thread.
+// A Persistence for the fuzzers that run an Engine and DerivedCounters: every write succeeds
+// and is forgotten, and a load finds an empty store. The fuzzers never restart, and the
+// catalog is read only by a load, at start, so nothing is ever read back. Forgetting keeps
+// a long campaign's memory flat. Thread-safe: it keeps no state.
 #pragma once
 
-#include <map>
-#include <mutex>
 #include <span>
 #include <string>
 #include <utility>
@@ -14,7 +13,7 @@
 
 namespace tally::fuzz {
 
-class MemoryStore final : public engine::Persistence {
+class NullStore final : public engine::Persistence {
  public:
   Status Commit(const engine::CommitBatch&, bool) override { return OkStatus(); }
   Status Sync() override { return OkStatus(); }
@@ -22,26 +21,10 @@ class MemoryStore final : public engine::Persistence {
   Result<uint64_t> BeginCheckpoint() override { return 0; }
   Status CheckpointWrite(const engine::CommitBatch&) override { return OkStatus(); }
   Status FinishCheckpoint(uint64_t) override { return OkStatus(); }
-
-  Status WriteCatalog(std::span<const CatalogOp> ops) override {
-    std::lock_guard lock(mutex_);
-    for (const CatalogOp& op : ops) {
-      if (op.value) {
-        catalog_[op.name] = *op.value;
-      } else {
-        catalog_.erase(op.name);
-      }
-    }
-    return OkStatus();
-  }
+  Status WriteCatalog(std::span<const CatalogOp>) override { return OkStatus(); }
   Result<std::vector<std::pair<std::string, std::string>>> ReadCatalog() override {
-    std::lock_guard lock(mutex_);
-    return std::vector<std::pair<std::string, std::string>>(catalog_.begin(), catalog_.end());
+    return std::vector<std::pair<std::string, std::string>>();
   }
-
- private:
-  std::mutex mutex_;
-  std::map<std::string, std::string> catalog_;
 };
 
 }  // namespace tally::fuzz

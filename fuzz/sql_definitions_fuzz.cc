@@ -22,6 +22,7 @@
 #include <variant>
 #include <vector>
 
+#include "engine/definitions/blog_model.h"
 #include "engine/definitions/compiler.h"
 #include "engine/definitions/formula.h"
 #include "engine/definitions/lexer.h"
@@ -36,16 +37,6 @@ namespace {
 using fuzz::Check;
 using fuzz::StartsWith;
 
-const SourceSchema kPosts{"posts",
-                          {{"id", Type::kInt64},
-                           {"user_id", Type::kInt64},
-                           {"blog_id", Type::kInt64},
-                           {"rating", Type::kInt64},
-                           {"is_published", Type::kBool},
-                           {"is_deleted", Type::kBool},
-                           {"created_at", Type::kTimestamp},
-                           {"title", Type::kText},
-                           {"status", Type::kText}}};
 const SourceSchema kLikes{"likes",
                           {{"id", Type::kInt64},
                            {"post_id", Type::kInt64},
@@ -210,7 +201,7 @@ void RunScript(std::string_view sql) {
     for (const SourceSchema& schema : created) {
       if (schema.name == name) return &schema;
     }
-    if (name == kPosts.name) return &kPosts;
+    if (name == "posts") return &testing::PostsSchema();
     if (name == kLikes.name) return &kLikes;
     return nullptr;
   };
