@@ -21,7 +21,6 @@
 #include <boost/beast/http/error.hpp>
 #include <boost/beast/http/parser.hpp>
 #include <boost/beast/http/string_body.hpp>
-#include <boost/beast/websocket/rfc6455.hpp>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -35,6 +34,7 @@
 #include "engine/engine.h"
 #include "fuzz_check.h"
 #include "null_store.h"
+#include "servers/http/connection.h"
 #include "servers/http/http_options.h"
 #include "servers/http/routes.h"
 #include "servers/services.h"
@@ -151,29 +151,6 @@ void CheckResponse(const ApiResponse& response, const ApiRequest& request) {
   }
 }
 
-// What HttpConnection::Run takes of a request.
-ApiRequest ToApiRequest(const bhttp::request<bhttp::string_body>& request) {
-  const auto view = [](boost::beast::string_view text) {
-    return std::string_view(text.data(), text.size());
-  };
-  ApiRequest api;
-  api.method = view(request.method_string());
-  api.target = view(request.target());
-  if (const auto key = request.find("Idempotency-Key"); key != request.end()) {
-    api.has_idempotency_key = true;
-    api.idempotency_key = view(key->value());
-  }
-  api.body = request.body();
-  if (const auto header = request.find(bhttp::field::authorization); header != request.end()) {
-    api.authorization = view(header->value());
-  }
-  if (const auto tags = request.find(bhttp::field::if_none_match); tags != request.end()) {
-    api.if_none_match = view(tags->value());
-  }
-  api.websocket_upgrade = boost::beast::websocket::is_upgrade(request);
-  return api;
-}
-
 void FuzzConnection(Server& server, std::string_view stream) {
   const HttpOptions limits;
   while (!stream.empty()) {
@@ -190,7 +167,7 @@ void FuzzConnection(Server& server, std::string_view stream) {
     // other error: the connection answers 400, 413 or 431 and closes.
     if (!parser.is_done()) return;
     const auto& request = parser.get();
-    const ApiRequest api_request = ToApiRequest(request);
+    const ApiRequest api_request = ApiRequestOf(request);
     const ApiResponse locked = server.locked->Handle(api_request);
     CheckResponse(locked, api_request);
     if (api_request.authorization != "Bearer secret") {
