@@ -293,7 +293,8 @@ ApiRequest ApiRequestOf(const SubscriptionStream::Request& request) {
 }
 
 void HttpConnection::Run() {
-  const ApiRequest api_request = ApiRequestOf(parser_->get());
+  const auto& request = parser_->get();
+  const ApiRequest api_request = ApiRequestOf(request);
   ApiResponse response = worker_.api().Handle(api_request);
   if (response.subscription) {
     if (worker_.shared().services.subscriptions != nullptr) {
