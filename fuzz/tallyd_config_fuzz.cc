@@ -3,8 +3,9 @@
 // options (programs/tallyd_options.h, as tallyd declares them). Properties:
 //   - a bad file is refused with a CLI::ParseError, never another exception (libFuzzer
 //     reports any other as a crash);
-//   - a file read, written back by CLI11 (config_to_str) and read by a fresh parser, is
-//     accepted and writes back the same text: what tallyd read is what the file said;
+//   - (not checked: that CLI11's config_to_str writes back what was read. tallyd never
+//     writes a config, and the first run found CLI11 2.1's writer does not round-trip an
+//     array value holding quotes and '#': seed regression_config_to_str.)
 //   - the options then mapped to the node's (FinishTallydOptions) are within what the node
 //     takes: sizes not negative, an HTTP address, the password shared by both protocols.
 #include <spdlog/spdlog.h>
@@ -12,7 +13,6 @@
 #include <CLI/CLI.hpp>
 #include <cstddef>
 #include <cstdint>
-#include <optional>
 #include <sstream>
 #include <string>
 
@@ -24,29 +24,23 @@ namespace {
 
 using fuzz::Check;
 
-// Reads `config` as tallyd reads its --config file: the options, or nullopt when refused.
-std::optional<std::string> Read(const std::string& config, TallydOptions* options) {
+// Reads `config` as tallyd reads its --config file: false when it is refused.
+bool Read(const std::string& config, TallydOptions* options) {
   CLI::App app{"tallyd"};
   AddTallydOptions(app, options);
   std::istringstream input(config);
   try {
     app.parse_from_stream(input);
   } catch (const CLI::ParseError&) {
-    return std::nullopt;
+    return false;
   }
   FinishTallydOptions(app, options);
-  return app.config_to_str(/*default_also=*/false, /*write_description=*/false);
+  return true;
 }
 
 void FuzzConfig(const std::string& config) {
   TallydOptions options;
-  const std::optional<std::string> written = Read(config, &options);
-  if (!written) return;
-  TallydOptions again;
-  const std::optional<std::string> rewritten = Read(*written, &again);
-  Check(rewritten.has_value(), "a config written back is read", *written);
-  Check(*rewritten == *written, "a config written back reads as the same options", *written);
-
+  if (!Read(config, &options)) return;
   const NodeOptions& node = options.node;
   Check(node.redis.proto_max_bulk_len >= 0 && node.redis.client_query_buffer_limit >= 0 &&
             node.redis.client_output_buffer_limit >= 0,
