@@ -76,10 +76,14 @@ ENGINE_BENCH_ARGS ?= --benchmark_min_time=1
 # runs tallyd as its systemd unit would, and removes it again (tests/packaging/test_deb.py).
 DEB_DIR ?= $(BUILD_DIR)/deb
 
-# make fuzz
+# make fuzz: each target in FUZZ_TARGETS (fuzz/<name>_fuzz.cc) for FUZZ_SECONDS, one after
+# the other, e.g. make fuzz FUZZ_SECONDS=1800 FUZZ_TARGETS="pgoutput pg_text"; FUZZ_ARGS go
+# to every libFuzzer run (e.g. -max_len=65536).
 FUZZ_DIR     ?= build-fuzz
 FUZZ_SECONDS ?= 600
 FUZZ_ARGS    ?=
+FUZZ_TARGETS ?= resp_parser timestamp
+	http_request websocket tallyd_config
 
 # make soak: SOAK_SECONDS of mixed load with a kill -9 and restart every SOAK_KILL_EVERY
 # seconds, samples of tallyd's RSS, fds and threads every SOAK_SAMPLE_EVERY seconds; the plot,
@@ -110,7 +114,7 @@ help:
 	@echo "make run             build, then run tallyd on $(BIND):$(PORT) (PORT= DATA= ARGS=)"
 	@echo "make test            build, then ctest: unit and end-to-end tests"
 	@echo "make bench           tallyd vs redis-server side by side, then engine_bench"
-	@echo "make fuzz            libFuzzer on the RESP parser for FUZZ_SECONDS=$(FUZZ_SECONDS)"
+	@echo "make fuzz            every libFuzzer target for FUZZ_SECONDS=$(FUZZ_SECONDS) each"
 	@echo "make soak            $(SOAK_SECONDS) s of mixed load, kill -9 every $(SOAK_KILL_EVERY) s, exact values, flat RSS/fds/threads"
 	@echo "make soak-crash      kill -9 soak: tests/e2e/test_crash.py, $(CRASH_KILLS) kills"
 	@echo "make check-sanitize  ASan+UBSan (all tests) and TSan (unit tests) builds and runs"
@@ -177,14 +181,18 @@ test: build
 	    -j$(TEST_JOBS) --timeout $(TEST_TIMEOUT)
 	$(MAKE) --no-print-directory fuzz-smoke
 
-# Short, bounded fuzzing runs of the RESP parser and the timestamp reader (part of make test):
-# the libFuzzer targets need clang, so they have their own build directory; only the fuzz
-# targets are built there.
+# A short, bounded run of every fuzz target (part of make test): libFuzzer needs clang, so the
+# fuzzers have their own build directory; only they are built there. CTest runs them two at a
+# time (TALLY_FUZZ_SMOKE_SECONDS each, in fuzz/CMakeLists.txt).
+SPACE := $(subst ,, )
+FUZZ_CONFIGURE = cmake -S . -B $(FUZZ_DIR) -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+	-DCMAKE_CXX_COMPILER=clang++ -DTALLY_FUZZ=ON -DTALLY_BENCH=OFF
+
 fuzz-smoke: deps
-	cmake -S . -B $(FUZZ_DIR) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER=clang++ \
-	  -DTALLY_FUZZ=ON -DTALLY_BENCH=OFF >/dev/null
-	cmake --build $(FUZZ_DIR) -j$(JOBS) --target resp_parser_fuzz timestamp_fuzz
-	ctest --test-dir $(FUZZ_DIR) --output-on-failure --no-tests=error -R '_fuzz_smoke$$'
+	$(FUZZ_CONFIGURE) >/dev/null
+	cmake --build $(FUZZ_DIR) -j$(JOBS) --target $(addsuffix _fuzz,$(FUZZ_TARGETS))
+	ctest --test-dir $(FUZZ_DIR) --output-on-failure --no-tests=error -j$(TEST_JOBS) \
+	  -R '^($(subst $(SPACE),|,$(strip $(FUZZ_TARGETS))))_fuzz_smoke$$'
 
 # The engine_bench target is built only once bench/CMakeLists.txt defines it.
 bench: build
@@ -218,19 +226,27 @@ deb-test: deb
 	cd tests/packaging && TALLY_DEB_DIR=$(abspath $(DEB_DIR)) PYTHONDONTWRITEBYTECODE=1 \
 	  timeout --kill-after=30 600 $(PYTHON) -m unittest -v test_deb
 
-# New corpus entries and crash artifacts go to fuzz/corpus-run (ignored by git); the checked-in
-# seed corpus fuzz/corpus/resp_parser is only read.
+# New corpus entries and crash artifacts go to fuzz/corpus-run/<target> (ignored by git); the
+# checked-in seeds fuzz/corpus/<target> are only read. Each run's output is kept in
+# fuzz/corpus-run/<target>.log, and fuzz/fuzz_summary.py makes the table at the end from them
+# (executions, coverage, corpus, findings). Every target runs even when one finds a crash; the
+# run fails at the end, naming them.
 fuzz: deps
-	cmake -S . -B $(FUZZ_DIR) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER=clang++ \
-	  -DTALLY_FUZZ=ON -DTALLY_BENCH=OFF
-	cmake --build $(FUZZ_DIR) -j$(JOBS) --target resp_parser_fuzz
-	mkdir -p fuzz/corpus-run/resp_parser
-	bin="$$(find $(FUZZ_DIR) -type f -name resp_parser_fuzz -perm -u+x | head -n 1)"; \
-	test -n "$$bin" || { echo "fuzz: resp_parser_fuzz not found under $(FUZZ_DIR)" >&2; exit 1; }; \
-	echo "+ $$bin ($(FUZZ_SECONDS) s)"; \
-	"$$bin" -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 \
-	  -artifact_prefix=fuzz/corpus-run/ $(FUZZ_ARGS) \
-	  fuzz/corpus-run/resp_parser fuzz/corpus/resp_parser
+	$(FUZZ_CONFIGURE)
+	cmake --build $(FUZZ_DIR) -j$(JOBS) --target $(addsuffix _fuzz,$(FUZZ_TARGETS))
+	@set -o pipefail; failed=""; logs=""; \
+	for target in $(FUZZ_TARGETS); do \
+	  mkdir -p fuzz/corpus-run/$$target; \
+	  dict=""; if [ -f fuzz/dict/$$target.dict ]; then dict="-dict=fuzz/dict/$$target.dict"; fi; \
+	  echo "+ $(FUZZ_DIR)/fuzz/$${target}_fuzz ($(FUZZ_SECONDS) s)"; \
+	  $(FUZZ_DIR)/fuzz/$${target}_fuzz -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 \
+	    -artifact_prefix=fuzz/corpus-run/$$target- $$dict $(FUZZ_ARGS) \
+	    fuzz/corpus-run/$$target fuzz/corpus/$$target 2>&1 | tee fuzz/corpus-run/$$target.log \
+	    || failed="$$failed $$target"; \
+	  logs="$$logs fuzz/corpus-run/$$target.log"; \
+	done; \
+	echo; $(PYTHON) fuzz/fuzz_summary.py $$logs; \
+	if [ -n "$$failed" ]; then echo "fuzz: crashes in:$$failed (see fuzz/corpus-run/)" >&2; exit 1; fi
 
 # The soak (tests/soak/soak.py; docs/testing.md): niced, so that the machine stays usable;
 # stopped after SOAK_SECONDS + 900 s at the latest.

@@ -274,8 +274,7 @@ void HttpConnection::OnRequest(const boost::system::error_code& error) {
   FinishBatch();
 }
 
-void HttpConnection::Run() {
-  const auto& request = parser_->get();
+ApiRequest ApiRequestOf(const SubscriptionStream::Request& request) {
   ApiRequest api_request;
   api_request.method = View(request.method_string());
   api_request.target = View(request.target());
@@ -292,6 +291,12 @@ void HttpConnection::Run() {
     api_request.if_none_match = View(tags->value());
   }
   api_request.websocket_upgrade = beast::websocket::is_upgrade(request);
+  return api_request;
+}
+
+void HttpConnection::Run() {
+  const auto& request = parser_->get();
+  const ApiRequest api_request = ApiRequestOf(request);
   ApiResponse response = worker_.api().Handle(api_request);
   if (response.subscription) {
     if (worker_.shared().services.subscriptions != nullptr) {

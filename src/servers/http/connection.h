@@ -34,6 +34,10 @@ namespace tally::http {
 
 class HttpWorker;
 
+// A parsed request as the Api takes it: method, target, body and the headers it reads
+// (Idempotency-Key, Authorization, If-None-Match, a WebSocket upgrade). Views into `request`.
+ApiRequest ApiRequestOf(const SubscriptionStream::Request& request);
+
 class HttpConnection final : public std::enable_shared_from_this<HttpConnection>,
                              public servers::DurabilityWaiter {
  public:

@@ -12,7 +12,8 @@
 namespace tally::http {
 
 HttpServer::HttpServer(servers::Services services, HttpOptions options)
-    : shared_(std::make_unique<HttpShared>(std::move(services), std::move(options))) {
+    // Braces, not make_unique: clang 14 (the fuzz build) has no parenthesized aggregate init.
+    : shared_(new HttpShared{.services = std::move(services), .options = std::move(options)}) {
   metrics::Registry* registry = shared_->services.metrics;
   if (registry == nullptr) return;
   HttpShared* shared = shared_.get();
