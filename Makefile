@@ -82,7 +82,7 @@ DEB_DIR ?= $(BUILD_DIR)/deb
 FUZZ_DIR     ?= build-fuzz
 FUZZ_SECONDS ?= 600
 FUZZ_ARGS    ?=
-FUZZ_TARGETS ?= resp_parser timestamp
+FUZZ_TARGETS ?= resp_parser timestamp sql_definitions key_spelling change_json pgoutput pg_text \
 	http_request websocket tallyd_config
 
 # make soak: SOAK_SECONDS of mixed load with a kill -9 and restart every SOAK_KILL_EVERY

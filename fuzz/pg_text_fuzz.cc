@@ -16,7 +16,7 @@
 #include <string_view>
 
 #include "core/calendar.h"
-#include "engine/derived/change_json.h"
+#include "engine/derived/key_part.h"
 #include "fuzz_check.h"
 #include "sources/postgres/pg_types.h"
 
@@ -88,7 +88,8 @@ void CheckTime(uint32_t type_oid, std::string_view text) {
     auto again = ParsePgText(type_oid, *written);
     Check(again && again->i == value->i, "a time written as PostgreSQL does reads back", *written);
   }
-  auto client = derived::ParseKeyPart(Type::kTimestamp, text);
+  std::string storage;
+  auto client = derived::ParseKeyPart(Type::kTimestamp, text, &storage);
   if (client && !client->is_null()) {
     Check(client->i == value->i, "both timestamp readers read the same instant", text);
   }
