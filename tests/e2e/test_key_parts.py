@@ -13,7 +13,7 @@ import unittest
 import urllib.parse
 
 from harness import tally_only
-from test_http import HttpCase
+from http_case import HttpCase
 
 SCHEMA = """
 CREATE SOURCE tagged (tag text, n bigint, at timestamp);
