@@ -32,7 +32,7 @@ import unittest
 import blog_model as bm
 from kill_cycles import Coordinator
 from harness import ConnectionClosed, RespConn, RespError, tally_only
-from test_derived import DerivedServer, diff, snapshot_scan
+from derived_case import DerivedServer, diff, snapshot_scan
 
 SEED = int(os.environ.get("E2E_SEED", "20250601"))
 CYCLES = int(os.environ.get("E2E_DERIVED_CRASH_CYCLES", "20"))

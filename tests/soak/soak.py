@@ -35,7 +35,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "e2e"))
 import blog_model as bm  # noqa: E402
 from harness import RespConn, TallyServer, free_port  # noqa: E402
 from kill_cycles import Coordinator  # noqa: E402
-from test_derived import diff, snapshot_scan  # noqa: E402
+from derived_case import diff, snapshot_scan  # noqa: E402
 
 import soak_load as load  # noqa: E402
 
