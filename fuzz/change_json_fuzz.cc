@@ -29,7 +29,6 @@ using definitions::SourceSchema;
 using definitions::Type;
 using definitions::Value;
 using fuzz::Check;
-using fuzz::StartsWith;
 
 const SourceSchema kCells{"cells",
                           {{"n", Type::kInt64},
@@ -143,7 +142,7 @@ void CheckSame(std::span<const DecodedChange> a, std::span<const DecodedChange> 
 void CheckError(const Error& error, size_t body_size) {
   const std::string& message = error.message;
   Check(error.code == ErrorCode::kInvalidArgument, "a refused body is kInvalidArgument", message);
-  if (StartsWith(message, "invalid JSON: ")) {
+  if (message.starts_with("invalid JSON: ")) {
     const size_t near = message.rfind(" near byte ");
     if (near != std::string::npos) {
       const size_t at = std::stoull(message.substr(near + 11));
@@ -151,8 +150,8 @@ void CheckError(const Error& error, size_t body_size) {
     }
     return;
   }
-  Check(StartsWith(message, "change ") || StartsWith(message, "empty body: ") ||
-            StartsWith(message, "a JSON array of changes must be the whole body"),
+  Check(message.starts_with("change ") || message.starts_with("empty body: ") ||
+            message.starts_with("a JSON array of changes must be the whole body"),
         "an error says which change or what of the body", message);
 }
 

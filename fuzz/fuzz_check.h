@@ -18,9 +18,4 @@ inline void Check(bool condition, const char* what, std::string_view detail = {}
   std::abort();
 }
 
-// `text` starts with `prefix`.
-inline bool StartsWith(std::string_view text, std::string_view prefix) {
-  return text.substr(0, prefix.size()) == prefix;
-}
-
 }  // namespace tally::fuzz

@@ -28,7 +28,6 @@ using definitions::SourceSchema;
 using definitions::Type;
 using definitions::Value;
 using fuzz::Check;
-using fuzz::StartsWith;
 
 std::span<const uint8_t> Bytes(std::string_view text) {
   return {reinterpret_cast<const uint8_t*>(text.data()), text.size()};
@@ -136,7 +135,7 @@ std::string Encode(const Message& message) {
 
 void CheckCorruption(const Error& error, std::string_view what) {
   Check(error.code == ErrorCode::kCorruption, "undecodable bytes are kCorruption", error.message);
-  Check(StartsWith(error.message, what) || StartsWith(error.message, "unknown pgoutput"),
+  Check(error.message.starts_with(what) || error.message.starts_with("unknown pgoutput"),
         "an error names what was decoded", error.message);
 }
 
@@ -176,7 +175,7 @@ void CheckTuple(const Tuple& tuple, const Tuple* old_tuple) {
   auto status = TupleToRow(*mapping, tuple, old, &row);
   if (!status) {
     Check(status.error().code == ErrorCode::kInvalidArgument &&
-              StartsWith(status.error().message, "table public.t column c"),
+              status.error().message.starts_with("table public.t column c"),
           "a cell that does not fit names its table and column", status.error().message);
     return;
   }
@@ -206,7 +205,7 @@ void CheckRelation(const RelationMessage& relation) {
     auto mapping = MapColumns(relation, kPosts, needed);
     if (!mapping) {
       Check(mapping.error().code == ErrorCode::kInvalidArgument &&
-                StartsWith(mapping.error().message, "table "),
+                mapping.error().message.starts_with("table "),
             "a relation that does not fit names its table", mapping.error().message);
       continue;
     }

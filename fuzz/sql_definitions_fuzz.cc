@@ -35,7 +35,6 @@ namespace tally::definitions {
 namespace {
 
 using fuzz::Check;
-using fuzz::StartsWith;
 
 const SourceSchema kLikes{"likes",
                           {{"id", Type::kInt64},
@@ -47,7 +46,7 @@ const SourceSchema kLikes{"likes",
 void CheckFrontEndError(const Error& error) {
   Check(error.code == ErrorCode::kInvalidArgument, "a front-end error is kInvalidArgument",
         error.message);
-  Check(StartsWith(error.message, "line "), "a front-end error has a position", error.message);
+  Check(error.message.starts_with("line "), "a front-end error has a position", error.message);
 }
 
 void CheckTokens(std::string_view sql) {
