@@ -7,7 +7,7 @@ import threading
 import time
 import unittest
 
-from harness import ConnectionClosed, TallyServer, encode_command, wait_until
+from harness import ConnectionClosed, TallyServer, encode_command, run_in_threads, wait_until
 from command_case import RawTestCase
 
 
@@ -102,24 +102,15 @@ class ConsistencyTest(RawTestCase):
 
     def test_concurrent_writers_exact(self):
         threads, per_thread = 8, 400
-        errors = []
 
         def work(t):
-            try:
-                with self.server.raw() as c:
-                    for i in range(per_thread):
-                        if c.call("INCRBY", "hot", "1") is None:
-                            errors.append("no reply")
-                        c.call("DECRBY", "hot:neg", "2")
-            except Exception as e:  # noqa: BLE001 - reported below
-                errors.append(repr(e))
+            with self.server.raw() as c:
+                for i in range(per_thread):
+                    if c.call("INCRBY", "hot", "1") is None:
+                        raise AssertionError("no reply")
+                    c.call("DECRBY", "hot:neg", "2")
 
-        ts = [threading.Thread(target=work, args=(t,)) for t in range(threads)]
-        for t in ts:
-            t.start()
-        for t in ts:
-            t.join(timeout=120)
-        self.assertEqual(errors, [])
+        self.assertEqual(run_in_threads(work, threads), [])
         self.assertEqual(self.call("MGET", "hot", "hot:neg"),
                          [str(threads * per_thread), str(-2 * threads * per_thread)])
 

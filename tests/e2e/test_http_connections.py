@@ -10,7 +10,7 @@ import threading
 import time
 import unittest
 
-from harness import TallyServer, free_port, tally_only, wait_until
+from harness import TallyServer, free_port, run_in_threads, tally_only, wait_until
 from http_case import MIB, SCHEMA, post, insert, http_ready, Http, RawHttp, request_bytes, HttpCase
 
 
@@ -201,28 +201,18 @@ class ConnectionTest(HttpCase):
         self.check_healthy()
 
     def test_concurrent_pushes_are_all_counted(self):
-        errors = []
-
         def worker(n):
-            try:
-                h = Http(self.http_port)
-                for i in range(50):
-                    status, _, reply = h.request(
-                        "POST", "/v1/changes",
-                        json.dumps([insert(post(n * 1000 + i, user=4, blog=n, rating=2)),
-                                    insert(post(n * 1000 + 500 + i, user=4, blog=n))]))
-                    if status != 200 or reply["applied"] != 2:
-                        errors.append(reply)
-                h.close()
-            except Exception as e:  # noqa: BLE001 - reported below
-                errors.append(repr(e))
+            h = Http(self.http_port)
+            for i in range(50):
+                status, _, reply = h.request(
+                    "POST", "/v1/changes",
+                    json.dumps([insert(post(n * 1000 + i, user=4, blog=n, rating=2)),
+                                insert(post(n * 1000 + 500 + i, user=4, blog=n))]))
+                if status != 200 or reply["applied"] != 2:
+                    raise AssertionError(reply)
+            h.close()
 
-        threads = [threading.Thread(target=worker, args=(n,)) for n in range(8)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        self.assertEqual(errors, [])
+        self.assertEqual(run_in_threads(worker, 8), [])
         items = self.ok("GET", "/v1/list/author_rating/4")["items"]
         self.assertEqual(items, [{"key": "author_rating:4:%d" % n, "value": 150}
                                  for n in range(8)])
