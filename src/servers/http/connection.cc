@@ -106,15 +106,13 @@ std::optional<Failure> FailureOf(const boost::system::error_code& error,
 
 }  // namespace
 
-HttpConnection::HttpConnection(HttpWorker& worker, asio::ip::tcp::socket socket, bool counted,
-                               const servers::Peer& peer)
+HttpConnection::HttpConnection(HttpWorker& worker, asio::ip::tcp::socket socket, bool counted)
     : worker_(worker),
       socket_(std::move(socket)),
-      peer_(peer),
       deadline_(socket_.get_executor()),
       counted_(counted) {
   boost::system::error_code ignored;
-  if (!peer.tls) socket_.set_option(asio::ip::tcp::no_delay(true), ignored);
+  socket_.set_option(asio::ip::tcp::no_delay(true), ignored);  // fails on a TLS tunnel's
 }
 
 HttpConnection::~HttpConnection() {

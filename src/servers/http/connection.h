@@ -28,7 +28,6 @@
 #include "servers/durability_gate.h"
 #include "servers/http/routes.h"
 #include "servers/http/subscription_stream.h"
-#include "servers/peer.h"
 
 namespace tally::http {
 
@@ -41,10 +40,9 @@ ApiRequest ApiRequestOf(const SubscriptionStream::Request& request);
 class HttpConnection final : public std::enable_shared_from_this<HttpConnection>,
                              public servers::DurabilityWaiter {
  public:
-  // `counted`: the connection counts against max_connections until it is closed. `peer`:
-  // where the client is (the socket may be a TLS tunnel's inner end).
-  HttpConnection(HttpWorker& worker, boost::asio::ip::tcp::socket socket, bool counted,
-                 const servers::Peer& peer);
+  // `counted`: the connection counts against max_connections until it is closed. The socket
+  // may be a TLS tunnel's inner end.
+  HttpConnection(HttpWorker& worker, boost::asio::ip::tcp::socket socket, bool counted);
   ~HttpConnection();
 
   // Serves requests until the client or an error ends the connection.
@@ -96,7 +94,6 @@ class HttpConnection final : public std::enable_shared_from_this<HttpConnection>
 
   HttpWorker& worker_;
   boost::asio::ip::tcp::socket socket_;
-  const servers::Peer peer_;
   boost::asio::steady_timer deadline_;
   boost::beast::flat_buffer buffer_;  // bytes read and not yet parsed (pipelined requests)
   std::optional<Parser> parser_;      // the request being read, when one is

@@ -42,14 +42,13 @@ void HttpWorker::Stop() {
   thread_.join();
 }
 
-void HttpWorker::Adopt(boost::asio::ip::tcp::socket socket, bool refuse,
-                       const servers::Peer& peer) {
-  boost::asio::post(io_, [this, refuse, peer, socket = std::move(socket)]() mutable {
+void HttpWorker::Adopt(boost::asio::ip::tcp::socket socket, bool refuse) {
+  boost::asio::post(io_, [this, refuse, socket = std::move(socket)]() mutable {
     if (stopping_) {
       if (!refuse) shared_.connections.fetch_sub(1, std::memory_order_relaxed);
       return;  // the socket closes as it goes out of scope
     }
-    auto connection = std::make_shared<HttpConnection>(*this, std::move(socket), !refuse, peer);
+    auto connection = std::make_shared<HttpConnection>(*this, std::move(socket), !refuse);
     connections_.emplace(connection.get(), connection);
     if (refuse) {
       connection->Refuse();

@@ -30,7 +30,7 @@ Connection::Connection(Worker& worker, boost::asio::ip::tcp::socket socket,
                        const servers::Peer& peer)
     : worker_(worker), socket_(std::move(socket)), parser_(LimitsOf(worker.core().options())) {
   boost::system::error_code ignored;
-  if (!peer.tls) socket_.set_option(boost::asio::ip::tcp::no_delay(true), ignored);
+  socket_.set_option(boost::asio::ip::tcp::no_delay(true), ignored);  // fails on a TLS tunnel's
   socket_.non_blocking(true, ignored);
   ServerCore& core = worker.core();
   auto info =
