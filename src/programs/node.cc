@@ -48,12 +48,14 @@ Status Node::Start() {
 }
 
 Status Node::StartParts() {
+  // First: it needs nothing of the store, and a bad certificate or port choice is then
+  // refused before the commit log is replayed.
+  if (auto status = LoadTls(); !status) return status;
   if (auto status = OpenStore(); !status) return status;
   if (auto status = StartEngine(); !status) return status;
   if (auto status = LoadCounters(); !status) return status;
   PrepareSource();
   PrepareSubscriptions();
-  if (auto status = LoadTls(); !status) return status;
   if (auto status = StartServers(); !status) return status;
   if (auto status = StartSource(); !status) return status;
   // The flusher hands updates to the servers' threads: it runs only while they serve.

@@ -91,10 +91,10 @@ class Node {
  private:
   // The steps of Start(), in order; each registers how what it started stops (OnStop).
   Status StartParts();
+  Status LoadTls();
   Status OpenStore();
   Status StartEngine();
   Status LoadCounters();
-  Status LoadTls();
   void PrepareSource();
   void PrepareSubscriptions();
   Status StartServers();
