@@ -19,7 +19,7 @@ struct TallydOptions {
   std::string durability = "sync";
   std::string group_commit = "inline";
   int64_t idempotency_window_seconds = 24 * 3600;
-  int64_t source_ack_interval_ms = 1000;
+  int64_t source_ack_interval_ms = 0;    // its default is the node's, set by AddTallydOptions
   std::string tls_auth_clients = "yes";  // yes, no or optional
   std::string plain_ports = "yes";       // no: the TLS ports only
 };

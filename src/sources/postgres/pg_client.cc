@@ -21,11 +21,13 @@ Error NoAnswer(std::string_view what, const Deadline& deadline) {
                                             std::to_string(deadline.limit().count()) + " ms"};
 }
 
+// The connection is gone: trying again on a new one may work.
+bool Lost(const pg_conn* conn) { return conn == nullptr || PQstatus(conn) == CONNECTION_BAD; }
+
 // A command that could not be sent or whose answer could not be read: Unavailable when the
-// connection is lost (trying again on a new one may work).
+// connection is lost.
 Error Broken(std::string_view what, const pg_conn* conn) {
-  const bool lost = conn == nullptr || PQstatus(conn) == CONNECTION_BAD;
-  return Error{lost ? ErrorCode::kUnavailable : ErrorCode::kIOError,
+  return Error{Lost(conn) ? ErrorCode::kUnavailable : ErrorCode::kIOError,
                std::string(what) + " failed: " + ConnectionError(conn)};
 }
 
@@ -335,8 +337,7 @@ Result<PgResult> Exec(pg_conn* conn, const std::string& sql, const std::vector<s
   if (status != PGRES_COMMAND_OK && status != PGRES_TUPLES_OK) {
     const char* message = PQresultErrorMessage(kept.get());
     const char* sqlstate = PQresultErrorField(kept.get(), PG_DIAG_SQLSTATE);
-    const bool transient =
-        (sqlstate != nullptr && TransientSqlState(sqlstate)) || PQstatus(conn) == CONNECTION_BAD;
+    const bool transient = (sqlstate != nullptr && TransientSqlState(sqlstate)) || Lost(conn);
     return MakeError(
         transient ? ErrorCode::kUnavailable : ErrorCode::kIOError,
         std::string(what) + " failed: " +

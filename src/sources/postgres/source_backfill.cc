@@ -114,8 +114,7 @@ Status PostgresSource::Backfill(Session& session, bool slot_exists) {
     session.pending_epoch = std::max(session.pending_epoch, applied->required_epoch);
     table.position = consistent;
   }
-  engine_.committer().WaitDurable(session.pending_epoch);
-  session.pending_epoch = 0;
+  MakeDurable(session);
   applied_->Add(0, created->consistent_point);
   const double seconds = std::chrono::duration<double>(Clock::now() - began).count();
   {

@@ -48,8 +48,7 @@ Status PostgresSource::Acknowledge(Session& session, uint64_t lsn) {
     session.pending_epoch = std::max(session.pending_epoch, applied->required_epoch);
     table.position = target;
   }
-  if (session.pending_epoch != 0) engine_.committer().WaitDurable(session.pending_epoch);
-  session.pending_epoch = 0;
+  MakeDurable(session);
   // Never past what every table has stored: the slot must not move beyond tally's position.
   const Lsn ack =
       std::max(session.acked, std::min<Lsn>(lsn, static_cast<Lsn>(session.MinPosition())));
@@ -67,13 +66,14 @@ Status PostgresSource::Acknowledge(Session& session, uint64_t lsn) {
   return OkStatus();
 }
 
+void PostgresSource::MakeDurable(Session& session) {
+  if (session.pending_epoch == 0) return;
+  engine_.committer().WaitDurable(session.pending_epoch);
+  session.pending_epoch = 0;
+}
+
 void PostgresSource::Settle(Session& session, Lsn processed) {
-  if (session.pending_epoch != 0) {
-    // Commits it on this thread when nobody else is committing (what a reader waiting for
-    // one of its values would do); the committer's listener then moves the applied position.
-    engine_.committer().WaitDurable(session.pending_epoch);
-    session.pending_epoch = 0;
-  }
+  MakeDurable(session);
   std::lock_guard lock(mutex_);
   caught_up_at_ = processed;
 }
