@@ -112,8 +112,10 @@ class TlsTest(unittest.TestCase):
                          [str(i) for i in range(2000)])
         # The plain port sees the same counters.
         self.assertEqual(server.client().get("tls:a"), "5005")
-        # CLIENT LIST shows the TCP connection's address, not the tunnel's.
-        self.assertIn("addr=127.0.0.1:", client.execute_command("CLIENT", "LIST"))
+        # CLIENT INFO of the TLS connection shows its TCP addresses, not the tunnel's.
+        info = client.execute_command("CLIENT", "INFO")
+        self.assertIn(" addr=127.0.0.1:", info)
+        self.assertIn(" laddr=127.0.0.1:%d " % self.tls_port, info)
         # HTTPS: curl checks the server's certificate against the CA.
         out = self.curl("/v1/status")
         self.assertEqual(out.returncode, 0, out.stderr)
