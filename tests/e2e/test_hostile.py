@@ -15,12 +15,13 @@ import time
 import unittest
 
 import blog_model as bm
-from harness import (ConnectionClosed, Push, RespConn, RespError, TallyServer, encode_command,
+from harness import (Push, RespConn, RespError, TallyServer, encode_command,
                      free_port, tally_only, wait_until)
 from test_bad_input import raise_fd_limit
 from test_subscriptions import WsFollower
 
 PASSWORD = "s3cret-soak"
+WRONGPASS = "WRONGPASS invalid username-password pair or user is disabled."
 
 
 class GoodClient(threading.Thread):
@@ -300,6 +301,7 @@ class NestedJsonTest(HostileCase):
         self.addCleanup(http.close)
         status, reply = http.define(sql)
         self.assertEqual(status, 400, reply)
+        self.assertIn("nested too deeply", reply["error"])
 
 
 @tally_only
@@ -468,36 +470,20 @@ class AuthBruteForceTest(HostileCase):
         with RespConn(self.server.port, timeout=30) as conn:
             conn.send_raw(b"".join(encode_command("AUTH", "guess-%d" % i)
                                    for i in range(self.ATTEMPTS)))
-            replies = []
-            try:
-                for _ in range(self.ATTEMPTS):
-                    replies.append(conn.read_reply())
-            except ConnectionClosed:
-                pass  # a server that rate-limits may close the connection
-            self.assertTrue(replies)
-            for reply in replies:
-                self.assertIsInstance(reply, RespError)
-                self.assertTrue(reply.message.startswith("WRONGPASS") or
-                                "AUTH" in reply.message.upper(), reply)
-            if len(replies) == self.ATTEMPTS:
+            # Each is answered (there is no per-address limit yet: see docs/commands.md).
+            replies = [conn.read_reply() for _ in range(self.ATTEMPTS)]
+            self.assertEqual(set(replies), {RespError(WRONGPASS)})
+            reply = conn.call("GET", "good:resp")
+            self.assertIsInstance(reply, RespError)
+            self.assertTrue(reply.message.startswith("NOAUTH"), reply)
+
+    def test_wrong_passwords_on_many_connections(self):
+        for i in range(300):
+            with RespConn(self.server.port, timeout=30) as conn:
+                self.assertEqual(conn.call("AUTH", "guess-%d" % i), RespError(WRONGPASS))
                 reply = conn.call("GET", "good:resp")
                 self.assertIsInstance(reply, RespError)
                 self.assertTrue(reply.message.startswith("NOAUTH"), reply)
-        print("\n[hostile] %d wrong AUTHs on one connection: %d answered, first %r, last %r" % (
-            self.ATTEMPTS, len(replies), replies[0], replies[-1]))
-
-    def test_wrong_passwords_on_many_connections(self):
-        refused = 0
-        for i in range(300):
-            try:
-                with RespConn(self.server.port, timeout=30) as conn:
-                    reply = conn.call("AUTH", "guess-%d" % i)
-                    self.assertIsInstance(reply, RespError)
-                    self.assertIsInstance(conn.call("GET", "good:resp"), RespError)
-                    refused += 1
-            except ConnectionClosed:
-                pass
-        self.assertGreater(refused, 0)
         with RespConn(self.server.port) as conn:
             self.assertEqual(conn.call("AUTH", PASSWORD), "OK")
 
@@ -509,7 +495,7 @@ class AuthBruteForceTest(HostileCase):
             status, _ = http.request("GET", "/v1/status", headers={
                 "Authorization": "Bearer guess-%d" % i})
             statuses.add(status)
-        self.assertTrue(statuses <= {401, 429}, statuses)
+        self.assertEqual(statuses, {401})
         status, _ = http.request("GET", "/v1/status",
                                  headers={"Authorization": "Bearer " + PASSWORD})
         self.assertEqual(status, 200)
