@@ -1,7 +1,7 @@
 // libFuzzer target for PostgreSQL logical replication as tally reads it: the input is one
 // CopyData payload of the walsender ('w' XLogData, 'k' keepalive) and, just as well, one
 // pgoutput message (an XLogData's payload is decoded as one too). Properties:
-//   - an error is kCorruption and names the message and a byte offset within the input;
+//   - an error is kCorruption and names what was being decoded;
 //   - a decoded message written again (by the encoder below, from the grammar at the top of
 //     pgoutput.cc) has the input's length and decodes to a message that writes the same
 //     bytes (flag bits the decoder does not keep are the only bytes that may differ);

@@ -7,7 +7,7 @@
 //     writes a config, and the first run found CLI11 2.1's writer does not round-trip an
 //     array value holding quotes and '#': seed regression_config_to_str.)
 //   - the options then mapped to the node's (FinishTallydOptions) are within what the node
-//     takes: sizes not negative, an HTTP address, the password shared by both protocols.
+//     takes: sizes not negative, a log level spdlog knows.
 #include <spdlog/spdlog.h>
 
 #include <CLI/CLI.hpp>
@@ -45,8 +45,6 @@ void FuzzConfig(const std::string& config) {
   Check(node.redis.proto_max_bulk_len >= 0 && node.redis.client_query_buffer_limit >= 0 &&
             node.redis.client_output_buffer_limit >= 0,
         "a size is not negative", config);
-  Check(!node.http.bind.empty() || node.redis.bind.empty(), "the HTTP API has an address", config);
-  Check(node.http.password == node.redis.requirepass, "one password for both protocols", config);
   Check(spdlog::level::from_str(options.log_level) != spdlog::level::off ||
             options.log_level == "off",
         "the log level is one spdlog knows", options.log_level);
