@@ -128,12 +128,9 @@ class Sender(threading.Thread):
         need_park = False
         try:
             while True:
-                action = self.coord.at_boundary(self, need_park, self._close)
-                if action == "stop":
+                if not self.coord.at_boundary(self, need_park, self._close):
                     return
-                if action == "parked":
-                    need_park = False
-                    continue
+                need_park = False
                 if self.pending is None:
                     self.pending = self.next_batch()
                 batch = self.pending

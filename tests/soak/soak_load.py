@@ -48,7 +48,7 @@ class Loader(threading.Thread):
 
     def __init__(self, name, ctx):
         super().__init__(name=name, daemon=True)
-        self.ctx = ctx  # .port, .http_port, .coord, .rng_seed
+        self.ctx = ctx  # .port, .http_port, .coord, .seed
         self.rng = random.Random("%s-%s" % (ctx.seed, name))
         self.parked_gen = -1
         self.problems = []
@@ -80,12 +80,9 @@ class Loader(threading.Thread):
         need_park = False
         try:
             while True:
-                action = coord.at_boundary(self, need_park, self.close)
-                if action == "stop":
+                if not coord.at_boundary(self, need_park, self.close):
                     return
-                if action == "parked":
-                    need_park = False
-                    continue
+                need_park = False
                 try:
                     self.step()
                     self.ops += 1
