@@ -100,7 +100,7 @@ class KeyspaceTest : public ::testing::Test {
   Keyspace keyspace_{&clock_};
 };
 
-// Keys, numbered from `first`, that all fall in stripe `stripe`.
+// The first `n` keys `prefix`0, `prefix`1, ... that fall in stripe `stripe`.
 inline std::vector<std::string> KeysInStripe(size_t stripe, size_t n, const std::string& prefix) {
   std::vector<std::string> keys;
   for (size_t i = 0; keys.size() < n; ++i) {

@@ -81,14 +81,6 @@ def diff(got, want, limit=12):
     return "\n".join(lines[:limit]) + more
 
 
-def push_reply_ok(test, reply, n, context):
-    """A push reply: {"changes": n, "applied": n, "duplicates": 0, "increments": I}."""
-    test.assertIsInstance(reply, dict, "%s: %r" % (context, reply))
-    test.assertEqual((reply.get("changes"), reply.get("applied"), reply.get("duplicates")),
-                     (n, n, 0), "%s: %r" % (context, reply))
-    test.assertIsInstance(reply.get("increments"), int, "%s: %r" % (context, reply))
-
-
 def redis_push(conn, body, batch_id=None):
     args = ["COUNTER.PUSH"] + (["ID", batch_id] if batch_id is not None else []) + [body]
     return conn.call(*args)
