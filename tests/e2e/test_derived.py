@@ -259,13 +259,13 @@ class PropertyTest(unittest.TestCase):
             # COUNTER.GET, the HTTP value and POST /v1/values on a few keys and a missing one:
             # parts spelled as in the key.
             for k, v in rng.sample(fam, min(3, len(fam))):
-                parts = self.parts_of(k)
+                parts = bm.key_parts(k)
                 self.assertEqual(conn.call("COUNTER.GET", c.name, *parts), v,
                                  "%s: COUNTER.GET %s" % (context, k))
                 reply = http.value(c.name, parts)
                 self.assertEqual(reply, {"key": k, "value": v}, "%s: /v1/value" % context)
             if c.key_types and c.key_types[0] == "int" and len(fam) > 0:
-                keys = [[self.json_part(p, t) for p, t in zip(self.parts_of(k), c.key_types)]
+                keys = [[self.json_part(p, t) for p, t in zip(bm.key_parts(k), c.key_types)]
                         for k, _ in rng.sample(fam, min(4, len(fam)))]
                 missing = [987654] + [self.missing_part(t) for t in c.key_types[1:]]
                 reply = http.values(c.name, keys + [missing])
@@ -302,30 +302,8 @@ class PropertyTest(unittest.TestCase):
 
     # --- key parts ------------------------------------------------------------------------
     @staticmethod
-    def parts_of(key):
-        """The escaped parts of a canonical key (after the counter name): none for the group
-        of a counter without key columns."""
-        if ":" not in key:
-            return []
-        parts, cur, i = [], "", key.index(":") + 1
-        while i < len(key):
-            ch = key[i]
-            if ch == "\\" and i + 1 < len(key):
-                cur += key[i:i + 2]
-                i += 2
-                continue
-            if ch == ":":
-                parts.append(cur)
-                cur = ""
-            else:
-                cur += ch
-            i += 1
-        parts.append(cur)
-        return parts
-
-    @classmethod
-    def first_part(cls, key):
-        return cls.parts_of(key)[0]
+    def first_part(key):
+        return bm.key_parts(key)[0]
 
     @staticmethod
     def value_of(part, key_type):

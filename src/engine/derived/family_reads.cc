@@ -24,7 +24,7 @@ namespace {
 constexpr size_t kTopCacheEntries = 4096;
 
 // Key column `column` of `counter` as a read spells it (key_part.h); a text value views
-// *storage.
+// `text` or *storage.
 Result<defs::Value> ParsePart(const defs::CompiledCounter& counter, size_t column,
                               std::string_view text, std::string* storage) {
   const defs::KeyColumn& key = counter.key_columns()[column];
@@ -37,7 +37,8 @@ Result<defs::Value> ParsePart(const defs::CompiledCounter& counter, size_t colum
   return *value;
 }
 
-// The first parts.size() key columns; text values view *texts (resized to parts.size()).
+// The first parts.size() key columns; text values view `parts` or *texts (resized to
+// parts.size()).
 Result<std::vector<defs::Value>> ParseParts(const defs::CompiledCounter& counter,
                                             std::span<const std::string_view> parts,
                                             std::vector<std::string>* texts) {

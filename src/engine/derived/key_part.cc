@@ -59,6 +59,8 @@ Result<Value> ParseKeyPart(Type type, std::string_view text, std::string* storag
       if (text == "false") return Value::Bool(false);
       return InvalidArgument(fmt::format("{} is not a bool (true or false)", Quoted(text)));
     case Type::kText:
+      // Text without escapes (the usual case) is its own value: no copy.
+      if (text.find_first_of("\\:") == std::string_view::npos) return Value::Text(text);
       if (auto status = UnescapeText(text, storage); !status) return tl::unexpected(status.error());
       return Value::Text(*storage);
     case Type::kTimestamp: {

@@ -28,8 +28,8 @@
 namespace tally::derived {
 
 // Parses one part of a counter key as a read spells it (above) into a value of `type`. A
-// text value views *storage, which the call overwrites with the unescaped bytes; it is
-// valid while *storage is unchanged. Errors (kInvalidArgument):
+// text value views `text` when it holds no escape, else *storage, which the call overwrites
+// with the unescaped bytes; it is valid while both are unchanged. Errors (kInvalidArgument):
 //   `"abc" is not an int64`, `"99999999999999999999" is out of the int64 range`,
 //   `"yes" is not a bool (true or false)`,
 //   `"2024-13-01" is not a timestamp (2024-05-01T13:45:00Z or 20240501T134500Z)`,
