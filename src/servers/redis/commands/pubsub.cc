@@ -175,8 +175,7 @@ void Session::PushUpdates(const engine::SubscriptionDelivery& delivery) {
     }
     for (const std::string& pattern : pubsub_.patterns) {
       const std::string_view prefix = std::string_view(pattern).substr(0, pattern.size() - 1);
-      // The key's own database only (database 0's "*" does not follow database 2).
-      if (!update.key.starts_with(prefix) || engine::DatabaseOf(prefix) != key.db) continue;
+      if (!engine::PrefixFollows(prefix, update.key)) continue;
       if (only_for && std::ranges::find(only_for->prefixes, prefix) == only_for->prefixes.end()) {
         continue;
       }
