@@ -73,6 +73,13 @@ int main(int argc, char** argv) {
   tally::programs::AddTallydOptions(app, &options);
   try {
     app.parse(argc, argv);
+  } catch (const CLI::ConfigError& e) {
+    // CLI11 says "INI was not able to parse <name>" of a name that is not an option.
+    fmt::print(
+        stderr,
+        "tallyd: {}: {} (not a tallyd option, or a bad value; tallyd --help lists the options)\n",
+        app.get_config_ptr()->as<std::string>(), e.what());
+    return e.get_exit_code();
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
