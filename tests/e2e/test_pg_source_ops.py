@@ -242,6 +242,7 @@ class StartBeforePostgresTest(PgCase):
             server.start()
             bm.wait_http(http_port)
             self.assert_waiting(server, h, "first start, PostgreSQL down")
+            self.assertEqual(info_source(server.port)["applied_lsn"], "0/00000000")  # none stored
             with RespConn(server.port) as conn:  # tallyd serves meanwhile
                 self.assertEqual(conn.call("INCRBY", "plain", 5), 5)
         finally:
@@ -260,6 +261,8 @@ class StartBeforePostgresTest(PgCase):
             server.start()
             bm.wait_http(http_port)
             self.assert_waiting(server, h, "restart, PostgreSQL down")
+            # The stored position is applied and durable: reported before PostgreSQL is back.
+            self.assertNotEqual(info_source(server.port)["applied_lsn"], "0/00000000")
             self.assertEqual(tally_counters(server.port), counted)
             with RespConn(server.port) as conn:
                 self.assertEqual(conn.call("GET", "plain"), "5")

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <utility>
 
 #include "sources/postgres/source_session.h"
@@ -74,6 +75,12 @@ Status PostgresSource::Start() {
         "--source: no counter is defined, so there is no table to follow (give --definitions "
         "with CREATE SOURCE and CREATE COUNTER statements)");
   }
+  // What the store holds is applied and durable: reported before PostgreSQL is reached (it
+  // may not be there yet), once every table has a stored position.
+  int64_t stored = std::numeric_limits<int64_t>::max();
+  for (const std::string& source : sources_)
+    stored = std::min(stored, derived_.SourcePosition(source));
+  if (stored > 0) applied_->Add(0, static_cast<Lsn>(stored));
   // From now on a counter defined on a source — these, or a table not followed yet — is
   // backfilled from a snapshot.
   derived_.MarkEverySourceStreamed();
