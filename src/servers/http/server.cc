@@ -79,13 +79,8 @@ Status HttpServer::Start() {
 }
 
 void HttpServer::Accept(boost::asio::ip::tcp::acceptor& acceptor, bool tls) {
-  auto next_worker = [this]() -> HttpWorker& {
-    HttpWorker& worker = *workers_[next_worker_];
-    next_worker_ = (next_worker_ + 1) % workers_.size();
-    return worker;
-  };
   servers::AcceptConnections(
-      acceptor, tls ? "HTTPS" : "HTTP", next_worker,
+      acceptor, tls ? "HTTPS" : "HTTP", workers_, next_worker_,
       [this, tls](HttpWorker& worker, boost::asio::ip::tcp::socket socket) {
         if (!tls) {
           Admit(worker, std::move(socket));

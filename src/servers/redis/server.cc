@@ -70,13 +70,8 @@ Status RedisServer::Start() {
 }
 
 void RedisServer::Accept(boost::asio::ip::tcp::acceptor& acceptor, bool tls) {
-  auto next_worker = [this]() -> Worker& {
-    Worker& worker = *workers_[next_worker_];
-    next_worker_ = (next_worker_ + 1) % workers_.size();
-    return worker;
-  };
   servers::AcceptConnections(
-      acceptor, tls ? "Redis TLS" : "Redis", next_worker,
+      acceptor, tls ? "Redis TLS" : "Redis", workers_, next_worker_,
       [this, tls](Worker& worker, boost::asio::ip::tcp::socket socket) {
         core_.connections_received.fetch_add(1, std::memory_order_relaxed);
         if (!tls) {
