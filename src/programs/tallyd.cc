@@ -85,6 +85,20 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--requirepass", server.requirepass,
                  "Password clients must give with AUTH (or HELLO ... AUTH) before any command");
+  app.add_option("--aclfile", server.aclfile,
+                 "Users and their permissions (Redis's ACL file format): read at start when it "
+                 "exists, written by ACL SAVE, read again by ACL LOAD");
+  app.add_option("--max-auth-failures", node.max_auth_failures,
+                 "Failed passwords a client address may send a minute (AUTH, HTTP); past it, "
+                 "they are refused unchecked until the minute is over (0 = no limit)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 30))
+      ->capture_default_str();
+  std::string protected_mode = "yes";
+  app.add_option("--protected-mode", protected_mode,
+                 "yes: with no password (no --requirepass, no user with one), serve clients on "
+                 "the loopback interface only; no: serve everyone")
+      ->check(CLI::IsMember({"yes", "no"}))
+      ->capture_default_str();
   app.add_option("--maxclients", server.maxclients, "Most simultaneous client connections")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 30))
       ->capture_default_str();
@@ -227,6 +241,7 @@ int main(int argc, char** argv) {
   http.password = server.requirepass;  // one password for both protocols
   tls.auth_clients = *tally::tls::ParseClientAuth(tls_auth_clients);  // checked by IsMember
   server.plain = http.plain = plain_ports == "yes";
+  server.protected_mode = http.protected_mode = protected_mode == "yes";
 
   // Block the stop and reload signals in every thread (the node's start them); the main
   // thread waits for them below.

@@ -11,6 +11,7 @@
 
 #include "servers/http/json_writer.h"
 #include "servers/http/worker.h"
+#include "servers/protected_mode.h"
 
 namespace tally::http {
 namespace {
@@ -111,6 +112,7 @@ HttpConnection::HttpConnection(HttpWorker& worker, asio::ip::tcp::socket socket,
     : worker_(worker),
       socket_(std::move(socket)),
       peer_(peer),
+      client_ip_(peer.remote.address().to_string()),
       deadline_(socket_.get_executor()),
       counted_(counted) {
   boost::system::error_code ignored;
@@ -134,6 +136,16 @@ void HttpConnection::Refuse() {
                  ErrorJson(fmt::format("too many connections (the limit is {})",
                                        worker_.shared().options.max_connections)),
                  &output_);
+  Write();
+}
+
+void HttpConnection::RefuseProtected() {
+  keep_alive_ = false;
+  worker_.shared().requests.Count(-1, 403);
+  ResponseHead head;
+  head.status = 403;
+  head.keep_alive = false;
+  AppendResponse(head, ErrorJson(servers::kProtectedModeMessage), &output_);
   Write();
 }
 
@@ -284,6 +296,7 @@ void HttpConnection::Run() {
     api_request.idempotency_key = View(key->value());
   }
   api_request.body = request.body();
+  api_request.client_address = client_ip_;
   if (const auto authorization = request.find(bhttp::field::authorization);
       authorization != request.end()) {
     api_request.authorization = View(authorization->value());

@@ -47,6 +47,8 @@ class HttpConnection final : public std::enable_shared_from_this<HttpConnection>
   void Start();
   // Answers 503 (too many connections) and closes.
   void Refuse();
+  // Answers 403 with protected mode's explanation (servers/protected_mode.h) and closes.
+  void RefuseProtected();
   void Close();
 
   // The worker's DurabilityGate holds the batch until its epoch is durable (0 once closed),
@@ -93,6 +95,7 @@ class HttpConnection final : public std::enable_shared_from_this<HttpConnection>
   HttpWorker& worker_;
   boost::asio::ip::tcp::socket socket_;
   const servers::Peer peer_;
+  const std::string client_ip_;  // peer_'s address, for the Api (failed passwords)
   boost::asio::steady_timer deadline_;
   boost::beast::flat_buffer buffer_;  // bytes read and not yet parsed (pipelined requests)
   std::optional<Parser> parser_;      // the request being read, when one is

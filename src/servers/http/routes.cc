@@ -15,6 +15,7 @@
 #include "core/constant_time.h"
 #include "core/version.h"
 #include "servers/http/dashboard_assets.h"
+#include "servers/http/http_auth.h"
 #include "servers/http/json_writer.h"
 #include "servers/http/openapi.h"
 #include "servers/http/request_target.h"
@@ -195,6 +196,7 @@ ApiResponse Api::Handle(const ApiRequest& request) {
 }
 
 ApiResponse Api::Dispatch(const ApiRequest& request, int* route) {
+  user_.reset();
   auto target = ParseRequestTarget(request.target);
   if (!target) return Fail(400, target.error().message);
   RouteMatch match = TheRouter().Match(request.method, *target);
@@ -230,8 +232,12 @@ ApiResponse Api::Dispatch(const ApiRequest& request, int* route) {
                              return parameter.first == "token" &&
                                     ConstantTimeEquals(parameter.second, options_.password);
                            });
-  if (!options_.password.empty() && !open && !token_given &&
-      !ConstantTimeEquals(request.authorization, expected_authorization_)) {
+  if (services_.acl != nullptr) {
+    if (!open) {
+      if (auto refused = Authorize(request, *target, handler)) return std::move(*refused);
+    }
+  } else if (!options_.password.empty() && !open && !token_given &&
+             !ConstantTimeEquals(request.authorization, expected_authorization_)) {
     ApiResponse response =
         Fail(401, request.authorization.empty()
                       ? "authentication required: send Authorization: Bearer <password>"
@@ -248,6 +254,82 @@ ApiResponse Api::Dispatch(const ApiRequest& request, int* route) {
     spdlog::error("HTTP {} {}: {}", request.method, request.target, e.what());
     return Fail(500, fmt::format("internal error: {}", e.what()));
   }
+}
+
+namespace {
+
+// The Redis command whose permission a route needs; empty for routes every user may use.
+std::string_view CommandOf(std::string_view method, std::string_view path) {
+  if (path == "/v1/changes") return "counter.push";
+  if (path.starts_with("/v1/backfill/")) return "counter.backfill";
+  if (path.starts_with("/v1/value/") || path == "/v1/values") return "counter.get";
+  if (path.starts_with("/v1/list/")) return "counter.scan";
+  if (path.starts_with("/v1/top/")) return "counter.top";
+  if (path.starts_with("/v1/range/")) return "counter.range";
+  if (path.starts_with("/v1/definitions")) {
+    if (method == "GET") return "counter.list";
+    return method == "DELETE" ? "counter.drop" : "counter.define";
+  }
+  if (path == "/v1/events" || path == "/v1/subscribe") return "subscribe";
+  if (path == "/v1/status" || path == "/metrics" || path == "/v1/hot") return "info";
+  return "";
+}
+
+}  // namespace
+
+std::optional<ApiResponse> Api::Authorize(const ApiRequest& request, const RequestTarget& target,
+                                          Handler handler) {
+  auth::Acl& acl = *services_.acl;
+  std::optional<Credentials> credentials = ParseAuthorization(request.authorization);
+  if (!credentials && (handler == &Api::GetEvents || handler == &Api::GetSubscribe)) {
+    for (const auto& [name, value] : target.query) {
+      if (name == "token") credentials = TokenCredentials(value);
+    }
+  }
+  const int64_t now = engine_.keyspace().clock()->NowMillis();
+  auth::AclLogEntry entry;
+  entry.context = "toplevel";
+  const std::string_view path = request.target.substr(0, request.target.find('?'));
+  entry.client = fmt::format("addr={} http={} {}", request.client_address, request.method, path);
+  if (credentials) {
+    if (acl.AuthBlocked(request.client_address, now)) {
+      return Fail(429,
+                  "too many failed authentication attempts from this address; try again "
+                  "in a minute");
+    }
+    user_ = acl.Authenticate(credentials->user, credentials->password);
+    if (user_ == nullptr) {
+      acl.AuthFailed(request.client_address, now);
+      entry.reason = "auth";
+      entry.object = "AUTH";
+      entry.username = credentials->user;
+      acl.Log(std::move(entry), now);
+      ApiResponse response = Fail(401, "invalid password");
+      response.authenticate = true;
+      return response;
+    }
+  } else {
+    user_ = acl.OpenDefault();
+    if (user_ == nullptr) {
+      ApiResponse response = Fail(401,
+                                  "authentication required: send Authorization: Bearer "
+                                  "<password>");
+      response.authenticate = true;
+      return response;
+    }
+  }
+  if (user_->unrestricted()) return std::nullopt;
+  const std::string_view command = CommandOf(request.method, path);
+  const int id = command.empty() ? -1 : acl.CommandId(command);
+  if (id >= 0 && !user_->CanRun(static_cast<size_t>(id))) {
+    entry.reason = "command";
+    entry.object = std::string(command);
+    entry.username = user_->name();
+    acl.Log(std::move(entry), now);
+    return Fail(403, fmt::format("NOPERM User {} has no permissions to run the '{}' command",
+                                 user_->name(), command));
+  }
+  return std::nullopt;
 }
 
 ApiResponse Api::PostChanges(const Call& call) { return Push(call, {}); }
@@ -578,6 +660,17 @@ ApiResponse Api::Subscribe(const Call& call, bool websocket) {
   }
   if (subscription.keys.empty() && subscription.prefixes.empty()) {
     return Fail(400, "name at least one counter: ?key=<key> or ?prefix=<key prefix> (repeatable)");
+  }
+  // A user with key patterns follows only keys it may read (ACL).
+  if (user_ != nullptr && !user_->unrestricted()) {
+    const bool readable =
+        std::ranges::all_of(
+            subscription.keys,
+            [&](const std::string& key) { return user_->CanAccess(key, auth::kReadKey); }) &&
+        std::ranges::all_of(subscription.prefixes, [&](const std::string& prefix) {
+          return user_->CanReadPrefix(prefix);
+        });
+    if (!readable) return Fail(403, "NOPERM No permissions to access a key");
   }
   ApiResponse response;
   response.subscription = std::move(subscription);

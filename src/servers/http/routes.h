@@ -45,9 +45,12 @@
 #include "core/metrics.h"
 #include "engine/derived/derived_counters.h"
 #include "engine/engine.h"
+#include "servers/auth/acl.h"
 #include "servers/services.h"
 
 namespace tally::http {
+
+struct RequestTarget;  // request_target.h
 
 class Router;
 
@@ -85,9 +88,10 @@ struct ApiRequest {
   bool has_idempotency_key = false;
   std::string_view idempotency_key;  // the Idempotency-Key header
   std::string_view body;
-  std::string_view authorization;  // the Authorization header; empty when absent
-  bool websocket_upgrade = false;  // the request asks to become a WebSocket
-  std::string_view if_none_match;  // the If-None-Match header; empty when absent
+  std::string_view authorization;   // the Authorization header; empty when absent
+  std::string_view client_address;  // the client's IP: failed passwords are counted by it
+  bool websocket_upgrade = false;   // the request asks to become a WebSocket
+  std::string_view if_none_match;   // the If-None-Match header; empty when absent
 };
 
 // What a subscription route accepted: the connection then streams these keys' values
@@ -149,6 +153,10 @@ class Api {
 
   // Handle() but for the counting: `route` gets the matched route's index (else -1).
   ApiResponse Dispatch(const ApiRequest& request, int* route);
+  // With the node's users (services.acl): the request's user, when it may use the route
+  // (into user_), else the 401, 403 or 429 to answer. See http_auth.h.
+  std::optional<ApiResponse> Authorize(const ApiRequest& request, const RequestTarget& target,
+                                       Handler handler);
 
   // The handlers, in kRoutes' order.
   ApiResponse PostChanges(const Call& call);
@@ -181,6 +189,8 @@ class Api {
   derived::DerivedCounters& derived_;
   const ApiOptions options_;
   const std::string expected_authorization_;  // "Bearer <password>", built once
+  // The user of the request being handled (with services.acl); read by Subscribe().
+  std::shared_ptr<const auth::User> user_;
   std::unique_ptr<Scratch> scratch_;
 };
 

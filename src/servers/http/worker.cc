@@ -7,6 +7,7 @@
 
 #include "servers/event_loop.h"
 #include "servers/http/connection.h"
+#include "servers/protected_mode.h"
 
 namespace tally::http {
 
@@ -53,6 +54,12 @@ void HttpWorker::Adopt(boost::asio::ip::tcp::socket socket, bool refuse,
     connections_.emplace(connection.get(), connection);
     if (refuse) {
       connection->Refuse();
+    } else if (servers::RefusedByProtectedMode(shared_.options.protected_mode,
+                                               shared_.services.acl != nullptr
+                                                   ? shared_.services.acl->OpenDefault() != nullptr
+                                                   : shared_.options.password.empty(),
+                                               peer.remote.address())) {
+      connection->RefuseProtected();
     } else {
       connection->Start();
     }

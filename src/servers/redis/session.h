@@ -19,6 +19,7 @@
 
 #include "engine/increment_buffer.h"
 #include "engine/subscriptions.h"
+#include "servers/auth/acl.h"
 #include "servers/redis/command_table.h"
 #include "servers/redis/resp_writer.h"
 #include "servers/redis/server_core.h"
@@ -63,8 +64,16 @@ class Session {
   ClientInfo& info() { return *info_; }
   int protocol() const { return writer_.protocol(); }
   void set_protocol(int protocol);
-  bool authenticated() const { return authenticated_; }
-  void set_authenticated(bool authenticated) { authenticated_ = authenticated; }
+  // The user the session runs as: null until AUTH when the default user needs a password.
+  bool authenticated() const { return user_ != nullptr; }
+  const auth::User* user() const { return user_.get(); }
+  void set_user(std::shared_ptr<const auth::User> user);
+  // Adds a refusal or a failed AUTH to ACL LOG, with this client's description.
+  void LogAcl(std::string_view reason, std::string object, std::string_view username);
+  // Whether the user may read `key` (a subscription's update is sent only then).
+  bool MayRead(std::string_view key) const {
+    return user_ != nullptr && (user_->unrestricted() || user_->CanAccess(key, auth::kReadKey));
+  }
   void RequestClose() { close_requested_ = true; }
   void RaiseRequiredEpoch(uint64_t epoch) { required_epoch_ = std::max(required_epoch_, epoch); }
   // MULTI / EXEC / DISCARD / RESET.
@@ -105,6 +114,10 @@ class Session {
   // True, after refusing the command, when it would write a derived counter's key.
   bool RefusedProtectedKey(const CommandSpec& spec, std::span<const std::string_view> args,
                            std::span<const size_t> key_positions);
+  // True, after refusing the command with -NOPERM (and logging it), when the user may not
+  // run it on these keys.
+  bool RefusedByAcl(const CommandSpec& spec, std::span<const std::string_view> args,
+                    std::span<const size_t> key_positions);
   // True when a command must see the effect of increments still in the buffer.
   bool NeedsFold(const CommandSpec& spec);
   void RejectUnknown(std::span<const std::string_view> args);
@@ -118,7 +131,8 @@ class Session {
   ReplyWriter writer_;
   std::vector<Hole> holes_;
   uint64_t required_epoch_ = 0;
-  bool authenticated_;
+  std::shared_ptr<const auth::User> user_;
+  uint64_t acl_version_ = 0;  // of the Acl when user_ was looked up
   bool close_requested_ = false;
   bool in_multi_ = false;
   bool multi_failed_ = false;

@@ -132,6 +132,7 @@ void Session::EndSubscriptions() {
 void Session::PushUpdates(const engine::SubscriptionDelivery& delivery) {
   char digits[24];
   for (const engine::SubscriptionUpdate& update : delivery.updates()) {
+    if (!MayRead(update.key)) continue;  // the user's key patterns (ACL)
     const std::string_view value(digits, FormatInt64(update.value, digits));
     const std::optional<engine::AskedBy>& only_for = update.only_for;
     if (pubsub_.channels.contains(update.key) && (!only_for || only_for->key)) {
