@@ -49,13 +49,15 @@ Status Node::Start() {
 }
 
 Status Node::StartParts() {
+  // First: they need nothing of the store, and a bad certificate, port choice or aclfile is
+  // then refused before the commit log is replayed.
+  if (auto status = LoadTls(); !status) return status;
+  if (auto status = LoadUsers(); !status) return status;
   if (auto status = OpenStore(); !status) return status;
   if (auto status = StartEngine(); !status) return status;
   if (auto status = LoadCounters(); !status) return status;
   PrepareSource();
   PrepareSubscriptions();
-  if (auto status = LoadTls(); !status) return status;
-  if (auto status = LoadUsers(); !status) return status;
   if (auto status = StartServers(); !status) return status;
   if (auto status = StartSource(); !status) return status;
   // The flusher hands updates to the servers' threads: it runs only while they serve.

@@ -20,8 +20,8 @@
 #include "engine/engine.h"
 #include "engine/subscriptions.h"
 #include "servers/http/http_options.h"
-#include "servers/redis/server_options.h"
 #include "servers/auth/acl.h"
+#include "servers/redis/server_options.h"
 #include "servers/tls/tls_context.h"
 #include "sources/postgres/postgres_source.h"
 
@@ -96,11 +96,11 @@ class Node {
  private:
   // The steps of Start(), in order; each registers how what it started stops (OnStop).
   Status StartParts();
+  Status LoadTls();
+  Status LoadUsers();
   Status OpenStore();
   Status StartEngine();
   Status LoadCounters();
-  Status LoadTls();
-  Status LoadUsers();
   void PrepareSource();
   void PrepareSubscriptions();
   Status StartServers();

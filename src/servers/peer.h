@@ -14,12 +14,11 @@ namespace tally::servers {
 struct Peer {
   boost::asio::ip::tcp::endpoint remote;  // the client's address
   boost::asio::ip::tcp::endpoint local;   // ours, the one it connected to
-  bool tls = false;                       // it came through a TLS port
 
   // The addresses of an accepted plain TCP socket.
   static Peer Of(const boost::asio::ip::tcp::socket& socket) {
     boost::system::error_code ignored;
-    return Peer{socket.remote_endpoint(ignored), socket.local_endpoint(ignored), false};
+    return Peer{socket.remote_endpoint(ignored), socket.local_endpoint(ignored)};
   }
 };
 

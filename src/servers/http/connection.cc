@@ -111,12 +111,11 @@ HttpConnection::HttpConnection(HttpWorker& worker, asio::ip::tcp::socket socket,
                                const servers::Peer& peer)
     : worker_(worker),
       socket_(std::move(socket)),
-      peer_(peer),
       client_ip_(peer.remote.address().to_string()),
       deadline_(socket_.get_executor()),
       counted_(counted) {
   boost::system::error_code ignored;
-  if (!peer.tls) socket_.set_option(asio::ip::tcp::no_delay(true), ignored);
+  socket_.set_option(asio::ip::tcp::no_delay(true), ignored);  // fails on a TLS tunnel's
 }
 
 HttpConnection::~HttpConnection() {
@@ -286,8 +285,7 @@ void HttpConnection::OnRequest(const boost::system::error_code& error) {
   FinishBatch();
 }
 
-void HttpConnection::Run() {
-  const auto& request = parser_->get();
+ApiRequest ApiRequestOf(const SubscriptionStream::Request& request) {
   ApiRequest api_request;
   api_request.method = View(request.method_string());
   api_request.target = View(request.target());
@@ -296,7 +294,6 @@ void HttpConnection::Run() {
     api_request.idempotency_key = View(key->value());
   }
   api_request.body = request.body();
-  api_request.client_address = client_ip_;
   if (const auto authorization = request.find(bhttp::field::authorization);
       authorization != request.end()) {
     api_request.authorization = View(authorization->value());
@@ -305,6 +302,13 @@ void HttpConnection::Run() {
     api_request.if_none_match = View(tags->value());
   }
   api_request.websocket_upgrade = beast::websocket::is_upgrade(request);
+  return api_request;
+}
+
+void HttpConnection::Run() {
+  const auto& request = parser_->get();
+  ApiRequest api_request = ApiRequestOf(request);
+  api_request.client_address = client_ip_;
   ApiResponse response = worker_.api().Handle(api_request);
   if (response.subscription) {
     if (worker_.shared().services.subscriptions != nullptr) {

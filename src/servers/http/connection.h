@@ -34,11 +34,15 @@ namespace tally::http {
 
 class HttpWorker;
 
+// A parsed request as the Api takes it: method, target, body and the headers it reads
+// (Idempotency-Key, Authorization, If-None-Match, a WebSocket upgrade). Views into `request`.
+ApiRequest ApiRequestOf(const SubscriptionStream::Request& request);
+
 class HttpConnection final : public std::enable_shared_from_this<HttpConnection>,
                              public servers::DurabilityWaiter {
  public:
-  // `counted`: the connection counts against max_connections until it is closed. `peer`:
-  // where the client is (the socket may be a TLS tunnel's inner end).
+  // `counted`: the connection counts against max_connections until it is closed. The socket
+  // may be a TLS tunnel's inner end; `peer` is then the tunnel's client.
   HttpConnection(HttpWorker& worker, boost::asio::ip::tcp::socket socket, bool counted,
                  const servers::Peer& peer);
   ~HttpConnection();
@@ -94,8 +98,7 @@ class HttpConnection final : public std::enable_shared_from_this<HttpConnection>
 
   HttpWorker& worker_;
   boost::asio::ip::tcp::socket socket_;
-  const servers::Peer peer_;
-  const std::string client_ip_;  // peer_'s address, for the Api (failed passwords)
+  const std::string client_ip_;  // the client's address, for the Api (failed passwords)
   boost::asio::steady_timer deadline_;
   boost::beast::flat_buffer buffer_;  // bytes read and not yet parsed (pipelined requests)
   std::optional<Parser> parser_;      // the request being read, when one is

@@ -43,8 +43,7 @@ void HttpWorker::Stop() {
   thread_.join();
 }
 
-void HttpWorker::Adopt(boost::asio::ip::tcp::socket socket, bool refuse,
-                       const servers::Peer& peer) {
+void HttpWorker::Adopt(boost::asio::ip::tcp::socket socket, servers::Peer peer, bool refuse) {
   boost::asio::post(io_, [this, refuse, peer, socket = std::move(socket)]() mutable {
     if (stopping_) {
       if (!refuse) shared_.connections.fetch_sub(1, std::memory_order_relaxed);

@@ -33,7 +33,7 @@ struct HttpShared {
   const HttpOptions options;
   std::atomic<int64_t> connections{0};  // open, counted against max_connections
   std::atomic<uint64_t> refused{0};     // refused for max_connections
-  ApiRequestCounts requests;            // every response, by route and status class
+  ApiRequestCounts requests{};          // every response, by route and status class
 };
 
 class HttpWorker {
@@ -54,10 +54,11 @@ class HttpWorker {
   // thread. Call once no more sockets are handed to Adopt().
   void Stop();
 
-  // Takes an accepted socket of this worker's io_context (or a TLS tunnel's inner end; `peer`
-  // is the client's TCP connection). With `refuse`, the connection only gets 503 and is
-  // closed (it is not counted). Any thread.
-  void Adopt(boost::asio::ip::tcp::socket socket, bool refuse, const servers::Peer& peer);
+  // Takes an accepted socket of this worker's io_context (or a TLS tunnel's inner end), of the
+  // client `peer`. With `refuse`, the connection only gets 503 and is closed (it is not
+  // counted); a client refused by protected mode gets 403 (servers/protected_mode.h). Any
+  // thread.
+  void Adopt(boost::asio::ip::tcp::socket socket, servers::Peer peer, bool refuse);
   // The TLS tunnels of this worker's clients on the HTTPS port.
   tls::TunnelSet& tunnels() { return tunnels_; }
   void Forget(HttpConnection* connection);

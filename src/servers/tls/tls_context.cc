@@ -28,9 +28,9 @@ Result<std::shared_ptr<ssl::context>> Build(const TlsOptions& options) {
   SSL_CTX* native = context->native_handle();
   SSL_CTX_set_min_proto_version(native, range->min_version);
   SSL_CTX_set_max_proto_version(native, range->max_version);
-  context->set_options(ssl::context::default_workarounds | ssl::context::no_sslv2 |
-                       ssl::context::no_sslv3 | ssl::context::no_tlsv1 | ssl::context::no_tlsv1_1 |
-                       ssl::context::single_dh_use);
+  // The versions are the range above (TLS 1.2 at the least); the no_sslv*/no_tlsv1* options
+  // would add nothing to it.
+  context->set_options(ssl::context::default_workarounds);
   // No session tickets or renegotiation: nothing to rotate, no client-started renegotiation.
   SSL_CTX_set_options(native, SSL_OP_NO_TICKET | SSL_OP_NO_RENEGOTIATION);
 
@@ -47,8 +47,9 @@ Result<std::shared_ptr<ssl::context>> Build(const TlsOptions& options) {
   }
   if (!options.ca_cert_file.empty()) {
     context->load_verify_file(options.ca_cert_file, error);
-    STACK_OF(X509_NAME)* names = SSL_load_client_CA_file(options.ca_cert_file.c_str());
-    if (error || names == nullptr) {
+    STACK_OF(X509_NAME)* names =
+        error ? nullptr : SSL_load_client_CA_file(options.ca_cert_file.c_str());
+    if (names == nullptr) {
       ERR_clear_error();
       return InvalidArgument(fmt::format("--tls-ca-cert-file {}: cannot load: {}",
                                          options.ca_cert_file,

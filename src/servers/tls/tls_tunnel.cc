@@ -40,7 +40,10 @@ class Tunnel : public std::enable_shared_from_this<Tunnel> {
 
   void Start(ClientAuth auth, AdoptTunnel adopt) {
     peer_ = servers::Peer::Of(tls_.next_layer());
-    peer_.tls = true;
+    // On the client's TCP socket, as a plain connection sets it on its own: a reply must not
+    // wait for the client's delayed ACK. (The inner socket pair has no Nagle to turn off.)
+    boost::system::error_code ignored;
+    tls_.next_layer().set_option(tcp::no_delay(true), ignored);
     switch (auth) {
       case ClientAuth::kYes:
         tls_.set_verify_mode(asio::ssl::verify_peer | asio::ssl::verify_fail_if_no_peer_cert);
