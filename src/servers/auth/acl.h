@@ -62,6 +62,11 @@ struct CommandInfo {
 
 enum KeyAccess : uint8_t { kReadKey = 1, kWriteKey = 2 };
 
+// What both servers answer to a password from an address past its failed-password limit
+// (Acl::AuthBlocked).
+inline constexpr std::string_view kTooManyAuthFailures =
+    "too many failed authentication attempts from this address; try again in a minute";
+
 // SHA-256 of a password, as 64 lower-case hex digits.
 std::string HashPassword(std::string_view password);
 

@@ -309,6 +309,7 @@ void HttpConnection::Run() {
   const auto& request = parser_->get();
   ApiRequest api_request = ApiRequestOf(request);
   api_request.client_address = client_ip_;
+  api_request.auth_cache = &auth_cache_;
   ApiResponse response = worker_.api().Handle(api_request);
   if (response.subscription) {
     if (worker_.shared().services.subscriptions != nullptr) {

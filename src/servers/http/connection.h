@@ -99,6 +99,7 @@ class HttpConnection final : public std::enable_shared_from_this<HttpConnection>
   HttpWorker& worker_;
   boost::asio::ip::tcp::socket socket_;
   const std::string client_ip_;  // the client's address, for the Api (failed passwords)
+  AuthCache auth_cache_;         // the credentials last accepted on this connection
   boost::asio::steady_timer deadline_;
   boost::beast::flat_buffer buffer_;  // bytes read and not yet parsed (pipelined requests)
   std::optional<Parser> parser_;      // the request being read, when one is

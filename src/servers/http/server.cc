@@ -80,35 +80,35 @@ Status HttpServer::Start() {
 void HttpServer::Accept(boost::asio::ip::tcp::acceptor& acceptor, bool tls) {
   HttpWorker& worker = *workers_[next_worker_];
   next_worker_ = (next_worker_ + 1) % workers_.size();
-  acceptor.async_accept(worker.io(), [this, &worker, &acceptor, tls](
-                                         const boost::system::error_code& error,
-                                         boost::asio::ip::tcp::socket socket) {
-    if (error == boost::asio::error::operation_aborted) return;
-    if (error) {
-      // Out of file descriptors and the like: log, pause a little, keep serving. A timer per
-      // pause: both acceptors may pause at once. Stop() closes the acceptor.
-      spdlog::warn("HTTP accept failed: {}", error.message());
-      auto retry = std::make_shared<boost::asio::steady_timer>(acceptor.get_executor(),
-                                                               std::chrono::milliseconds(100));
-      retry->async_wait([this, &acceptor, tls, retry](const boost::system::error_code& failed) {
-        if (!failed && acceptor.is_open()) Accept(acceptor, tls);
+  acceptor.async_accept(
+      worker.io(), [this, &worker, &acceptor, tls](const boost::system::error_code& error,
+                                                   boost::asio::ip::tcp::socket socket) {
+        if (error == boost::asio::error::operation_aborted) return;
+        if (error) {
+          // Out of file descriptors and the like: log, pause a little, keep serving. A timer per
+          // pause: both acceptors may pause at once. Stop() closes the acceptor.
+          spdlog::warn("HTTP accept failed: {}", error.message());
+          auto retry = std::make_shared<boost::asio::steady_timer>(acceptor.get_executor(),
+                                                                   std::chrono::milliseconds(100));
+          retry->async_wait([this, &acceptor, tls, retry](const boost::system::error_code& failed) {
+            if (!failed && acceptor.is_open()) Accept(acceptor, tls);
+          });
+          return;
+        }
+        if (tls) {
+          // Counted (or refused) once the handshake is done: a 503 must be readable too.
+          tls::TlsContext& context = *shared_->services.tls;
+          worker.tunnels().Serve(
+              std::move(socket), context.Current(), tls::ClientAuth::kNo,
+              [this, &worker](boost::asio::ip::tcp::socket inner, servers::Peer peer) {
+                Admit(worker, std::move(inner), peer);
+              });
+        } else {
+          const servers::Peer peer = servers::Peer::Of(socket);
+          Admit(worker, std::move(socket), peer);
+        }
+        Accept(acceptor, tls);
       });
-      return;
-    }
-    if (tls) {
-      // Counted (or refused) once the handshake is done: a 503 must be readable too.
-      tls::TlsContext& context = *shared_->services.tls;
-      worker.tunnels().Serve(std::move(socket), context.Current(), tls::ClientAuth::kNo,
-                             [this, &worker](boost::asio::ip::tcp::socket inner,
-                                             servers::Peer peer) {
-                               Admit(worker, std::move(inner), peer);
-                             });
-    } else {
-      const servers::Peer peer = servers::Peer::Of(socket);
-      Admit(worker, std::move(socket), peer);
-    }
-    Accept(acceptor, tls);
-  });
 }
 
 void HttpServer::Admit(HttpWorker& worker, boost::asio::ip::tcp::socket socket,

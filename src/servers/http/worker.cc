@@ -54,9 +54,7 @@ void HttpWorker::Adopt(boost::asio::ip::tcp::socket socket, servers::Peer peer, 
     if (refuse) {
       connection->Refuse();
     } else if (servers::RefusedByProtectedMode(shared_.options.protected_mode,
-                                               shared_.services.acl != nullptr
-                                                   ? shared_.services.acl->OpenDefault() != nullptr
-                                                   : shared_.options.password.empty(),
+                                               api_.acl().OpenDefault() != nullptr,
                                                peer.remote.address())) {
       connection->RefuseProtected();
     } else {

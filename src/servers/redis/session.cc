@@ -12,6 +12,7 @@ namespace tally::redis {
 namespace {
 
 constexpr std::string_view kOverflow = "ERR increment or decrement would overflow";
+constexpr std::string_view kNoPermKey = "NOPERM No permissions to access a key";
 
 bool IsTransactionControl(const CommandSpec& spec) {
   return spec.handler == commands::Multi || spec.handler == commands::Exec ||
@@ -55,8 +56,16 @@ bool Session::RefusedByAcl(const CommandSpec& spec, std::span<const std::string_
   } else if (spec.name == "subscribe") {
     Reject(spec, "NOPERM No permissions to access a channel");
   } else {
-    Reject(spec, "NOPERM No permissions to access a key");
+    Reject(spec, kNoPermKey);
   }
+  return true;
+}
+
+bool Session::RefusedRead(std::string_view key, bool prefix) {
+  if (!acl_checks_) return false;
+  if (prefix ? user_->CanReadPrefix(key) : user_->CanAccess(key, auth::kReadKey)) return false;
+  LogAcl("key", prefix ? fmt::format("{}*", key) : std::string(key), user_->name());
+  writer_.Error(kNoPermKey);
   return true;
 }
 

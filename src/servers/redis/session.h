@@ -74,6 +74,10 @@ class Session {
   void set_user(std::shared_ptr<const auth::User> user);
   // Adds a refusal or a failed AUTH to ACL LOG, with this client's description.
   void LogAcl(std::string_view reason, std::string object, std::string_view username);
+  // For the commands whose keys are known only once they run (the derived counters' reads):
+  // true, after answering -NOPERM (and logging it), when the user may not read `key` (with
+  // `prefix`, every key that starts with it).
+  bool RefusedRead(std::string_view key, bool prefix);
   // Whether the user may read `key` (a subscription's update is sent only then).
   bool MayRead(std::string_view key) const {
     return !acl_checks_ || (user_ != nullptr && user_->CanAccess(key, auth::kReadKey));

@@ -233,9 +233,36 @@ void AclCommand(CommandContext& ctx) {
     Log(ctx);
   } else if ((EqualsIgnoreCase(sub, "SAVE") || EqualsIgnoreCase(sub, "LOAD")) && argc == 2) {
     SaveOrLoad(ctx, EqualsIgnoreCase(sub, "SAVE"));
+  } else if (EqualsIgnoreCase(sub, "HELP") && argc == 2) {
+    static constexpr std::string_view kHelp[] = {
+        "ACL <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+        "CAT [<category>]",
+        "    List all commands that belong to <category>, or all command categories",
+        "    when no category is specified.",
+        "DELUSER <username> [<username> ...]",
+        "    Delete a list of users.",
+        "GETUSER <username>",
+        "    Get the user's details.",
+        "LIST",
+        "    Show users details in config file format.",
+        "LOAD",
+        "    Reload users from the ACL file.",
+        "LOG [<count> | RESET]",
+        "    Show the ACL log entries.",
+        "SAVE",
+        "    Save the current config to the ACL file.",
+        "SETUSER <username> <attribute> [<attribute> ...]",
+        "    Create or modify a user with the specified attributes.",
+        "USERS",
+        "    List all the registered usernames.",
+        "WHOAMI",
+        "    Return the current connection username.",
+        "HELP",
+        "    Print this help."};
+    ctx.reply.ArrayHeader(std::size(kHelp));
+    for (const std::string_view line : kHelp) ctx.reply.SimpleString(line);
   } else {
-    ctx.reply.Error(fmt::format(
-        "ERR unknown subcommand or wrong number of arguments for '{}'. Try ACL HELP.", sub));
+    ReplyUnknownSubcommand(ctx, "ACL");
   }
 }
 

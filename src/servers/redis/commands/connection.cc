@@ -24,9 +24,7 @@ bool Authenticate(CommandContext& ctx, std::string_view user, std::string_view p
   const int64_t now = ctx.server.engine().keyspace().clock()->NowMillis();
   if (acl.AuthBlocked(ip, now)) {
     ctx.session.LogAcl("auth", "AUTH", user);
-    ctx.reply.Error(
-        "ERR too many failed authentication attempts from this address; try again in a "
-        "minute");
+    ctx.reply.Error(fmt::format("ERR {}", auth::kTooManyAuthFailures));
     return false;
   }
   auto found = acl.Authenticate(user, password);
