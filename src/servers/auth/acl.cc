@@ -1,10 +1,13 @@
 #include "servers/auth/acl.h"
 
+#include <fcntl.h>
 #include <fmt/format.h>
 #include <openssl/evp.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
@@ -365,15 +368,25 @@ Status Acl::Load(const std::string& path) {
 }
 
 Status Acl::Save(const std::string& path) const {
+  std::string text;
+  for (const auto& user : Users()) text += user->Describe() + '\n';
+  // Readable by tallyd's user only (the file holds password digests), written whole and
+  // fsync'd before it replaces the old one: a crash leaves the old file or the new one.
   const std::string temporary = path + ".tmp";
-  {
-    std::ofstream out(temporary, std::ios::trunc);
-    for (const auto& user : Users()) out << user->Describe() << '\n';
-    out.flush();
-    if (!out) return IOError(fmt::format("{}: cannot write the ACL file", temporary));
+  const int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) return IOError(fmt::format("{}: cannot write the ACL file", temporary));
+  size_t written = 0;
+  while (written < text.size()) {
+    const ssize_t n = ::write(fd, text.data() + written, text.size() - written);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    written += static_cast<size_t>(n);
   }
-  if (std::rename(temporary.c_str(), path.c_str()) != 0) {
-    return IOError(fmt::format("{}: cannot replace the ACL file", path));
+  const bool synced = written == text.size() && ::fsync(fd) == 0;
+  ::close(fd);
+  if (!synced || std::rename(temporary.c_str(), path.c_str()) != 0) {
+    std::remove(temporary.c_str());
+    return IOError(fmt::format("{}: cannot write the ACL file", path));
   }
   return OkStatus();
 }

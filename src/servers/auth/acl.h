@@ -151,7 +151,7 @@ class Acl {
 
   // The aclfile: lines "user <name> <rules...>" (# comments and blank lines skipped).
   // Load replaces every user at once (the default user stays as it was when the file does
-  // not name it); an error names the line and changes nothing. Save writes every user
+  // not name it); an error names the line and changes nothing. Save writes every user, mode 0600
   // (a temporary file renamed over the old one).
   Status Load(const std::string& path);
   Status Save(const std::string& path) const;

@@ -3,9 +3,11 @@
 #include "servers/auth/acl.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 
 namespace tally::auth {
 namespace {
@@ -94,10 +96,20 @@ TEST(AclTest, DisabledUsersCannotAuthenticate) {
 }
 
 TEST(AclTest, TheFileRoundTripsAndABadLineChangesNothing) {
-  const auto path = std::filesystem::temp_directory_path() / "tally-acl-test.acl";
+  // Per process: other test runs may share the temporary directory.
+  const auto path = std::filesystem::temp_directory_path() /
+                    ("tally-acl-test-" + std::to_string(::getpid()) + ".acl");
   Acl acl(Commands(), "s3cret");
   ASSERT_TRUE(acl.SetUser("alice", std::vector<std::string>{"on", ">pw", "~likes:*", "+@read"}));
   ASSERT_TRUE(acl.Save(path.string()));
+  // Password digests only, and for tallyd's user only.
+  EXPECT_EQ(std::filesystem::status(path).permissions(),
+            std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
+  std::ifstream saved(path);
+  const std::string text((std::istreambuf_iterator<char>(saved)), {});
+  EXPECT_EQ(text, "user alice on #" + HashPassword("pw") +
+                      " ~likes:* resetchannels -@all +@read\n" + "user default on #" +
+                      HashPassword("s3cret") + " ~* resetchannels +@all\n");
 
   Acl loaded(Commands(), "");
   ASSERT_TRUE(loaded.Load(path.string()));
