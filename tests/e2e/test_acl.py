@@ -16,7 +16,9 @@ import unittest
 
 import redis
 
-from harness import HOST, RespConn, RespError, ServerTestCase, TallyServer, free_port, tally_only
+from harness import (HOST, RespConn, RespError, ServerTestCase, TallyServer, free_port,
+                     tally_only, wait_until)
+from test_subscriptions import WsFollower
 
 WRONGPASS = "WRONGPASS invalid username-password pair or user is disabled."
 
@@ -222,6 +224,16 @@ class AclTest(ServerTestCase):
         self.assertEqual((entry["reason"], entry["object"], entry["username"]),
                          ("key", "blog_posts:*", "alice"))
         self.assertIn("http=GET /v1/events", entry["client-info"])
+        # A WebSocket's later subscriptions pass the same check; the stream goes on.
+        ws = WsFollower(port, keys=["blog_posts:7"], token="alice:alice-pw")
+        self.addCleanup(ws.close)
+        self.assertEqual(ws.status, 101)
+        ws.start()
+        ws.send_json({"subscribe": {"prefixes": ["blog_posts:"]}})
+        ws.send_json({"subscribe": {"keys": ["likes:7"]}})
+        self.assertTrue(wait_until(lambda: "likes:7" in ws.values(), 10), ws.errors)
+        self.assertEqual(ws.errors, ["NOPERM No permissions to access a key"])
+        self.assertEqual(ws.values(), {"blog_posts:7": 3, "likes:7": 0})
 
     def test_http_users(self):
         self.reader()

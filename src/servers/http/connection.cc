@@ -125,26 +125,24 @@ HttpConnection::~HttpConnection() {
 void HttpConnection::Start() { ReadRequest(); }
 
 void HttpConnection::Refuse() {
-  keep_alive_ = false;
-  worker_.shared().requests.Count(-1, 503);
-  ResponseHead head;
-  head.status = 503;
-  head.keep_alive = false;
-  head.retry_after = true;
-  AppendResponse(head,
-                 ErrorJson(fmt::format("too many connections (the limit is {})",
-                                       worker_.shared().options.max_connections)),
-                 &output_);
-  Write();
+  RefuseWith(503,
+             fmt::format("too many connections (the limit is {})",
+                         worker_.shared().options.max_connections),
+             /*retry_after=*/true);
 }
 
 void HttpConnection::RefuseProtected() {
+  RefuseWith(403, servers::kProtectedModeMessage, /*retry_after=*/false);
+}
+
+void HttpConnection::RefuseWith(int status, std::string_view message, bool retry_after) {
   keep_alive_ = false;
-  worker_.shared().requests.Count(-1, 403);
+  worker_.shared().requests.Count(-1, status);
   ResponseHead head;
-  head.status = 403;
+  head.status = status;
   head.keep_alive = false;
-  AppendResponse(head, ErrorJson(servers::kProtectedModeMessage), &output_);
+  head.retry_after = retry_after;
+  AppendResponse(head, ErrorJson(message), &output_);
   Write();
 }
 

@@ -63,6 +63,8 @@ class HttpConnection final : public std::enable_shared_from_this<HttpConnection>
  private:
   using Parser = boost::beast::http::request_parser<boost::beast::http::string_body>;
 
+  // Answers `status` with {"error": message} before any request is read, and closes.
+  void RefuseWith(int status, std::string_view message, bool retry_after);
   // Reads the rest of the current request (parser_ may hold part of it already).
   void ReadRequest();
   void OnHeader(const boost::system::error_code& error);

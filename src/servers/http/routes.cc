@@ -601,6 +601,7 @@ ApiResponse Api::Subscribe(const Call& call, bool websocket) {
     if (auto refused = RefuseRead(call.request, prefix, /*prefix=*/true))
       return std::move(*refused);
   }
+  if (user_ != nullptr && !user_->unrestricted()) subscription.restricted_to = user_;
   ApiResponse response;
   response.subscription = std::move(subscription);
   return response;

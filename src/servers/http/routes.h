@@ -107,6 +107,9 @@ struct SubscriptionRequest {
   bool websocket = false;  // else Server-Sent Events
   std::vector<std::string> keys;
   std::vector<std::string> prefixes;
+  // The user whose key patterns a WebSocket's later {"subscribe": ...} must pass; null when
+  // it may read every key.
+  std::shared_ptr<const auth::User> restricted_to;
 };
 
 struct ApiResponse {

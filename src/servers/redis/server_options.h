@@ -14,9 +14,9 @@ struct ServerOptions {
   uint16_t port = 6380;            // --port; 0 picks a free port
   // --tls-port: the port of TLS clients (the node's services.tls); 0 = none, as in Redis.
   uint16_t tls_port = 0;
-  bool plain = true;            // false with --plain-ports no: only the TLS port listens
-  int workers = 0;              // --workers: I/O threads; 0 = the CPUs this process may use
-  std::string requirepass;      // --requirepass: the default user's password (AUTH first)
+  bool plain = true;        // false with --plain-ports no: only the TLS port listens
+  int workers = 0;          // --workers: I/O threads; 0 = the CPUs this process may use
+  std::string requirepass;  // --requirepass: the default user's password (AUTH first)
   // --protected-mode: with no password, clients off the loopback interface are refused
   // (servers/protected_mode.h).
   bool protected_mode = true;
