@@ -403,14 +403,20 @@ bool Acl::AuthBlocked(std::string_view address, int64_t now_ms) const {
 void Acl::AuthFailed(std::string_view address, int64_t now_ms) {
   if (max_auth_failures_.load(std::memory_order_relaxed) <= 0) return;
   std::lock_guard lock(failures_mutex_);
-  // Windows past their minute go, so that the map holds only addresses failing now.
-  if (failures_.size() > 4096) {
+  // Windows past their minute go (at most once a second), so that the map holds only
+  // addresses failing now; past kMaxFailingAddresses of those, new ones are not tracked: the
+  // memory stays bounded however many addresses an attacker has.
+  if (failures_.size() > 4096 && now_ms - last_sweep_ms_ >= 1000) {
+    last_sweep_ms_ = now_ms;
     std::erase_if(failures_, [now_ms](const auto& entry) {
       return now_ms - entry.second.window_start_ms >= 60000;
     });
   }
   auto found = failures_.find(address);
-  if (found == failures_.end()) found = failures_.emplace(std::string(address), Failures{}).first;
+  if (found == failures_.end()) {
+    if (failures_.size() >= kMaxFailingAddresses) return;
+    found = failures_.emplace(std::string(address), Failures{}).first;
+  }
   Failures& failures = found->second;
   if (now_ms - failures.window_start_ms >= 60000) failures = Failures{now_ms, 0};
   ++failures.count;

@@ -163,6 +163,7 @@ class Acl {
   // Failed AUTHs, per client address (its IP): at most `limit` a minute (0 = no limit).
   // Past it, AuthBlocked() is true until that minute is over: the servers refuse AUTH from
   // the address without checking the password, so guessing costs a minute per `limit`.
+  // At most kMaxFailingAddresses addresses are counted at once (bounded memory).
   void set_max_auth_failures(int64_t limit) { max_auth_failures_ = limit; }
   bool AuthBlocked(std::string_view address, int64_t now_ms) const;
   void AuthFailed(std::string_view address, int64_t now_ms);
@@ -192,7 +193,9 @@ class Acl {
   };
   std::atomic<int64_t> max_auth_failures_{0};
   mutable std::mutex failures_mutex_;
+  static constexpr size_t kMaxFailingAddresses = 100000;
   std::map<std::string, Failures, std::less<>> failures_;  // guarded by failures_mutex_
+  int64_t last_sweep_ms_ = 0;                              // guarded by failures_mutex_
 
   mutable std::mutex log_mutex_;
   std::vector<AclLogEntry> log_;  // guarded by log_mutex_, newest first
