@@ -70,8 +70,10 @@ NOT_PROVOKED = {
 # not provoked here (test_metrics.py provokes /readyz's); their 503 is seen as every route's
 # "too many connections".
 
-# A route's path pattern in routes.cc: {{"GET", "/v1/list/{counter}/*", "cursor limit"}, &Api::GetList},
-ROUTE_ENTRY = re.compile(r'\{\{"([A-Z]+)",\s*"([^"]*)",\s*"([^"]*)"\},\s*&Api::(\w+)\}')
+# A route's path pattern in routes.cc, then its handler and the Redis command whose permission
+# it needs: {{"GET", "/v1/list/{counter}/*", "cursor limit"}, &Api::GetList, "counter.scan"},
+ROUTE_ENTRY = re.compile(
+    r'\{\{"([A-Z]+)",\s*"([^"]*)",\s*"([^"]*)"\},\s*&Api::(\w+),\s*"[^"]*"\}')
 
 
 def load_document():
