@@ -10,6 +10,7 @@
 #include "engine/engine_metrics.h"
 #include "programs/monitoring.h"
 #include "servers/http/server.h"
+#include "servers/redis/acl_commands.h"
 #include "servers/redis/server.h"
 #include "servers/services.h"
 #include "storage/rocksdb_store.h"
@@ -48,9 +49,10 @@ Status Node::Start() {
 }
 
 Status Node::StartParts() {
-  // First: it needs nothing of the store, and a bad certificate or port choice is then
-  // refused before the commit log is replayed.
+  // First: they need nothing of the store, and a bad certificate, port choice or aclfile is
+  // then refused before the commit log is replayed.
   if (auto status = LoadTls(); !status) return status;
+  if (auto status = LoadUsers(); !status) return status;
   if (auto status = OpenStore(); !status) return status;
   if (auto status = StartEngine(); !status) return status;
   if (auto status = LoadCounters(); !status) return status;
@@ -155,12 +157,27 @@ Status Node::LoadTls() {
   return OkStatus();
 }
 
+Status Node::LoadUsers() {
+  acl_ = std::make_unique<auth::Acl>(redis::AclCommandInfo(), options_.redis.requirepass);
+  acl_->set_max_auth_failures(options_.max_auth_failures);
+  const std::string& file = options_.redis.aclfile;
+  if (file.empty()) return OkStatus();
+  if (!std::filesystem::exists(file)) {
+    spdlog::info("--aclfile {} does not exist yet: ACL SAVE will write it", file);
+    return OkStatus();
+  }
+  if (auto status = acl_->Load(file); !status) return Failed("--aclfile", status.error());
+  spdlog::info("{} user(s) loaded from {}", acl_->Users().size(), file);
+  return OkStatus();
+}
+
 Status Node::StartServers() {
   servers::Services services(*engine_);
   services.derived = derived_.get();
   services.subscriptions = subscriptions_.get();
   services.metrics = &metrics_;
   services.tls = tls_.get();
+  services.acl = acl_.get();
   if (source_ != nullptr) {
     services.source_report = [source = source_.get()] { return source->Report(); };
     services.readiness = [source = source_.get(), max_lag_ms = options_.ready_max_lag_ms] {

@@ -72,5 +72,25 @@ TEST_F(NodeTest, BadDefinitionsNameTheFile) {
   EXPECT_TRUE(status.error().message.starts_with(script + ": ")) << status.error().message;
 }
 
+TEST_F(NodeTest, ABadAclfileStopsTheStartBeforeTheStoreOpens) {
+  const std::string file = (dir_ / "users.acl").string();
+  options_.redis.aclfile = file;
+  {
+    Node node(options_);  // a missing aclfile is fine: ACL SAVE writes it
+    auto status = node.Start();
+    ASSERT_TRUE(status) << status.error().message;
+  }
+  std::filesystem::remove_all(dir_ / "data");
+  std::ofstream(file) << "user alice on >pw ~* +@all\nuser bob on +@nope\n";
+  Node node(options_);
+  auto status = node.Start();
+  ASSERT_FALSE(status);
+  EXPECT_EQ(status.error().message,
+            "--aclfile: " + file +
+                ":2: Error in ACL SETUSER modifier '+@nope': Unknown command or category name "
+                "in ACL");
+  EXPECT_FALSE(std::filesystem::exists(dir_ / "data"));
+}
+
 }  // namespace
 }  // namespace tally::programs

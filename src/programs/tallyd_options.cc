@@ -76,7 +76,21 @@ void AddTallydOptions(CLI::App& app, TallydOptions* options) {
       ->check(CLI::Range(0, 256))
       ->capture_default_str();
   app.add_option("--requirepass", server.requirepass,
-                 "Password clients must give with AUTH (or HELLO ... AUTH) before any command");
+                 "The default user's password: clients must give it with AUTH (or HELLO ... "
+                 "AUTH), or HTTP's Authorization, before any command");
+  app.add_option("--aclfile", server.aclfile,
+                 "Users and their permissions (Redis's ACL file format): read at start when it "
+                 "exists, written by ACL SAVE, read again by ACL LOAD");
+  app.add_option("--max-auth-failures", node.max_auth_failures,
+                 "Failed passwords a client address may send a minute (AUTH, HTTP); past it, "
+                 "they are refused unchecked until the minute is over (0 = no limit)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 30))
+      ->capture_default_str();
+  app.add_option("--protected-mode", options->protected_mode,
+                 "yes: with no password (no --requirepass, no user with one), serve clients on "
+                 "the loopback interface only; no: serve everyone")
+      ->check(CLI::IsMember({"yes", "no"}))
+      ->capture_default_str();
   app.add_option("--maxclients", server.maxclients, "Most simultaneous client connections")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 30))
       ->capture_default_str();
@@ -232,6 +246,7 @@ void FinishTallydOptions(const CLI::App& app, TallydOptions* options) {
   // Checked by IsMember while parsing.
   node.tls.auth_clients = *tls::ParseClientAuth(options->tls_auth_clients);
   node.redis.plain = node.http.plain = options->plain_ports == "yes";
+  node.redis.protected_mode = node.http.protected_mode = options->protected_mode == "yes";
 }
 
 }  // namespace tally::programs

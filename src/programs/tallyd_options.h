@@ -22,6 +22,7 @@ struct TallydOptions {
   int64_t source_ack_interval_ms = 0;    // its default is the node's, set by AddTallydOptions
   std::string tls_auth_clients = "yes";  // yes, no or optional
   std::string plain_ports = "yes";       // no: the TLS ports only
+  std::string protected_mode = "yes";    // no: clients from anywhere without a password
 };
 
 // Declares every option of tallyd on `app` (--config and --version too), to be read into
@@ -32,7 +33,7 @@ void AddTallydOptions(CLI::App& app, TallydOptions* options);
 // After app.parse(...) succeeded: what follows from the options read (durability and group
 // commit into the engine's options, the idempotency window in ms, the HTTP address defaulting
 // to --bind, one password for both protocols, the config file's name, the source's ack
-// interval, the TLS client authentication and whether the plain ports listen).
+// interval, the TLS client authentication, whether the plain ports listen, protected mode).
 void FinishTallydOptions(const CLI::App& app, TallydOptions* options);
 
 }  // namespace tally::programs

@@ -16,8 +16,9 @@
 // watches that group by itself and lists it (definitions: 1 group; top groups); once a
 // counter is written, the page watches it instead.
 //
-// Environment: DASHBOARD_URL, TALLY_PORT (Redis protocol), TALLY_PASSWORD, SCREENSHOT (a
-// .png path; "main" only), SCENARIO, TALLY_DASHBOARD_DIR (where node_modules is), CHROMIUM
+// Environment: DASHBOARD_URL, TALLY_PORT (Redis protocol), TALLY_PASSWORD (the scenario's
+// writes use it), TALLY_PAGE_TOKEN (what the page signs in with: "user:password" for a user;
+// default TALLY_PASSWORD), SCREENSHOT (a .png path; "main" only), SCENARIO, TALLY_DASHBOARD_DIR (where node_modules is), CHROMIUM
 // (default /usr/bin/chromium). The last line printed is a JSON summary for the Python side.
 // Every wait is bounded; the browser is closed on every path.
 import { execFileSync } from 'node:child_process';
@@ -29,6 +30,7 @@ const { chromium } = require('playwright-core');
 
 const URL = process.env.DASHBOARD_URL;
 const PASSWORD = process.env.TALLY_PASSWORD;
+const PAGE_TOKEN = process.env.TALLY_PAGE_TOKEN || PASSWORD;
 const WAIT_MS = 20000;
 const PLAIN = 'likes:post:7';
 const GROUP = 'blog_posts:7:3';
@@ -97,10 +99,10 @@ async function signIn(page) {
   await page.fill('#login-password', 'not-the-password');
   await page.press('#login-password', 'Enter');
   await page.waitForSelector('#login-error:not([hidden])');
-  await page.fill('#login-password', PASSWORD);
+  await page.fill('#login-password', PAGE_TOKEN);
   await page.press('#login-password', 'Enter');
   await page.waitForSelector('#login:not([open])', { state: 'attached' });
-  check(await page.evaluate(() => sessionStorage.getItem('tally.token')) === PASSWORD,
+  check(await page.evaluate(() => sessionStorage.getItem('tally.token')) === PAGE_TOKEN,
     'the password is not kept in sessionStorage');
 }
 

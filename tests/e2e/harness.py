@@ -246,7 +246,8 @@ class TallyServer:
       requirepass, maxclients, timeout, proto_max_bulk_len, client_output_buffer_limit
       (bytes; redis: "normal B B 0"), client_query_buffer_limit,
       durability ("sync" | "async"; redis: appendonly with appendfsync always | everysec),
-      max_multibulk_length (tally only), workers (tally only)
+      max_multibulk_length (tally only), workers (tally only), bind (tally only: the
+      listening address instead of 127.0.0.1, which still reaches it when bind is 0.0.0.0)
     extra_args: raw arguments appended to the command line (tally only unless redis).
     """
 
@@ -292,7 +293,8 @@ class TallyServer:
             elif o.get("durability") == "async":
                 cmd += ["--appendonly", "yes", "--appendfsync", "everysec"]
             return cmd + self.extra_args
-        cmd = [TALLYD, "--port", str(self.port), "--bind", HOST, "--data-dir", self.data_dir]
+        cmd = [TALLYD, "--port", str(self.port), "--bind", o.get("bind", HOST),
+               "--data-dir", self.data_dir]
         names = {
             "requirepass": "--requirepass",
             "maxclients": "--maxclients",
@@ -306,6 +308,8 @@ class TallyServer:
             "log_level": "--log-level",
         }
         for key, value in o.items():
+            if key == "bind":
+                continue
             if key not in names:
                 raise ValueError("unknown server option %r" % key)
             cmd += [names[key], str(value)]

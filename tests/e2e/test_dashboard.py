@@ -18,6 +18,7 @@ import os
 import re
 import shutil
 import subprocess
+import tempfile
 import time
 import unittest
 
@@ -53,10 +54,10 @@ class DashboardServer:
     """A tallyd with --requirepass and a known HTTP port, the schema above defined (and
     `extra_counters`)."""
 
-    def __init__(self, add_cleanup, extra_counters=""):
+    def __init__(self, add_cleanup, extra_counters="", extra_args=()):
         self.http_port = free_port()
         self.server = TallyServer(options={"requirepass": PASSWORD},
-                                  extra_args=["--http-port", str(self.http_port)])
+                                  extra_args=["--http-port", str(self.http_port), *extra_args])
         add_cleanup(self.server.cleanup)
         self.server.start()
         self.auth = {"Authorization": "Bearer " + PASSWORD}
@@ -149,8 +150,9 @@ class DashboardFilesTest(unittest.TestCase):
 
 @tally_only
 class DashboardBrowserTest(unittest.TestCase):
-    def run_browser(self, tally, scenario, screenshot=""):
-        """Runs dashboard_browser.mjs's `scenario` against `tally`; returns its summary."""
+    def run_browser(self, tally, scenario, screenshot="", page_token=PASSWORD):
+        """Runs dashboard_browser.mjs's `scenario` against `tally`, the page signed in with
+        `page_token`; returns its summary."""
         for path, what in ((CHROMIUM, "chromium (make deps installs it)"),
                            (os.path.join(DASHBOARD_DIR, "node_modules", "playwright-core"),
                             "playwright-core (make deps runs npm ci in dashboard/)")):
@@ -161,6 +163,7 @@ class DashboardBrowserTest(unittest.TestCase):
         env = dict(os.environ,
                    DASHBOARD_URL="http://%s:%d/" % (HOST, tally.http_port),
                    TALLY_PORT=str(tally.server.port), TALLY_PASSWORD=PASSWORD,
+                   TALLY_PAGE_TOKEN=page_token,
                    SCREENSHOT=screenshot, SCENARIO=scenario, TALLY_DASHBOARD_DIR=DASHBOARD_DIR,
                    CHROMIUM=CHROMIUM)
         # Its own process group, so that a timeout stops chromium with it.
@@ -203,23 +206,49 @@ class DashboardBrowserTest(unittest.TestCase):
         self.assertTrue(os.path.getsize(screenshot) > 10000, screenshot)
         print("dashboard screenshot: %s" % screenshot)
 
-    def test_first_view_after_a_restart(self):
+    def first_view_after_a_restart(self, extra_args=(), before_restart=None,
+                                   page_token=PASSWORD):
         # Counted, then restarted: nothing is hot, and the first derived counter by name has
         # no GROUP BY; its one group must be found again in the index rebuilt at start.
         tally = DashboardServer(self.addCleanup, extra_counters="""
-CREATE COUNTER all_posts AS SELECT count(*) FROM posts WHERE is_published;""")
+CREATE COUNTER all_posts AS SELECT count(*) FROM posts WHERE is_published;""",
+                                extra_args=extra_args)
         changes = [{"source": "posts", "new": {
             "id": i, "user_id": i % 3, "blog_id": 1 + i % 2, "rating": i % 5,
             "is_published": i % 4 != 0, "is_deleted": False}} for i in range(1, 21)]
         tally.call("POST", "/v1/changes", json.dumps(changes))
+        if before_restart is not None:
+            before_restart(tally)
         tally.restart()
         listing = {c["name"]: c["groups"] for c in tally.call("GET", "/v1/definitions")["counters"]}
         self.assertEqual(listing["all_posts"], 1)
         self.assertEqual(tally.call("GET", "/v1/hot")["counters"], [])
 
-        summary = self.run_browser(tally, "restart")
+        summary = self.run_browser(tally, "restart", page_token=page_token)
         self.assertEqual(summary["all_posts"], 15)
         self.assertEqual(summary["mode"], "automatic: the largest groups of all_posts")
+
+    def test_first_view_after_a_restart(self):
+        self.first_view_after_a_restart()
+
+    def test_page_with_a_read_only_user(self):
+        # Signed in as a user that may only read and follow counters (the scenario's writes
+        # use the default user's password), kept in an aclfile across the restart: every
+        # panel of the page still works.
+        def add_viewer(tally):
+            r = tally.server.client()
+            self.addCleanup(r.close)
+            self.assertTrue(r.execute_command("ACL", "SETUSER", "viewer", "on", ">view-pw",
+                                              "~*", "+@read", "+@pubsub"))
+            self.assertTrue(r.execute_command("ACL", "SAVE"))
+            status, _, _ = request(tally.http_port, "POST", "/v1/changes",
+                                   {"Authorization": "Bearer viewer:view-pw"}, b"[]")
+            self.assertEqual(status, 403)  # read-only indeed
+
+        directory = tempfile.mkdtemp(prefix="tally-dashboard-users-")
+        self.addCleanup(shutil.rmtree, directory, True)
+        self.first_view_after_a_restart(["--aclfile", os.path.join(directory, "users.acl")],
+                                        add_viewer, "viewer:view-pw")
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ from test_subscriptions import WsFollower
 
 PASSWORD = "s3cret-soak"
 WRONGPASS = "WRONGPASS invalid username-password pair or user is disabled."
+TOO_MANY = "too many failed authentication attempts from this address; try again in a minute"
 
 
 class GoodClient(threading.Thread):
@@ -35,6 +36,8 @@ class GoodClient(threading.Thread):
         self.incrs = 0
         self.pushes = 0
         self.errors = []
+        # A connection for finish()'s reads, when opened (and authenticated) beforehand.
+        self.checker = None
 
     def run(self):
         headers = {"Authorization": "Bearer " + self.password} if self.password else {}
@@ -75,9 +78,11 @@ class GoodClient(threading.Thread):
         self.stop.set()
         self.join(30)
         test.assertEqual(self.errors, [])
-        with RespConn(self.server.port) as conn:
+        if self.checker is None:
+            self.checker = RespConn(self.server.port)
             if self.password:
-                conn.call("AUTH", self.password)
+                self.checker.call("AUTH", self.password)
+        with self.checker as conn:
             test.assertEqual(conn.call("GET", "good:resp"), str(self.incrs))
             test.assertEqual(conn.call("GET", "good_events"), str(self.pushes))
 
@@ -472,42 +477,64 @@ class OpenFilesLimitTest(unittest.TestCase):
 
 @tally_only
 class AuthBruteForceTest(HostileCase):
+    """Guessing the password: past --max-auth-failures (10 a minute by default) failed
+    passwords from one address, every further one is refused unchecked for the rest of the
+    minute, on both protocols, so a guesser gets 10 tries a minute. The good client, which
+    authenticated before the attack (its HTTP connection keeps the credentials it was let in
+    with), counts on throughout."""
+
     password = PASSWORD
     ATTEMPTS = 3000
+    LIMIT = 10
+
+    def setUp(self):
+        super().setUp()
+        # The good client is in before the first guess, and so is the connection that
+        # checks its counts at the end.
+        self.assertTrue(wait_until(lambda: self.good.pushes > 0 or self.good.errors, 10),
+                        "the good client did not start")
+        self.good.checker = RespConn(self.server.port)
+        self.assertEqual(self.good.checker.call("AUTH", PASSWORD), "OK")
 
     def test_wrong_passwords_on_one_connection(self):
         with RespConn(self.server.port, timeout=30) as conn:
             conn.send_raw(b"".join(encode_command("AUTH", "guess-%d" % i)
                                    for i in range(self.ATTEMPTS)))
-            # Each is answered (there is no per-address limit yet: see docs/commands.md).
             replies = [conn.read_reply() for _ in range(self.ATTEMPTS)]
-            self.assertEqual(set(replies), {RespError(WRONGPASS)})
+            self.assertEqual(replies[:self.LIMIT], [RespError(WRONGPASS)] * self.LIMIT)
+            self.assertEqual(set(replies[self.LIMIT:]), {RespError("ERR " + TOO_MANY)})
             reply = conn.call("GET", "good:resp")
             self.assertIsInstance(reply, RespError)
             self.assertTrue(reply.message.startswith("NOAUTH"), reply)
+            # The right password too, until the minute is over.
+            self.assertEqual(conn.call("AUTH", PASSWORD), RespError("ERR " + TOO_MANY))
 
     def test_wrong_passwords_on_many_connections(self):
+        replies = []
         for i in range(300):
             with RespConn(self.server.port, timeout=30) as conn:
-                self.assertEqual(conn.call("AUTH", "guess-%d" % i), RespError(WRONGPASS))
+                replies.append(conn.call("AUTH", "guess-%d" % i))
                 reply = conn.call("GET", "good:resp")
                 self.assertIsInstance(reply, RespError)
                 self.assertTrue(reply.message.startswith("NOAUTH"), reply)
+        self.assertEqual(replies[:self.LIMIT], [RespError(WRONGPASS)] * self.LIMIT)
+        self.assertEqual(set(replies[self.LIMIT:]), {RespError("ERR " + TOO_MANY)})
         with RespConn(self.server.port) as conn:
-            self.assertEqual(conn.call("AUTH", PASSWORD), "OK")
+            self.assertEqual(conn.call("AUTH", PASSWORD), RespError("ERR " + TOO_MANY))
 
     def test_wrong_tokens_over_http(self):
         http = bm.Http(self.http_port)
         self.addCleanup(http.close)
-        statuses = set()
+        statuses = []
         for i in range(500):
             status, _ = http.request("GET", "/v1/status", headers={
                 "Authorization": "Bearer guess-%d" % i})
-            statuses.add(status)
-        self.assertEqual(statuses, {401})
-        status, _ = http.request("GET", "/v1/status",
-                                 headers={"Authorization": "Bearer " + PASSWORD})
-        self.assertEqual(status, 200)
+            statuses.append(status)
+        self.assertEqual(statuses[:self.LIMIT], [401] * self.LIMIT)
+        self.assertEqual(set(statuses[self.LIMIT:]), {429})
+        status, reply = http.request("GET", "/v1/status",
+                                     headers={"Authorization": "Bearer " + PASSWORD})
+        self.assertEqual((status, reply), (429, {"error": TOO_MANY}))
 
 
 if __name__ == "__main__":

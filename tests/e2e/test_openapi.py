@@ -32,7 +32,7 @@ import urllib.parse
 
 import jsonschema
 
-from harness import TALLYD, TallyServer, free_port, tally_only, wait_until
+from harness import TALLYD, RespConn, TallyServer, free_port, tally_only, wait_until
 
 HOST = "127.0.0.1"
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -70,8 +70,10 @@ NOT_PROVOKED = {
 # not provoked here (test_metrics.py provokes /readyz's); their 503 is seen as every route's
 # "too many connections".
 
-# A route's path pattern in routes.cc: {{"GET", "/v1/list/{counter}/*", "cursor limit"}, &Api::GetList},
-ROUTE_ENTRY = re.compile(r'\{\{"([A-Z]+)",\s*"([^"]*)",\s*"([^"]*)"\},\s*&Api::(\w+)\}')
+# A route's path pattern in routes.cc, then its handler and the Redis command whose permission
+# it needs: {{"GET", "/v1/list/{counter}/*", "cursor limit"}, &Api::GetList, "counter.scan"},
+ROUTE_ENTRY = re.compile(
+    r'\{\{"([A-Z]+)",\s*"([^"]*)",\s*"([^"]*)"\},\s*&Api::(\w+),\s*"[^"]*"\}')
 
 
 def load_document():
@@ -384,6 +386,7 @@ class OpenApiServerTest(unittest.TestCase):
         self.websocket()
         self.dashboard()
         self.every_operation_refuses_bad_query_and_no_password()
+        self.every_operation_refuses_users_and_guessers()
         self.paths_without_an_operation()
         self.connection_limits()
         missing = self.api.missing()
@@ -599,6 +602,38 @@ class OpenApiServerTest(unittest.TestCase):
                     self.call(method.upper(), path + "?zz=1", expect=400)
                     if operation.get("security", self.api.doc["security"]):
                         self.call(method.upper(), path, auth=False, expect=401)
+
+    def every_operation_refuses_users_and_guessers(self):
+        """On a server of its own: a user without any permission gets 403 on every operation
+        that is not open; past the failed-password limit of the client's address, each gets
+        429, the right password too."""
+        port = free_port()
+        server = TallyServer(options={"requirepass": PASSWORD},
+                             extra_args=["--http-port", str(port), "--max-auth-failures", "1"])
+        self.addCleanup(server.cleanup)
+        server.start()
+        with RespConn(server.port) as conn:
+            self.assertEqual(conn.call("AUTH", PASSWORD), "OK")
+            self.assertEqual(conn.call("ACL", "SETUSER", "nobody", "on", ">nobody-pw"), "OK")
+        protected = []
+        for template, item in self.api.doc["paths"].items():
+            path = re.sub(r"\{[^}]+\}", "x", template)
+            for method, operation in item.items():
+                if operation.get("security", self.api.doc["security"]):
+                    protected.append((method.upper(), path))
+        nobody = {"Authorization": "Bearer nobody:nobody-pw"}
+        for method, path in protected:
+            with self.subTest(operation="%s %s" % (method, path)):
+                reply = self.call(method, path, auth=False, headers=nobody, port=port,
+                                  expect=403)[2]
+                self.assertTrue(reply["error"].startswith("NOPERM User nobody has no "
+                                                          "permissions to run"), reply)
+        self.call("GET", "/v1/status", auth=False, headers={"Authorization": "Bearer guess"},
+                  port=port, expect=401)
+        for method, path in protected:
+            with self.subTest(operation="%s %s" % (method, path)):
+                self.error(429, "too many failed authentication attempts", method, path,
+                           port=port)
 
     def paths_without_an_operation(self):
         self.error(404, "no such route: /v1/nope", "GET", "/v1/nope")

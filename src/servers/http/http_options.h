@@ -29,6 +29,9 @@ struct HttpOptions {
   int64_t idle_timeout_seconds = 60;
   // tallyd's --requirepass: when set, every request needs "Authorization: Bearer <it>".
   std::string password;
+  // tallyd's --protected-mode: with no password, clients off the loopback interface get 403
+  // (servers/protected_mode.h).
+  bool protected_mode = true;
   // tallyd --public-metrics: GET /metrics without the password.
   bool public_metrics = false;
 };

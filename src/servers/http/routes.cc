@@ -12,7 +12,6 @@
 #include <variant>
 #include <vector>
 
-#include "core/constant_time.h"
 #include "core/version.h"
 #include "engine/databases.h"
 #include "servers/http/dashboard_assets.h"
@@ -50,30 +49,34 @@ struct Api::Scratch {
 struct Api::Route {
   RoutePattern pattern;
   Handler handler = nullptr;
+  // The Redis command whose permission (ACL) the route needs; empty: open to everyone.
+  // /v1/status is DBSIZE's and /v1/hot SCAN's (both @read, so that a read-only user has the
+  // dashboard), /metrics INFO's.
+  std::string_view command;
 };
 
 // The route table; the router matches in this order.
 const Api::Route Api::kRoutes[] = {
-    {{"POST", "/v1/changes", "id"}, &Api::PostChanges},
-    {{"POST", "/v1/backfill/{counter}", "id"}, &Api::PostBackfill},
-    {{"GET", "/v1/value/{counter}/*", ""}, &Api::GetValue},
-    {{"POST", "/v1/values", ""}, &Api::PostValues},
-    {{"GET", "/v1/list/{counter}/*", "cursor limit"}, &Api::GetList},
-    {{"GET", "/v1/top/{counter}/*", "k"}, &Api::GetTop},
-    {{"GET", "/v1/range/{counter}/*", "from to"}, &Api::GetRange},
-    {{"POST", "/v1/definitions", ""}, &Api::PostDefinitions},
-    {{"GET", "/v1/definitions", ""}, &Api::GetDefinitions},
-    {{"DELETE", "/v1/definitions/{counter}", ""}, &Api::DeleteDefinition},
-    {{"GET", "/v1/status", ""}, &Api::GetStatus},
-    {{"GET", "/healthz", ""}, &Api::GetHealth},
-    {{"GET", "/readyz", ""}, &Api::GetReady},
-    {{"GET", "/metrics", ""}, &Api::GetMetrics},
-    {{"GET", "/v1/hot", "n"}, &Api::GetHot},
-    {{"GET", "/v1/events", "key* prefix* token"}, &Api::GetEvents},
-    {{"GET", "/v1/subscribe", "key* prefix* token"}, &Api::GetSubscribe},
-    {{"GET", "/", ""}, &Api::GetPage},
-    {{"GET", "/assets/*", ""}, &Api::GetAsset},
-    {{"GET", "/openapi.json", ""}, &Api::GetOpenApi},
+    {{"POST", "/v1/changes", "id"}, &Api::PostChanges, "counter.push"},
+    {{"POST", "/v1/backfill/{counter}", "id"}, &Api::PostBackfill, "counter.backfill"},
+    {{"GET", "/v1/value/{counter}/*", ""}, &Api::GetValue, "counter.get"},
+    {{"POST", "/v1/values", ""}, &Api::PostValues, "counter.get"},
+    {{"GET", "/v1/list/{counter}/*", "cursor limit"}, &Api::GetList, "counter.scan"},
+    {{"GET", "/v1/top/{counter}/*", "k"}, &Api::GetTop, "counter.top"},
+    {{"GET", "/v1/range/{counter}/*", "from to"}, &Api::GetRange, "counter.range"},
+    {{"POST", "/v1/definitions", ""}, &Api::PostDefinitions, "counter.define"},
+    {{"GET", "/v1/definitions", ""}, &Api::GetDefinitions, "counter.list"},
+    {{"DELETE", "/v1/definitions/{counter}", ""}, &Api::DeleteDefinition, "counter.drop"},
+    {{"GET", "/v1/status", ""}, &Api::GetStatus, "dbsize"},
+    {{"GET", "/healthz", ""}, &Api::GetHealth, ""},
+    {{"GET", "/readyz", ""}, &Api::GetReady, ""},
+    {{"GET", "/metrics", ""}, &Api::GetMetrics, "info"},
+    {{"GET", "/v1/hot", "n"}, &Api::GetHot, "scan"},
+    {{"GET", "/v1/events", "key* prefix* token"}, &Api::GetEvents, "subscribe"},
+    {{"GET", "/v1/subscribe", "key* prefix* token"}, &Api::GetSubscribe, "subscribe"},
+    {{"GET", "/", ""}, &Api::GetPage, ""},
+    {{"GET", "/assets/*", ""}, &Api::GetAsset, ""},
+    {{"GET", "/openapi.json", ""}, &Api::GetOpenApi, ""},
 };
 
 const Router& Api::TheRouter() {
@@ -106,12 +109,7 @@ int StatusOf(ErrorCode code) {
   return 500;
 }
 
-ApiResponse Fail(int status, std::string_view message) {
-  ApiResponse response;
-  response.status = status;
-  response.body = ErrorJson(message);
-  return response;
-}
+ApiResponse Fail(int status, std::string_view message) { return ErrorResponse(status, message); }
 
 ApiResponse Fail(const Error& error) { return Fail(StatusOf(error.code), error.message); }
 
@@ -178,13 +176,26 @@ constexpr std::string_view kValuesShape =
 
 }  // namespace
 
+ApiResponse ErrorResponse(int status, std::string_view message) {
+  ApiResponse response;
+  response.status = status;
+  response.body = ErrorJson(message);
+  return response;
+}
+
 Api::Api(servers::Services services, ApiOptions options)
     : services_(std::move(services)),
       engine_(services_.engine),
       derived_(*services_.derived),
       options_(std::move(options)),
-      expected_authorization_("Bearer " + options_.password),
-      scratch_(std::make_unique<Scratch>()) {}
+      acl_(services_.acl),
+      scratch_(std::make_unique<Scratch>()) {
+  if (acl_ == nullptr) {
+    // No command list: the default user is the only one, and it may run everything.
+    own_acl_ = std::make_unique<auth::Acl>(std::vector<auth::CommandInfo>{}, options_.password);
+    acl_ = own_acl_.get();
+  }
+}
 
 Api::~Api() = default;
 
@@ -196,6 +207,7 @@ ApiResponse Api::Handle(const ApiRequest& request) {
 }
 
 ApiResponse Api::Dispatch(const ApiRequest& request, int* route) {
+  user_.reset();
   auto target = ParseRequestTarget(request.target);
   if (!target) return Fail(400, target.error().message);
   RouteMatch match = TheRouter().Match(request.method, *target);
@@ -215,36 +227,18 @@ ApiResponse Api::Dispatch(const ApiRequest& request, int* route) {
     case RouteMatch::Kind::kFound:
       break;
   }
-  const Handler handler = kRoutes[match.route].handler;
+  const Route& matched = kRoutes[match.route];
   *route = static_cast<int>(match.route);
-  // With a password, every route needs it but these: the probes (an orchestrator sends
-  // none), the dashboard's files (the page asks for the password, then sends it with its
-  // data calls), the API's description, and /metrics when told so (tallyd --public-metrics).
-  const bool open = handler == &Api::GetHealth || handler == &Api::GetReady ||
-                    handler == &Api::GetPage || handler == &Api::GetAsset ||
-                    handler == &Api::GetOpenApi ||
-                    (handler == &Api::GetMetrics && options_.public_metrics);
-  // The subscription routes also take it as ?token=: a browser's EventSource cannot set
-  // headers. Both checks compare in constant time (core/constant_time.h).
-  const bool token_given = (handler == &Api::GetEvents || handler == &Api::GetSubscribe) &&
-                           std::ranges::any_of(target->query, [&](const auto& parameter) {
-                             return parameter.first == "token" &&
-                                    ConstantTimeEquals(parameter.second, options_.password);
-                           });
-  if (!options_.password.empty() && !open && !token_given &&
-      !ConstantTimeEquals(request.authorization, expected_authorization_)) {
-    ApiResponse response =
-        Fail(401, request.authorization.empty()
-                      ? "authentication required: send Authorization: Bearer <password>"
-                      : "invalid password");
-    response.authenticate = true;
-    return response;
+  const bool open =
+      matched.command.empty() || (matched.handler == &Api::GetMetrics && options_.public_metrics);
+  if (!open) {
+    if (auto refused = Authorize(request, *target, matched.command)) return std::move(*refused);
   }
   const Call call{request, *target, std::move(match.params)};
   // Errors are values here; an exception (out of memory, a bug) must not take the
   // connection's thread down with it.
   try {
-    return (this->*handler)(call);
+    return (this->*matched.handler)(call);
   } catch (const std::exception& e) {
     spdlog::error("HTTP {} {}: {}", request.method, request.target, e.what());
     return Fail(500, fmt::format("internal error: {}", e.what()));
@@ -290,6 +284,7 @@ ApiResponse Api::GetValue(const Call& call) {
   const std::vector<std::string_view> parts = call.Rest(1);
   auto key = derived_.KeyOf(call.params[0], parts);
   if (!key) return Fail(key.error());
+  if (auto refused = RefuseRead(call.request, *key, /*prefix=*/false)) return std::move(*refused);
   uint64_t required_epoch = 0;
   const std::vector<int64_t> values = derived_.Get({&*key, 1}, &required_epoch);
   JsonWriter json;
@@ -357,6 +352,9 @@ ApiResponse Api::PostValues(const Call& call) {
       return Fail(StatusOf(canonical_key.error().code),
                   fmt::format("keys[{}]: {}", index, canonical_key.error().message));
     }
+    if (auto refused = RefuseRead(call.request, *canonical_key, /*prefix=*/false)) {
+      return std::move(*refused);
+    }
     canonical.push_back(std::move(*canonical_key));
     ++index;
   }
@@ -378,6 +376,7 @@ ApiResponse Api::GetList(const Call& call) {
   const std::vector<std::string_view> parts = call.Rest(1);
   auto prefix = derived_.PrefixOf(counter, parts);
   if (!prefix) return Fail(prefix.error());
+  if (auto refused = RefuseRead(call.request, *prefix, /*prefix=*/true)) return std::move(*refused);
   auto page = derived_.List(counter, *prefix, call.Query("cursor").value_or(""), *limit);
   if (!page) return Fail(page.error());
   JsonWriter json;
@@ -394,6 +393,7 @@ ApiResponse Api::GetTop(const Call& call) {
   const std::vector<std::string_view> parts = call.Rest(1);
   auto prefix = derived_.PrefixOf(counter, parts);
   if (!prefix) return Fail(prefix.error());
+  if (auto refused = RefuseRead(call.request, *prefix, /*prefix=*/true)) return std::move(*refused);
   auto page = derived_.Top(counter, *prefix, *k);
   if (!page) return Fail(page.error());
   JsonWriter json;
@@ -411,6 +411,10 @@ ApiResponse Api::GetRange(const Call& call) {
                 "a range needs ?from=<instant>&to=<instant> (2024-05-01T00:00:00Z, "
                 "20240501T000000Z or Unix seconds)");
   }
+  // A group's time buckets: the user must be allowed to read every key of the counter.
+  auto family = derived_.PrefixOf(call.params[0], {});
+  if (!family) return Fail(family.error());
+  if (auto refused = RefuseRead(call.request, *family, /*prefix=*/true)) return std::move(*refused);
   auto range = derived_.Range(call.params[0], call.Rest(1), *from, *to);
   if (!range) return Fail(range.error());
   JsonWriter json;
@@ -553,9 +557,10 @@ ApiResponse Api::GetHot(const Call& call) {
       .Int(engine::HotKeys::kWindowSeconds)
       .Key("counters")
       .BeginArray();
-  // Database 0's, the one the HTTP API serves (INFO hotkeys lists every database's).
-  const auto hidden = [](std::string_view key) {
-    return derived::IsInternalKey(key) || engine::DatabaseOf(key) != 0;
+  // Database 0's, the one the HTTP API serves (INFO hotkeys lists every database's), and
+  // only the keys the user may read.
+  const auto hidden = [this](std::string_view key) {
+    return derived::IsInternalKey(key) || engine::DatabaseOf(key) != 0 || !MayRead(key);
   };
   for (const engine::HotKey& key : engine_.hot_keys().Top(*n, hidden)) {
     json.BeginObject()
@@ -594,6 +599,15 @@ ApiResponse Api::Subscribe(const Call& call, bool websocket) {
   if (subscription.keys.empty() && subscription.prefixes.empty()) {
     return Fail(400, "name at least one counter: ?key=<key> or ?prefix=<key prefix> (repeatable)");
   }
+  // A user follows only keys it may read (ACL): each key, every key under each prefix.
+  for (const std::string& key : subscription.keys) {
+    if (auto refused = RefuseRead(call.request, key, /*prefix=*/false)) return std::move(*refused);
+  }
+  for (const std::string& prefix : subscription.prefixes) {
+    if (auto refused = RefuseRead(call.request, prefix, /*prefix=*/true))
+      return std::move(*refused);
+  }
+  if (user_ != nullptr && !user_->unrestricted()) subscription.restricted_to = user_;
   ApiResponse response;
   response.subscription = std::move(subscription);
   return response;

@@ -83,19 +83,22 @@ void HttpServer::Accept(boost::asio::ip::tcp::acceptor& acceptor, bool tls) {
       acceptor, tls ? "HTTPS" : "HTTP", workers_, next_worker_,
       [this, tls](HttpWorker& worker, boost::asio::ip::tcp::socket socket) {
         if (!tls) {
-          Admit(worker, std::move(socket));
+          const servers::Peer peer = servers::Peer::Of(socket);
+          Admit(worker, std::move(socket), peer);
           return;
         }
         // Counted (or refused) once the handshake is done: a 503 must be readable too.
         tls::TlsContext& context = *shared_->services.tls;
-        worker.tunnels().Serve(std::move(socket), context.Current(), tls::ClientAuth::kNo,
-                               [this, &worker](boost::asio::ip::tcp::socket inner, servers::Peer) {
-                                 Admit(worker, std::move(inner));
-                               });
+        worker.tunnels().Serve(
+            std::move(socket), context.Current(), tls::ClientAuth::kNo,
+            [this, &worker](boost::asio::ip::tcp::socket inner, servers::Peer peer) {
+              Admit(worker, std::move(inner), peer);
+            });
       });
 }
 
-void HttpServer::Admit(HttpWorker& worker, boost::asio::ip::tcp::socket socket) {
+void HttpServer::Admit(HttpWorker& worker, boost::asio::ip::tcp::socket socket,
+                       const servers::Peer& peer) {
   const bool refuse =
       shared_->connections.load(std::memory_order_relaxed) >= shared_->options.max_connections;
   if (refuse) {
@@ -103,7 +106,7 @@ void HttpServer::Admit(HttpWorker& worker, boost::asio::ip::tcp::socket socket) 
   } else {
     shared_->connections.fetch_add(1, std::memory_order_relaxed);
   }
-  worker.Adopt(std::move(socket), refuse);
+  worker.Adopt(std::move(socket), peer, refuse);
 }
 
 void HttpServer::Stop() {

@@ -50,7 +50,7 @@ class HttpServer {
   // Accepts the clients of `acceptor` (the TLS one when `tls`) until it is closed.
   void Accept(boost::asio::ip::tcp::acceptor& acceptor, bool tls);
   // Hands a client to `worker`: to be served, or refused when max_connections are open.
-  void Admit(HttpWorker& worker, boost::asio::ip::tcp::socket socket);
+  void Admit(HttpWorker& worker, boost::asio::ip::tcp::socket socket, const servers::Peer& peer);
 
   std::unique_ptr<HttpShared> shared_;
   std::vector<std::unique_ptr<HttpWorker>> workers_;

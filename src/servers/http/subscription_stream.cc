@@ -156,6 +156,7 @@ SubscriptionStream::~SubscriptionStream() {
 }
 
 void SubscriptionStream::Start(Request request, const SubscriptionRequest& subscription) {
+  restricted_to_ = subscription.restricted_to;
   if (const auto origin = request.find(beast::http::field::origin);
       subscription.websocket && origin != request.end() &&
       !OriginAllowed(View(origin->value()), View(request[beast::http::field::host]),
@@ -403,6 +404,17 @@ void SubscriptionStream::OnWebSocketMessage() {
   }
   if (!request->subscribe) {
     hub_.Unsubscribe(subscriber_, request->keys, request->prefixes);
+    return;
+  }
+  // As the route: only keys the user may read, every key under each prefix (ACL).
+  const auth::User* user = restricted_to_.get();
+  if (user != nullptr && (!std::ranges::all_of(request->keys, [&](const auto& key) {
+        return user->CanAccess(key, auth::kReadKey);
+      }) || !std::ranges::all_of(request->prefixes, [&](const auto& prefix) {
+        return user->CanReadPrefix(prefix);
+      }))) {
+    Queue(ErrorJson("NOPERM No permissions to access a key"));
+    Write();
     return;
   }
   if (const Status status = hub_.Subscribe(subscriber_, request->keys, request->prefixes);

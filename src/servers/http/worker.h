@@ -19,6 +19,7 @@
 #include "servers/durability_gate.h"
 #include "servers/http/http_options.h"
 #include "servers/http/routes.h"
+#include "servers/peer.h"
 #include "servers/services.h"
 #include "servers/tls/tls_tunnel.h"
 
@@ -53,9 +54,11 @@ class HttpWorker {
   // thread. Call once no more sockets are handed to Adopt().
   void Stop();
 
-  // Takes an accepted socket of this worker's io_context (or a TLS tunnel's inner end). With
-  // `refuse`, the connection only gets 503 and is closed (it is not counted). Any thread.
-  void Adopt(boost::asio::ip::tcp::socket socket, bool refuse);
+  // Takes an accepted socket of this worker's io_context (or a TLS tunnel's inner end), of the
+  // client `peer`. With `refuse`, the connection only gets 503 and is closed (it is not
+  // counted); a client refused by protected mode gets 403 (servers/protected_mode.h). Any
+  // thread.
+  void Adopt(boost::asio::ip::tcp::socket socket, servers::Peer peer, bool refuse);
   // The TLS tunnels of this worker's clients on the HTTPS port.
   tls::TunnelSet& tunnels() { return tunnels_; }
   void Forget(HttpConnection* connection);

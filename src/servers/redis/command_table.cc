@@ -78,6 +78,7 @@ constexpr CommandSpec kCommands[] = {
   {"command",    -1, kLoading,                             0, 0, 0, Command,   "server", "Describes the commands: COUNT, DOCS, INFO, LIST.", "2.8.13"},
   {"info",       -1, kLoading,                             0, 0, 0, Info,      "server", "Returns figures about the server.", "1.0.0"},
   {"config",     -2, kAdmin | kLoading,                    0, 0, 0, Config,    "server", "CONFIG GET: reads settings.", "2.0.0"},
+  {"acl",        -2, kAdmin | kNoMulti | kLoading,         0, 0, 0, AclCommand, "server", "Users and permissions: SETUSER GETUSER DELUSER LIST USERS WHOAMI CAT LOG SAVE LOAD.", "6.0.0"},
   {"time",        1, kFast | kLoading,                     0, 0, 0, Time,      "server", "Returns the server's time.", "2.6.0"},
 };
 // clang-format on

@@ -140,6 +140,8 @@ void Command(CommandContext& ctx);
 void Info(CommandContext& ctx);
 void Config(CommandContext& ctx);
 void Time(CommandContext& ctx);
+// acl.cc
+void AclCommand(CommandContext& ctx);
 // transactions (MULTI, EXEC, DISCARD) are the dispatcher's own: see Session.
 void Multi(CommandContext& ctx);
 void Exec(CommandContext& ctx);

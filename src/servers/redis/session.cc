@@ -5,12 +5,14 @@
 #include <algorithm>
 
 #include "core/integer.h"
+#include "servers/redis/acl_commands.h"
 #include "servers/redis/command_args.h"
 
 namespace tally::redis {
 namespace {
 
 constexpr std::string_view kOverflow = "ERR increment or decrement would overflow";
+constexpr std::string_view kNoPermKey = "NOPERM No permissions to access a key";
 
 bool IsTransactionControl(const CommandSpec& spec) {
   return spec.handler == commands::Multi || spec.handler == commands::Exec ||
@@ -21,12 +23,50 @@ bool IsTransactionControl(const CommandSpec& spec) {
 }  // namespace
 
 Session::Session(ServerCore& core, WorkerShard& shard, std::shared_ptr<ClientInfo> info)
-    : core_(core),
-      shard_(shard),
-      info_(std::move(info)),
-      writer_(&output_, 2),
-      authenticated_(core.options().requirepass.empty()) {
+    : core_(core), shard_(shard), info_(std::move(info)), writer_(&output_, 2) {
   writer_.set_error_tally(&shard_.stats().errors);
+  set_user(core.acl().OpenDefault());
+}
+
+void Session::set_user(std::shared_ptr<const auth::User> user) {
+  acl_version_ = core_.acl().version();
+  user_ = std::move(user);
+  acl_checks_ = user_ != nullptr && !user_->unrestricted();
+}
+
+void Session::LogAcl(std::string_view reason, std::string object, std::string_view username) {
+  auth::AclLogEntry entry;
+  entry.reason = std::string(reason);
+  entry.context = in_multi_ ? "multi" : "toplevel";
+  entry.object = std::move(object);
+  entry.username = std::string(username);
+  entry.client = fmt::format("id={} addr={} laddr={} user={}", info_->id, info_->address,
+                             info_->local_address, username);
+  core_.acl().Log(std::move(entry), core_.engine().keyspace().clock()->NowMillis());
+}
+
+bool Session::RefusedByAcl(const CommandSpec& spec, std::span<const std::string_view> args,
+                           std::span<const size_t> key_positions) {
+  const auto refusal = CheckPermission(*user_, spec, args, key_positions);
+  if (!refusal) return false;
+  LogAcl(refusal->reason, refusal->object, user_->name());
+  if (refusal->reason == "command") {
+    Reject(spec, fmt::format("NOPERM User {} has no permissions to run the '{}' command",
+                             user_->name(), spec.name));
+  } else if (spec.name == "subscribe") {
+    Reject(spec, "NOPERM No permissions to access a channel");
+  } else {
+    Reject(spec, kNoPermKey);
+  }
+  return true;
+}
+
+bool Session::RefusedRead(std::string_view key, bool prefix) {
+  if (!acl_checks_) return false;
+  if (prefix ? user_->CanReadPrefix(key) : user_->CanAccess(key, auth::kReadKey)) return false;
+  LogAcl("key", prefix ? fmt::format("{}*", key) : std::string(key), user_->name());
+  writer_.Error(kNoPermKey);
+  return true;
 }
 
 Session::~Session() {
@@ -81,7 +121,12 @@ void Session::Execute(std::span<const std::string_view> args) {
     Reject(*spec, fmt::format("ERR wrong number of arguments for '{}' command", spec->name));
     return;
   }
-  if (!authenticated_ && !(spec->flags & kNoAuth)) {
+  if (user_ != nullptr && acl_version_ != core_.acl().version()) {
+    // A user changed: this session's is looked up again (gone or off: it must AUTH again).
+    auto current = core_.acl().Find(user_->name());
+    set_user(current != nullptr && current->enabled() ? std::move(current) : nullptr);
+  }
+  if (user_ == nullptr && !(spec->flags & kNoAuth)) {
     Reject(*spec, "NOAUTH Authentication required.");
     return;
   }
@@ -99,9 +144,13 @@ void Session::Execute(std::span<const std::string_view> args) {
   static constexpr size_t kIncrementKey[] = {1};
   const bool increment = (spec->flags & kIncrement) != 0;
   if (!increment) KeyPositions(*spec, args.size(), &key_positions_);
-  const std::string refusal =
-      KeyRefusal(*spec, args, increment ? std::span<const size_t>(kIncrementKey) : key_positions_,
-                 in_multi_ ? queued_db_ : db_);
+  const std::span<const size_t> positions =
+      increment ? std::span<const size_t>(kIncrementKey) : key_positions_;
+  // AUTH, HELLO, QUIT and RESET are everyone's (they change who one is, not what).
+  if (acl_checks_ && (spec->flags & kNoAuth) == 0 && RefusedByAcl(*spec, args, positions)) {
+    return;
+  }
+  const std::string refusal = KeyRefusal(*spec, args, positions, in_multi_ ? queued_db_ : db_);
   if (!refusal.empty()) {
     Reject(*spec, refusal);
     return;

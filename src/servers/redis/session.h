@@ -19,6 +19,7 @@
 
 #include "engine/increment_buffer.h"
 #include "engine/subscriptions.h"
+#include "servers/auth/acl.h"
 #include "servers/redis/command_table.h"
 #include "servers/redis/resp_writer.h"
 #include "servers/redis/server_core.h"
@@ -67,8 +68,20 @@ class Session {
   // The selected database (SELECT; engine/databases.h). Keys of commands run in it.
   uint32_t db() const { return db_; }
   void set_db(uint32_t db);
-  bool authenticated() const { return authenticated_; }
-  void set_authenticated(bool authenticated) { authenticated_ = authenticated; }
+  // The user the session runs as: null until AUTH when the default user needs a password.
+  bool authenticated() const { return user_ != nullptr; }
+  const auth::User* user() const { return user_.get(); }
+  void set_user(std::shared_ptr<const auth::User> user);
+  // Adds a refusal or a failed AUTH to ACL LOG, with this client's description.
+  void LogAcl(std::string_view reason, std::string object, std::string_view username);
+  // For the commands whose keys are known only once they run (the derived counters' reads):
+  // true, after answering -NOPERM (and logging it), when the user may not read `key` (with
+  // `prefix`, every key that starts with it).
+  bool RefusedRead(std::string_view key, bool prefix);
+  // Whether the user may read `key` (a subscription's update is sent only then).
+  bool MayRead(std::string_view key) const {
+    return !acl_checks_ || (user_ != nullptr && user_->CanAccess(key, auth::kReadKey));
+  }
   void RequestClose() { close_requested_ = true; }
   void RaiseRequiredEpoch(uint64_t epoch) { required_epoch_ = std::max(required_epoch_, epoch); }
   // MULTI / EXEC / DISCARD / RESET.
@@ -107,6 +120,10 @@ class Session {
   void Run(const CommandSpec& spec, std::span<const std::string_view> args, engine::View* held);
   // Queues a plain increment in the worker's buffer (or replies why the amount is bad).
   void QueueIncrement(const CommandSpec& spec, std::span<const std::string_view> args);
+  // True, after refusing the command with -NOPERM (and logging it), when the user may not
+  // run it on these keys.
+  bool RefusedByAcl(const CommandSpec& spec, std::span<const std::string_view> args,
+                    std::span<const size_t> key_positions);
   // Why the command may not touch its keys in database `db`, or empty: a key reserved for
   // other databases (any command in database 0), or a derived counter's key (writes in
   // database 0, where derived counters live).
@@ -125,7 +142,12 @@ class Session {
   ReplyWriter writer_;
   std::vector<Hole> holes_;
   uint64_t required_epoch_ = 0;
-  bool authenticated_;
+  std::shared_ptr<const auth::User> user_;
+  uint64_t acl_version_ = 0;  // of the Acl when user_ was looked up
+  // The user is restricted: each command is checked against it. False for a user with every
+  // permission on every key (the default user of a server without users), whose commands
+  // skip the check, and for no user (only AUTH, HELLO, QUIT and RESET run then).
+  bool acl_checks_ = false;
   bool close_requested_ = false;
   uint32_t db_ = 0;
   bool in_multi_ = false;

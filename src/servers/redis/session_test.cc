@@ -333,5 +333,44 @@ TEST_F(SessionTest, DerivedCountersAreReadOnlyToPlainCommands) {
   EXPECT_EQ(Call({"GET", "blog_posts:7"}), "$1\r\n1\r\n");
 }
 
+TEST_F(SessionTest, AUserRunsOnlyWhatItsRulesAllow) {
+  Define(
+      "CREATE SOURCE posts (id bigint, blog_id bigint);"
+      "CREATE COUNTER blog_posts AS SELECT blog_id, count(*) FROM posts GROUP BY blog_id;");
+  EXPECT_EQ(Call({"ACL", "SETUSER", "alice", "on", ">pw", "~likes:*", "%R~blog_posts:7", "+@read",
+                  "+incr", "+@connection"}),
+            "+OK\r\n");
+  EXPECT_EQ(Call({"AUTH", "alice", "pw"}), "+OK\r\n");
+  EXPECT_EQ(Call({"ACL", "WHOAMI"}), "$5\r\nalice\r\n");
+  const std::string key = "-NOPERM No permissions to access a key\r\n";
+  EXPECT_EQ(Turn({{"INCR", "likes:1"}, {"INCR", "posts:1"}, {"GET", "posts:1"}}),
+            ":1\r\n" + key + key);
+  EXPECT_EQ(Call({"INCR", "blog_posts:7"}), key);  // read-only to alice
+  EXPECT_EQ(Call({"DEL", "likes:1"}),
+            "-NOPERM User alice has no permissions to run the 'del' command\r\n");
+  // The derived counters' reads check the keys they read.
+  EXPECT_EQ(Call({"COUNTER.GET", "blog_posts", "7"}), ":0\r\n");
+  EXPECT_EQ(Call({"COUNTER.GET", "blog_posts", "8"}), key);
+  EXPECT_EQ(Call({"COUNTER.TOP", "blog_posts", "3"}), key);
+  // Whole-keyspace commands need every key.
+  EXPECT_EQ(Call({"DBSIZE"}), key);
+  // In another database the patterns match the key's name.
+  EXPECT_EQ(Turn({{"SELECT", "1"}, {"INCR", "likes:1"}, {"INCR", "posts:1"}}),
+            "+OK\r\n:1\r\n" + key);
+  // A changed user applies to its sessions at once.
+  EXPECT_EQ(Call({"ACL", "SETUSER", "alice", "-incr"}),
+            "-NOPERM User alice has no permissions to run the 'acl' command\r\n");
+  ASSERT_TRUE(core_->acl().SetUser("alice", std::vector<std::string>{"-incr"}));
+  EXPECT_EQ(Call({"INCR", "likes:1"}),
+            "-NOPERM User alice has no permissions to run the 'incr' command\r\n");
+  ASSERT_TRUE(core_->acl().SetUser("alice", std::vector<std::string>{"off"}));
+  EXPECT_EQ(Call({"GET", "likes:1"}), "-NOAUTH Authentication required.\r\n");
+  // Each refusal was logged, the newest first.
+  const auto log = core_->acl().LogEntries(1);
+  ASSERT_EQ(log.size(), 1u);
+  EXPECT_EQ(log[0].object, "incr");
+  EXPECT_EQ(log[0].username, "alice");
+}
+
 }  // namespace
 }  // namespace tally::redis

@@ -4,8 +4,10 @@
 #include <spdlog/spdlog.h>
 
 #include <boost/asio/post.hpp>
+#include <boost/asio/write.hpp>
 
 #include "servers/event_loop.h"
+#include "servers/protected_mode.h"
 #include "servers/redis/connection.h"
 
 namespace tally::redis {
@@ -44,6 +46,16 @@ void Worker::Stop() {
 
 void Worker::Adopt(boost::asio::ip::tcp::socket socket, servers::Peer peer) {
   boost::asio::post(io_, [this, socket = std::move(socket), peer]() mutable {
+    if (servers::RefusedByProtectedMode(core_.options().protected_mode,
+                                        core_.acl().OpenDefault() != nullptr,
+                                        peer.remote.address())) {
+      // As Redis: the explanation as an error reply, then the connection is closed.
+      const std::string reply = fmt::format("-{}\r\n", servers::kProtectedModeMessage);
+      boost::system::error_code ignored;
+      boost::asio::write(socket, boost::asio::buffer(reply), ignored);
+      socket.close(ignored);
+      return;
+    }
     auto connection = std::make_shared<Connection>(*this, std::move(socket), peer);
     connections_.emplace(connection.get(), connection);
     connection->Start();

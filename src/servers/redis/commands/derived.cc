@@ -124,6 +124,7 @@ void CounterGet(CommandContext& ctx) {
   if (derived == nullptr) return;
   auto key = derived->KeyOf(ctx.args[1], ctx.args.subspan(2));
   if (!key) return ReplyError(ctx, key.error());
+  if (ctx.session.RefusedRead(*key, /*prefix=*/false)) return;
   uint64_t epoch = 0;
   const std::vector<int64_t> values = derived->Get({&*key, 1}, &epoch);
   ctx.session.RaiseRequiredEpoch(epoch);
@@ -137,6 +138,7 @@ void CounterScan(CommandContext& ctx) {
   if (!count) return;
   auto prefix = derived->PrefixOf(ctx.args[1], ctx.args.subspan(4));
   if (!prefix) return ReplyError(ctx, prefix.error());
+  if (ctx.session.RefusedRead(*prefix, /*prefix=*/true)) return;
   const std::string_view cursor = ctx.args[2] == "0" ? std::string_view{} : ctx.args[2];
   auto page = derived->List(ctx.args[1], *prefix, cursor, *count);
   if (!page) return ReplyError(ctx, page.error());
@@ -153,6 +155,7 @@ void CounterTop(CommandContext& ctx) {
   if (!k) return;
   auto prefix = derived->PrefixOf(ctx.args[1], ctx.args.subspan(3));
   if (!prefix) return ReplyError(ctx, prefix.error());
+  if (ctx.session.RefusedRead(*prefix, /*prefix=*/true)) return;
   auto page = derived->Top(ctx.args[1], *prefix, *k);
   if (!page) return ReplyError(ctx, page.error());
   ctx.session.RaiseRequiredEpoch(page->required_epoch);
@@ -165,6 +168,10 @@ void CounterTop(CommandContext& ctx) {
 void CounterRange(CommandContext& ctx) {
   derived::DerivedCounters* derived = Derived(ctx);
   if (derived == nullptr) return;
+  // A group's time buckets: the user must be allowed to read every key of the counter.
+  auto family = derived->PrefixOf(ctx.args[1], {});
+  if (!family) return ReplyError(ctx, family.error());
+  if (ctx.session.RefusedRead(*family, /*prefix=*/true)) return;
   auto range = derived->Range(ctx.args[1], ctx.args.subspan(4), ctx.args[2], ctx.args[3]);
   if (!range) return ReplyError(ctx, range.error());
   ctx.session.RaiseRequiredEpoch(range->required_epoch);

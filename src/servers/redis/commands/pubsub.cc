@@ -165,9 +165,10 @@ void Session::EndSubscriptions() {
 void Session::PushUpdates(const engine::SubscriptionDelivery& delivery) {
   char digits[24];
   for (const engine::SubscriptionUpdate& update : delivery.updates()) {
+    const engine::DatabaseKey key = engine::SplitStoredKey(update.key);
+    if (!MayRead(key.name)) continue;  // the user's key patterns (ACL), on the key's name
     const std::string_view value(digits, FormatInt64(update.value, digits));
     const std::optional<engine::AskedBy>& only_for = update.only_for;
-    const engine::DatabaseKey key = engine::SplitStoredKey(update.key);
     if (pubsub_.channels.contains(update.key) && (!only_for || only_for->key)) {
       writer_.PushHeader(3);
       writer_.Bulk("message");
