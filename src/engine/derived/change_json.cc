@@ -30,6 +30,7 @@
 
 #include "core/timestamp.h"
 #include "core/utf8.h"
+#include "engine/definitions/numeric.h"
 
 namespace tally::derived {
 
@@ -114,6 +115,10 @@ std::string_view Expectation(Type type) {
       return "a string";
     case Type::kTimestamp:
       return "a timestamp like \"2024-05-01T13:45:00Z\"";
+    case Type::kNumeric:
+      return "a decimal like \"1234.50\" or 1234.5";
+    case Type::kFloat:
+      return "a number";
     case Type::kNull:
       break;
   }
@@ -723,6 +728,40 @@ Status ChangeDecoder::Impl::DecodeCell(dom::element value,
       *cell = Value::Timestamp(*micros);
       return OkStatus();
     }
+    case Type::kNumeric: {
+      // Exact: a string or an integer as written, a number with a fraction through its
+      // shortest spelling (definitions/numeric.h).
+      Result<int64_t> units = InvalidArgument("");
+      if (kind == dom::element_type::STRING) {
+        units = definitions::ParseDecimal(value.get_string().value_unsafe(), column.scale);
+      } else if (kind == dom::element_type::INT64) {
+        units = definitions::ParseDecimal(fmt::format("{}", value.get_int64().value_unsafe()),
+                                          column.scale);
+      } else if (kind == dom::element_type::UINT64) {
+        units = definitions::ParseDecimal(fmt::format("{}", value.get_uint64().value_unsafe()),
+                                          column.scale);
+      } else if (kind == dom::element_type::DOUBLE) {
+        units = definitions::DecimalOfDouble(value.get_double().value_unsafe(), column.scale);
+      } else {
+        return refuse(JsonKind(kind));
+      }
+      if (!units) {
+        return ChangeError(
+            number,
+            fmt::format(
+                "\"{}\".{}: {}{}", which, Quoted(column.name), units.error().message,
+                read_by.empty() ? std::string() : fmt::format(" (counter {} reads it)", read_by)));
+      }
+      *cell = Value::Numeric(*units, column.scale);
+      return OkStatus();
+    }
+    case Type::kFloat:
+      if (kind != dom::element_type::INT64 && kind != dom::element_type::UINT64 &&
+          kind != dom::element_type::DOUBLE) {
+        return refuse(JsonKind(kind));
+      }
+      *cell = Value::Float(value.get_double().value_unsafe());
+      return OkStatus();
     case Type::kNull:
       break;
   }
@@ -765,6 +804,8 @@ Result<Value> ParseKeyPart(Type type, std::string_view text) {
       }
       return Value::Timestamp(*micros);
     }
+    case Type::kNumeric:  // never a key column
+    case Type::kFloat:
     case Type::kNull:
       break;
   }

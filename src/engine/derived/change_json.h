@@ -15,7 +15,10 @@
 // Cell types: int64 ← a JSON integer in the int64 range (1.0 and 1e3 are refused);
 // bool ← true/false; text ← a string; timestamp ← a string as ParseTimestamp reads it
 // (core/timestamp.h: "2024-05-01", "2024-05-01T13:45:07.5+02:00", "20240501T134507Z"; no
-// offset = UTC); any type ← null. Anything else is refused.
+// offset = UTC); numeric(p,s) ← a string "1234.50" or a JSON number, exactly, with at most s
+// digits after the point (a number with a fraction is read through a double: one of more
+// than 15 significant digits is refused, send it as a string); float ← a JSON number; any
+// type ← null. Anything else is refused.
 #pragma once
 
 #include <functional>
