@@ -9,6 +9,9 @@
 //                         window; the change or batch with this id is counted
 //   \0pos:<name>          a position record: every change of the source (or stream)
 //                         <name> up to this position is counted, e.g. a commit LSN
+//   \0agg:<n>:<group>...  a hidden record of a group of a counter that is not a plain
+//                         count or sum: count(DISTINCT), min, max, avg, several
+//                         aggregates (aggregate_state.h has the format and the design)
 // No counter name holds a NUL byte, so no group starts like a marker or a position; plain
 // writes to either are refused and listings of the keyspace hide them. Other keys that
 // start with a NUL byte are ordinary binary keys.
@@ -29,9 +32,11 @@ namespace tally::derived {
 
 inline constexpr std::string_view kIdMarkerPrefix{"\0id:", 4};
 inline constexpr std::string_view kPositionPrefix{"\0pos:", 5};
-// True for a marker or a position record: tally's own, not a counter of anybody's.
+// True for a marker, a position record or a hidden record of a group (kRecordPrefix,
+// aggregate_state.h): tally's own, not a counter of anybody's.
 inline bool IsInternalKey(std::string_view key) {
-  return key.starts_with(kIdMarkerPrefix) || key.starts_with(kPositionPrefix);
+  return key.starts_with(kIdMarkerPrefix) || key.starts_with(kPositionPrefix) ||
+         key.starts_with(kRecordPrefix);
 }
 // "\0id:<id>".
 std::string MarkerKey(std::string_view id);

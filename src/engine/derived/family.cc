@@ -42,6 +42,7 @@ void Family::ClearKeys() {
   keys.clear();
   by_bucket.clear();
   top_cache.clear();
+  if (states != nullptr) states->Clear();
 }
 
 }  // namespace tally::derived

@@ -22,6 +22,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <string_view>
@@ -29,6 +30,7 @@
 #include <vector>
 
 #include "engine/definitions/program.h"
+#include "engine/derived/aggregate_state.h"
 
 namespace tally::derived {
 
@@ -62,7 +64,11 @@ struct Page {
 };
 
 struct Family {
-  explicit Family(definitions::CompiledCounter compiled) : counter(std::move(compiled)) {}
+  explicit Family(definitions::CompiledCounter compiled)
+      : counter(std::move(compiled)),
+        states(counter.layout() == definitions::Layout::kPlain
+                   ? nullptr
+                   : std::make_unique<GroupStates>(counter)) {}
   Family(const Family&) = delete;
   Family& operator=(const Family&) = delete;
 
@@ -97,12 +103,15 @@ struct Family {
   };
   // Top-K answers by (prefix, k); guarded by mutex.
   absl::flat_hash_map<std::string, TopEntry> top_cache;
+  // The hidden records of a counter that is not plain (aggregate_state.h), mirrored; null for
+  // a plain one. Guarded by mutex.
+  const std::unique_ptr<GroupStates> states;
 
   // Every insertion and removal of a live group goes through these, so that `keys` and
   // `by_bucket` agree. REQUIRES: mutex held.
   void AddKey(std::string_view key);
   void RemoveKey(std::string_view key);
-  // Empties the index and the top-K cache. REQUIRES: mutex held.
+  // Empties the index, the top-K cache and the hidden records' mirror. REQUIRES: mutex held.
   void ClearKeys();
 };
 
