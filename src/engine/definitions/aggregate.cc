@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "core/timestamp.h"
 #include "engine/definitions/numeric.h"
 
@@ -11,7 +13,46 @@ namespace {
 
 constexpr uint64_t kSignBit = uint64_t{1} << 63;
 
+// -1, 0 or 1 ordering two non-negative decimal spellings ("12.5", "3.250").
+int CompareMagnitudes(std::string_view a, std::string_view b) {
+  const size_t a_point = std::min(a.find('.'), a.size());
+  const size_t b_point = std::min(b.find('.'), b.size());
+  if (a_point != b_point) return a_point < b_point ? -1 : 1;  // no leading zeros
+  const size_t length = std::max(a.size(), b.size());
+  for (size_t i = 0; i < length; ++i) {
+    const char x = i < a.size() ? a[i] : '0';
+    const char y = i < b.size() ? b[i] : '0';
+    if (x != y) return x < y ? -1 : 1;
+  }
+  return 0;
+}
+
+// -1, 0 or 1 ordering two decimal spellings.
+int CompareDecimals(std::string_view a, std::string_view b) {
+  const bool a_negative = a.starts_with('-');
+  const bool b_negative = b.starts_with('-');
+  if (a_negative != b_negative) return a_negative ? -1 : 1;
+  const int magnitude =
+      CompareMagnitudes(a.substr(a_negative ? 1 : 0), b.substr(b_negative ? 1 : 0));
+  return a_negative ? -magnitude : magnitude;
+}
+
 }  // namespace
+
+bool ShowsInteger(const CompiledCounter& counter) {
+  if (counter.layout() != Layout::kPlain) return false;
+  const AggregateColumn& column = counter.aggregates().front();
+  return !(column.kind == Aggregate::kSum && column.type == Type::kNumeric);
+}
+
+int CompareValues(const AggregateValue& a, const AggregateValue& b) {
+  using Kind = AggregateValue::Kind;
+  if (a.kind == Kind::kNull || b.kind == Kind::kNull) {
+    return a.kind == b.kind ? 0 : (a.kind == Kind::kNull ? -1 : 1);
+  }
+  if (a.kind == Kind::kDecimal && b.kind == Kind::kDecimal) return CompareDecimals(a.text, b.text);
+  return a.integer < b.integer ? -1 : (a.integer > b.integer ? 1 : 0);
+}
 
 Result<std::string> ValueBytes(const AggregateColumn& column, const Value& value) {
   switch (value.type) {

@@ -8,7 +8,8 @@
 //
 //   rows               kComposite: the group's rows passing WHERE          (±1 a row)
 //   sum of aggregate i sum(x) and avg(x): the sum of x, in units of its scale (±x)
-//   count of agg. i    count(x) and avg(x): the rows whose x is not NULL    (±1)
+//   count of agg. i    count(x), sum(x) and avg(x): the rows whose x is not NULL (±1); a
+//                      sum without such rows is NULL, as in PostgreSQL
 //   value v of agg. i  count(DISTINCT x), min(x), max(x): the rows whose x is v (±1)
 //
 // A row whose argument is NULL adds nothing to that aggregate. From these records the
@@ -90,6 +91,15 @@ AggregateValue ShowValueBytes(const AggregateColumn& column, std::string_view by
 // The value of avg `column` of `count` values summing to `sum` (units of its scale); NULL
 // when count is 0.
 AggregateValue ShowAverage(const AggregateColumn& column, int64_t sum, int64_t count);
+
+// True when `counter`'s value is one integer, its key's value as it stands (count(*),
+// count(x), sum of an int64): reads show the number itself. Every other counter's value is
+// shown as a GroupValue.
+bool ShowsInteger(const CompiledCounter& counter);
+
+// -1, 0 or 1 ordering two values of one aggregate: NULL below every value, integers and
+// timestamps by number, decimals exactly by their spelling.
+int CompareValues(const AggregateValue& a, const AggregateValue& b);
 
 // The value of a plain counter whose key holds `value`.
 GroupValue ShowPlain(const CompiledCounter& counter, int64_t value);

@@ -95,7 +95,8 @@ Status AppendSide(const CompiledCounter& counter, RowView row, int sign, std::st
                            fmt::format("counter {}: bigint out of range", counter.name()));
         }
         add(i, RecordKind::kSum, {}, sign * *units);
-        if (column.kind == Aggregate::kAvg) add(i, RecordKind::kCount, {}, sign);
+        // avg needs its count; a sum too, to be NULL while it has no value (PostgreSQL's).
+        add(i, RecordKind::kCount, {}, sign);
         break;
       }
       default: {

@@ -218,10 +218,4 @@ std::string AvgText(int64_t sum_units, int scale, int64_t count) {
   return out;
 }
 
-int CompareAverages(int64_t a_sum, int64_t a_count, int64_t b_sum, int64_t b_count) {
-  const Int128 x = static_cast<Int128>(a_sum) * b_count;
-  const Int128 y = static_cast<Int128>(b_sum) * a_count;
-  return x < y ? -1 : (x > y ? 1 : 0);
-}
-
 }  // namespace tally::definitions

@@ -60,8 +60,4 @@ void AppendDecimal(int64_t units, int scale, std::string* out);
 // for avg(10, 20). REQUIRES: count > 0.
 std::string AvgText(int64_t sum_units, int scale, int64_t count);
 
-// -1, 0 or 1 comparing the averages a_sum/a_count and b_sum/b_count (same scale) exactly.
-// REQUIRES: both counts > 0.
-int CompareAverages(int64_t a_sum, int64_t a_count, int64_t b_sum, int64_t b_count);
-
 }  // namespace tally::definitions
