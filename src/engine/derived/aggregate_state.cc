@@ -200,7 +200,8 @@ defs::GroupValue GroupStates::Show(std::string_view group, int64_t k_value) cons
         out.push_back(defs::AggregateValue::Integer(slot.count));
         break;
       case defs::Aggregate::kSum:
-        out.push_back(defs::ShowTotal(column, slot.sum));
+        out.push_back(slot.count == 0 ? defs::AggregateValue::Null()
+                                      : defs::ShowTotal(column, slot.sum));
         break;
       case defs::Aggregate::kAvg:
         out.push_back(defs::ShowAverage(column, slot.sum, slot.count));
@@ -218,48 +219,6 @@ defs::GroupValue GroupStates::Show(std::string_view group, int64_t k_value) cons
     }
   }
   return out;
-}
-
-GroupStates::SortKey GroupStates::SortKeyOf(std::string_view group, int64_t k_value) const {
-  const defs::AggregateColumn& column = counter_.aggregates().front();
-  static const AggregateState kEmpty;
-  const GroupState* state = Find(group);
-  const AggregateState& slot = state != nullptr ? state->aggregates.front() : kEmpty;
-  SortKey key;
-  key.null = false;
-  switch (column.kind) {
-    case defs::Aggregate::kCountStar:
-      key.number = k_value;
-      break;
-    case defs::Aggregate::kCount:
-      key.number = slot.count;
-      break;
-    case defs::Aggregate::kSum:
-      key.number = slot.sum;
-      break;
-    case defs::Aggregate::kCountDistinct:
-      key.number = counter_.layout() == defs::Layout::kDistinct ? k_value : slot.present;
-      break;
-    case defs::Aggregate::kAvg:
-      key.null = slot.count <= 0;
-      key.number = slot.sum;
-      key.avg_count = slot.count;
-      break;
-    case defs::Aggregate::kMin:
-    case defs::Aggregate::kMax: {
-      const std::string* extreme = Extreme(slot, column.kind == defs::Aggregate::kMax);
-      key.null = extreme == nullptr;
-      if (extreme != nullptr) key.number = defs::IntOfValueBytes(*extreme);
-      break;
-    }
-  }
-  return key;
-}
-
-int CompareSortKeys(const GroupStates::SortKey& a, const GroupStates::SortKey& b) {
-  if (a.null || b.null) return a.null == b.null ? 0 : (a.null ? -1 : 1);
-  if (a.avg_count > 0) return defs::CompareAverages(a.number, a.avg_count, b.number, b.avg_count);
-  return a.number < b.number ? -1 : (a.number > b.number ? 1 : 0);
 }
 
 }  // namespace tally::derived

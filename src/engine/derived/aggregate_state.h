@@ -12,7 +12,8 @@
 //   record := "\0agg:" <length of K, decimal> ":" K tag
 //   tag    := <i> "s"                 the sum of aggregate i's argument (sum, avg), in
 //                                     units of its scale
-//           | <i> "n"                 its rows whose argument is not NULL (count(x), avg)
+//           | <i> "n"                 its rows whose argument is not NULL (count(x), sum,
+//                                     avg)
 //           | <i> "v" <ValueBytes>    its rows whose argument is that value
 //                                     (count(DISTINCT x), min, max)
 //
@@ -128,14 +129,6 @@ class GroupStates {
   // The value of `group` whose K holds `rows` (kComposite) or its distinct count
   // (kDistinct): each aggregate shown from the records (an aggregate without a value, NULL).
   definitions::GroupValue Show(std::string_view group, int64_t k_value) const;
-  // The sortable form of `group`'s first aggregate, for Top.
-  struct SortKey {
-    bool null = true;
-    int64_t number = 0;     // a count, sum, min or max (units, micros)
-    int64_t avg_count = 0;  // avg: number / avg_count
-  };
-  SortKey SortKeyOf(std::string_view group, int64_t k_value) const;
-
   size_t groups() const { return groups_.size(); }
 
  private:
@@ -144,8 +137,5 @@ class GroupStates {
   const definitions::CompiledCounter& counter_;
   absl::flat_hash_map<std::string, GroupState> groups_;
 };
-
-// -1, 0 or 1 comparing two sort keys; NULL sorts below every value.
-int CompareSortKeys(const GroupStates::SortKey& a, const GroupStates::SortKey& b);
 
 }  // namespace tally::derived

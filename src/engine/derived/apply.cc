@@ -329,12 +329,12 @@ Result<PushOutcome> Applier::ApplyPositioned(const CatalogSnapshot& catalog,
           if (family->start >= limit) continue;  // its backfill's snapshot is after this
           if (!only_counter.empty() && family->counter.name() != only_counter) continue;
           std::lock_guard lock(family->mutex);
-          for (const std::string& key : family->keys) view.Delete(engine::HashedKey(key));
-          if (family->states != nullptr) {
-            std::vector<std::string> records;
-            for (const std::string& key : family->keys) family->states->RecordKeysOf(key, &records);
-            for (const std::string& key : records) view.Delete(engine::HashedKey(key));
+          std::vector<std::string> records;
+          for (const std::string& key : family->keys) {
+            view.Delete(engine::HashedKey(key));
+            family->AppendRecordKeys(key, &records);
           }
+          for (const std::string& key : records) view.Delete(engine::HashedKey(key));
           family->ClearKeys();
           family->version.fetch_add(1, std::memory_order_relaxed);
         }

@@ -77,13 +77,21 @@ class DerivedKeyspace {
   // values depend on.
   std::vector<int64_t> Get(std::span<const std::string> keys, uint64_t* required_epoch);
 
+  // The groups `keys` of `family` (missing = 0) with their values as shown (KeyValue), in
+  // order: each group's key and its hidden records read together, under the key's stripe
+  // and the family's index mutex. `required_epoch` is raised as by Get.
+  std::vector<KeyValue> ReadGroups(Family& family, std::span<const std::string> keys,
+                                   uint64_t* required_epoch);
+
   // Deletes `keys`; durable when it returns.
   void DeleteKeys(std::span<const std::string> keys);
-  // Deletes every group of `family` and empties its index (DeleteKeys).
+  // Deletes every group of `family`, with its hidden records, and empties its index
+  // (DeleteKeys).
   void DeleteGroups(Family& family);
   // Sets groups of `family` to the given values (0 deletes the group), all in one View,
   // keeping the index in step. kInvalidArgument, nothing written, when a key is not a
-  // group of `family`. Returns the epoch to wait for.
+  // group of `family`, or when `family` is not a plain counter (its groups are not one
+  // number each). Returns the epoch to wait for.
   Result<uint64_t> SetGroups(Family& family, std::span<const KeyValue> values);
 
   // The position recorded under `name`; 0 when none.

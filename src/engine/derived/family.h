@@ -53,14 +53,21 @@ std::string_view CounterStateName(CounterState state);
 
 // One counter value of a read.
 struct KeyValue {
-  std::string key;  // canonical
-  int64_t value = 0;
+  std::string key;    // canonical
+  int64_t value = 0;  // what the key holds (aggregate_state.h for a counter that is not plain)
+  // The group's value as reads show it, for a counter whose value is not that integer
+  // (definitions::ShowsInteger false: a numeric sum, count(DISTINCT), min, max, avg,
+  // several aggregates); empty otherwise.
+  definitions::GroupValue shown;
 };
 
 // A page of a family listing.
 struct Page {
   std::vector<KeyValue> items;
   std::string next_cursor;  // empty when this was the last page
+  // The names of the counter's aggregates (AggregateColumn::name), when its value shows
+  // several: the fields of each item's value.
+  std::vector<std::string> names;
   uint64_t required_epoch = 0;
 };
 
@@ -115,7 +122,12 @@ struct Family {
   // Every insertion and removal of a live group goes through these, so that `keys` and
   // `by_bucket` agree. REQUIRES: mutex held.
   void AddKey(std::string_view key);
+  // Also forgets the group's hidden records in `states`; whoever deletes a group's key
+  // deletes its records with it (AppendRecordKeys, before).
   void RemoveKey(std::string_view key);
+  // Appends the keys of the hidden records of group `key` (none for a plain counter).
+  // REQUIRES: mutex held.
+  void AppendRecordKeys(std::string_view key, std::vector<std::string>* out) const;
   // Empties the index, the top-K cache and the hidden records' mirror. REQUIRES: mutex held.
   void ClearKeys();
 };
