@@ -341,16 +341,6 @@ TEST_F(CommitterTest, AsyncModeCommitsWithoutFsyncAndSyncsPeriodically) {
   EXPECT_TRUE(Eventually([&] { return store_.syncs() >= 1 && store_.all_synced(); }));
 }
 
-// Polls `predicate` for `patience`.
-bool Within(std::chrono::milliseconds patience, const std::function<bool()>& predicate) {
-  const auto deadline = std::chrono::steady_clock::now() + patience;
-  while (!predicate()) {
-    if (std::chrono::steady_clock::now() > deadline) return false;
-    std::this_thread::sleep_for(1ms);
-  }
-  return true;
-}
-
 // A commit made inline (WaitDurable/TryCommitNow) in async mode is fsync'd on the
 // interval like the committer thread's own.
 TEST_F(CommitterTest, AsyncModeSyncsInlineCommitsPeriodically) {
@@ -358,7 +348,7 @@ TEST_F(CommitterTest, AsyncModeSyncsInlineCommitsPeriodically) {
   keyspace_.set_on_write({});  // so that only the inline commit below writes the batch
   committer_->WaitDurable(IncrBy("k", 1));
   ASSERT_FALSE(store_.commits().empty());
-  EXPECT_TRUE(Within(1000ms, [&] { return store_.all_synced(); }))
+  EXPECT_TRUE(Eventually([&] { return store_.all_synced(); }, 1000ms))
       << "written 1 s ago, sync interval 20 ms";
 }
 

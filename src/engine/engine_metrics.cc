@@ -1,5 +1,9 @@
 #include "engine/engine_metrics.h"
 
+#include <string>
+
+#include "engine/databases.h"
+
 namespace tally::engine {
 
 void RegisterEngineMetrics(Engine& engine, metrics::Registry& registry,
@@ -69,7 +73,22 @@ void RegisterEngineMetrics(Engine& engine, metrics::Registry& registry,
       "The most-written counters over the last minute (sampled; see INFO hotkeys).", Type::kGauge,
       [&engine, hide = std::move(hide)](SampleWriter& out) {
         for (const HotKey& key : engine.hot_keys().Top(kHotKeyMetricSeries, hide)) {
-          out.Add({{"key", key.key}}, key.writes_per_second);
+          const DatabaseKey name = SplitStoredKey(key.key);
+          if (name.db == 0) {
+            out.Add({{"key", key.key}}, key.writes_per_second);
+          } else {
+            out.Add({{"db", std::to_string(name.db)}, {"key", std::string(name.name)}},
+                    key.writes_per_second);
+          }
+        }
+      });
+  registry.AddCollector(
+      "tally_database_counters",
+      "Counters per database (SELECT) that holds any, tally's own records in database 0.",
+      Type::kGauge, [&keyspace](SampleWriter& out) {
+        for (uint32_t db = 0; db < kMaxDatabases; ++db) {
+          const size_t counters = keyspace.database_size(db);
+          if (counters > 0) out.Add({{"db", std::to_string(db)}}, static_cast<double>(counters));
         }
       });
 }

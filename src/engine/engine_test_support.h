@@ -311,8 +311,9 @@ inline Snapshot Snap(const std::map<std::string, CounterRecord>& records) {
 }
 
 // Polls `predicate` until it holds or patience runs out.
-inline bool Eventually(const std::function<bool()>& predicate) {
-  const auto deadline = std::chrono::steady_clock::now() + kPatience;
+inline bool Eventually(const std::function<bool()>& predicate,
+                       std::chrono::milliseconds patience = kPatience) {
+  const auto deadline = std::chrono::steady_clock::now() + patience;
   while (!predicate()) {
     if (std::chrono::steady_clock::now() > deadline) return false;
     std::this_thread::sleep_for(1ms);

@@ -57,16 +57,20 @@ bool SubscriptionHub::PrefixSet::contains(std::string_view prefix) const {
 
 template <typename Visit>
 void SubscriptionHub::PrefixSet::ForEachMatch(std::string_view key, Visit&& visit) const {
+  const size_t shortest = ShortestPrefixFor(key);
   for (const auto& [length, count] : lengths_) {
     if (length > key.size()) break;
+    if (length < shortest) continue;
     const auto it = prefixes_.find(Absl(key.substr(0, length)));
     if (it != prefixes_.end()) visit(*it);
   }
 }
 
 bool SubscriptionHub::PrefixSet::Matches(std::string_view key) const {
+  const size_t shortest = ShortestPrefixFor(key);
   for (const auto& [length, count] : lengths_) {
     if (length > key.size()) break;
+    if (length < shortest) continue;
     if (prefixes_.contains(Absl(key.substr(0, length)))) return true;
   }
   return false;
@@ -328,8 +332,10 @@ void SubscriptionHub::ForEachMatch(std::string_view key, Visit&& visit) {
   if (const auto it = exact_.find(Absl(key)); it != exact_.end()) {
     for (Subscriber* subscriber : it->second) visit(*subscriber);
   }
+  const size_t shortest = ShortestPrefixFor(key);
   for (const auto& [length, count] : prefix_lengths_) {
     if (length > key.size()) break;
+    if (length < shortest) continue;
     const auto it = prefixes_.find(Absl(key.substr(0, length)));
     if (it == prefixes_.end()) continue;
     for (Subscriber* subscriber : it->second) visit(*subscriber);

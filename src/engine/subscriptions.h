@@ -63,6 +63,7 @@
 #include "core/status.h"
 #include "engine/commit_batch.h"
 #include "engine/committer.h"
+#include "engine/databases.h"
 #include "engine/keyspace.h"
 
 namespace tally::engine {
@@ -220,7 +221,8 @@ class SubscriptionHub {
     bool Insert(const std::string& prefix);  // false when present already
     bool Erase(std::string_view prefix);     // false when absent
     bool contains(std::string_view prefix) const;
-    // Calls `visit(prefix)` for each prefix that `key` starts with.
+    // Calls `visit(prefix)` for each prefix that `key` starts with, within the key's own
+    // database (ShortestPrefixFor, engine/databases.h).
     template <typename Visit>
     void ForEachMatch(std::string_view key, Visit&& visit) const;
     bool Matches(std::string_view key) const;

@@ -205,6 +205,34 @@ TEST_F(SubscriptionHubTest, PrefixesMatchEveryKeyOfTheFamilyOnce) {
   EXPECT_EQ(sink_c->Take(), (Values{{"likes:80", {10}}, {"lik", {11}}, {"other", {12}}}));
 }
 
+TEST_F(SubscriptionHubTest, APrefixFollowsTheKeysOfItsOwnDatabaseOnly) {
+  const std::string likes2 = StoredKey(2, "likes:7");
+  const std::string likes3 = StoredKey(3, "likes:7");
+  Set("likes:7", 1);
+  Set(likes2, 2);
+  Set(likes3, 3);
+  Commit();
+  auto [zero, sink_zero] = Subscriber();
+  auto [nul, sink_nul] = Subscriber();
+  auto [two, sink_two] = Subscriber();
+  ASSERT_TRUE(Subscribe(zero, {}, {""}));  // every key of database 0
+  ASSERT_TRUE(Subscribe(nul, {}, {std::string("\0d", 2)}));
+  ASSERT_TRUE(Subscribe(two, {}, {StoredKey(2, "")}));  // every key of database 2
+  hub_->Flush();
+  EXPECT_EQ(sink_zero->Take(), (Values{{"likes:7", {1}}}));
+  EXPECT_EQ(sink_nul->Take(), Values{});
+  EXPECT_EQ(sink_two->Take(), (Values{{likes2, {2}}}));
+
+  Set("likes:7", 10);
+  Set(likes2, 20);
+  Set(likes3, 30);
+  Commit();
+  hub_->Flush();
+  EXPECT_EQ(sink_zero->Take(), (Values{{"likes:7", {10}}}));
+  EXPECT_EQ(sink_nul->Take(), Values{});
+  EXPECT_EQ(sink_two->Take(), (Values{{likes2, {20}}}));
+}
+
 TEST_F(SubscriptionHubTest, APrefixSendsAtMostSnapshotMaxKeysFirst) {
   SubscriptionOptions options;
   options.snapshot_max_keys = 10;

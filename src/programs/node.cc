@@ -32,6 +32,15 @@ uint16_t Node::redis_port() const { return redis_ == nullptr ? 0 : redis_->port(
 
 uint16_t Node::http_port() const { return http_ == nullptr ? 0 : http_->port(); }
 
+uint16_t Node::redis_tls_port() const { return redis_ == nullptr ? 0 : redis_->tls_port(); }
+
+uint16_t Node::http_tls_port() const { return http_ == nullptr ? 0 : http_->tls_port(); }
+
+Status Node::ReloadTls() {
+  if (tls_ == nullptr) return InvalidArgument("no TLS to reload (no --tls-cert-file)");
+  return tls_->Reload();
+}
+
 Status Node::Start() {
   Status status = StartParts();
   if (!status) Stop();
@@ -39,6 +48,9 @@ Status Node::Start() {
 }
 
 Status Node::StartParts() {
+  // First: it needs nothing of the store, and a bad certificate or port choice is then
+  // refused before the commit log is replayed.
+  if (auto status = LoadTls(); !status) return status;
   if (auto status = OpenStore(); !status) return status;
   if (auto status = StartEngine(); !status) return status;
   if (auto status = LoadCounters(); !status) return status;
@@ -122,11 +134,33 @@ void Node::PrepareSubscriptions() {
   RegisterSubscriptionMetrics(*subscriptions_, metrics_);
 }
 
+Status Node::LoadTls() {
+  if ((!options_.redis.plain && options_.redis.tls_port == 0) ||
+      (!options_.http.plain && options_.http.tls_port == 0)) {
+    return InvalidArgument(
+        "--plain-ports no needs both --tls-port and --http-tls-port (a server would listen "
+        "nowhere)");
+  }
+  const bool tls_ports = options_.redis.tls_port != 0 || options_.http.tls_port != 0;
+  if (!options_.tls.enabled()) {
+    if (tls_ports) return InvalidArgument("--tls-port and --http-tls-port need --tls-cert-file");
+    return OkStatus();
+  }
+  if (!tls_ports) {
+    return InvalidArgument("--tls-cert-file is given but no --tls-port nor --http-tls-port");
+  }
+  auto context = tls::TlsContext::Create(options_.tls);
+  if (!context) return tl::make_unexpected(context.error());
+  tls_ = std::move(*context);
+  return OkStatus();
+}
+
 Status Node::StartServers() {
   servers::Services services(*engine_);
   services.derived = derived_.get();
   services.subscriptions = subscriptions_.get();
   services.metrics = &metrics_;
+  services.tls = tls_.get();
   if (source_ != nullptr) {
     services.source_report = [source = source_.get()] { return source->Report(); };
     services.readiness = [source = source_.get(), max_lag_ms = options_.ready_max_lag_ms] {

@@ -51,7 +51,7 @@ TEST_F(NodeTest, AFailedStartSaysWhyAndStopsWhatStarted) {
     Node node(options_);
     auto status = node.Start();
     ASSERT_FALSE(status);
-    EXPECT_EQ(status.error().message, "bad HTTP bind address 'not an address'");
+    EXPECT_EQ(status.error().message, "bad bind address 'not an address' for HTTP");
     EXPECT_EQ(node.http_port(), 0);
   }
   // The engine and the Redis server had started: they stopped, and the store closed with the

@@ -544,6 +544,28 @@ def wait_until(predicate, timeout=10.0, interval=0.02):
     return value
 
 
+def run_in_threads(work, count, timeout=120.0):
+    """Runs work(i) for i in range(count), each on its own thread, all at once, and returns
+    what went wrong: the repr of each exception a call raised, and a line for each thread still
+    running after `timeout` seconds. [] when every call returned."""
+    errors = []
+
+    def run(i):
+        try:
+            work(i)
+        except Exception as e:  # noqa: BLE001 - returned to the test
+            errors.append(repr(e))
+
+    threads = [threading.Thread(target=run, args=(i,), daemon=True) for i in range(count)]
+    for t in threads:
+        t.start()
+    deadline = time.monotonic() + timeout
+    for t in threads:
+        t.join(max(0.0, deadline - time.monotonic()))
+    errors += ["%s still running after %.0fs" % (t.name, timeout) for t in threads if t.is_alive()]
+    return errors
+
+
 def blog_posts_schema(extra_columns="", extra_counters=""):
     """The definitions the HTTP and dashboard tests share: a `posts` source (plus
     `extra_columns`, e.g. ", tag text") and two counters per user_id and blog_id over its

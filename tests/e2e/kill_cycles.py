@@ -22,20 +22,19 @@ class Coordinator:
     # ---- load threads
 
     def at_boundary(self, worker, must_park, close):
-        """Between two requests of `worker` (with a `parked_gen` attribute): "stop" when the
-        test is over, "parked" after a pause was waited out (or `must_park`: the connection
-        failed), with the connection closed by `close`; "go" to make the next request."""
+        """Between two requests of `worker` (with a `parked_gen` attribute): while the load is
+        paused (or once, with `must_park`: its connection failed), closes the connection with
+        `close` and parks until resumed. True to make the next request, False when the test
+        is over."""
         with self.cond:
-            if self.stop:
-                return "stop"
-            if not (self.paused or must_park):
-                return "go"
-            close()
-            worker.parked_gen = self.generation
-            self.cond.notify_all()
-            while self.generation == worker.parked_gen and not self.stop:
-                self.cond.wait(timeout=1.0)
-            return "parked"
+            while not self.stop and (self.paused or must_park):
+                close()
+                worker.parked_gen = self.generation
+                self.cond.notify_all()
+                while self.generation == worker.parked_gen and not self.stop:
+                    self.cond.wait(timeout=1.0)
+                must_park = False
+            return not self.stop
 
     # ---- the main thread
 

@@ -81,12 +81,9 @@ class Client(threading.Thread):
         need_park = False
         try:
             while True:
-                action = self.coord.at_boundary(self, need_park, self._close)
-                if action == "stop":
+                if not self.coord.at_boundary(self, need_park, self._close):
                     return
-                if action == "parked":
-                    need_park = False
-                    continue
+                need_park = False
                 if self.conn is None:
                     try:
                         self.conn = RespConn(self.port, timeout=15.0)

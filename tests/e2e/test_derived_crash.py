@@ -32,7 +32,7 @@ import unittest
 import blog_model as bm
 from kill_cycles import Coordinator
 from harness import ConnectionClosed, RespConn, RespError, tally_only
-from test_derived import DerivedServer, diff, snapshot_scan
+from derived_case import DerivedServer, diff, snapshot_scan
 
 SEED = int(os.environ.get("E2E_SEED", "20250601"))
 CYCLES = int(os.environ.get("E2E_DERIVED_CRASH_CYCLES", "20"))
@@ -128,12 +128,9 @@ class Sender(threading.Thread):
         need_park = False
         try:
             while True:
-                action = self.coord.at_boundary(self, need_park, self._close)
-                if action == "stop":
+                if not self.coord.at_boundary(self, need_park, self._close):
                     return
-                if action == "parked":
-                    need_park = False
-                    continue
+                need_park = False
                 if self.pending is None:
                     self.pending = self.next_batch()
                 batch = self.pending

@@ -24,7 +24,7 @@ import unittest
 import urllib.parse
 
 from harness import RespError, ServerTestCase, free_port, tally_only, wait_until
-from test_http import Http, http_ready
+from http_case import Http, http_ready
 
 DAY = 86400
 SCHEMA = """

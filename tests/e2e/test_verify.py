@@ -38,7 +38,7 @@ import unittest
 
 import blog_model as bm
 import postgres
-import test_pg_source as pgs
+import pg_case as pgs
 from harness import RespConn, TallyServer, tally_only
 
 TALLY_CLI = os.environ.get("TALLY_CLI", "/work/main/build/bin/tally")

@@ -793,7 +793,24 @@ Result<CompiledCounter> Compile(const CreateCounter& create, const Catalog& cata
   if (source == nullptr) {
     return ErrorAt(create.source_pos, fmt::format("source \"{}\" does not exist", create.source));
   }
-  return Compiler(create, *source).Run();
+  auto compiled = Compiler(create, *source).Run();
+  if (!compiled) return compiled;
+  // The catalog keeps create_sql(), which is fully parenthesised and so can nest deeper than
+  // the text it came from (a pair of parentheses per operator, two for a minus): a definition
+  // whose create_sql() does not read back is refused here, at the deepest expression and
+  // with the reader's reason, rather than kept and then refused when the catalog is loaded
+  // at the next start (found by fuzz/sql_definitions_fuzz.cc).
+  if (auto again = ParseStatement(compiled->create_sql()); !again) {
+    const Expr* deepest = create.where.get();
+    for (const SelectItem& item : create.items) {
+      if (deepest == nullptr || item.expr->depth > deepest->depth) deepest = item.expr.get();
+    }
+    const std::string& message = again.error().message;
+    const size_t reason = message.find(": ");
+    return ErrorAt(deepest != nullptr ? deepest->pos : create.name_pos,
+                   reason == std::string::npos ? message : message.substr(reason + 2));
+  }
+  return compiled;
 }
 
 std::string CompiledCounter::create_sql() const {

@@ -37,7 +37,8 @@ namespace tally::definitions {
 // Finds a source's schema by name; nullptr when there is no such source.
 using Catalog = std::function<const SourceSchema*(std::string_view source)>;
 
-// Checks and compiles one definition.
+// Checks and compiles one definition. Its create_sql() (what the catalog keeps) always reads
+// back: a definition whose normal form would nest past the parser's limit is refused.
 Result<CompiledCounter> Compile(const CreateCounter& create, const Catalog& catalog);
 
 // Parses and compiles one CREATE COUNTER statement. kInvalidArgument for any other

@@ -83,10 +83,8 @@ int CompareUnits(int64_t a, int sa, int64_t b, int sb) {
   return x < y ? -1 : (x > y ? 1 : 0);
 }
 
-Result<int64_t> ParseDecimal(std::string_view text, int scale) {
-  const auto refuse = [&](std::string_view why) {
-    return InvalidArgument(fmt::format("\"{}\" {}", text.substr(0, 40), why));
-  };
+Result<int64_t> ReadDecimal(std::string_view text, int scale) {
+  const auto refuse = [](std::string_view why) { return InvalidArgument(std::string(why)); };
   size_t at = 0;
   const bool negative = !text.empty() && text[0] == '-';
   if (!text.empty() && (text[0] == '-' || text[0] == '+')) at = 1;
@@ -127,6 +125,14 @@ Result<int64_t> ParseDecimal(std::string_view text, int scale) {
     }
   }
   return static_cast<int64_t>(negative ? -units : units);
+}
+
+Result<int64_t> ParseDecimal(std::string_view text, int scale) {
+  Result<int64_t> units = ReadDecimal(text, scale);
+  if (!units) {
+    return InvalidArgument(fmt::format("\"{}\" {}", text.substr(0, 40), units.error().message));
+  }
+  return units;
 }
 
 Result<int64_t> DecimalOfDouble(double value, int scale) {

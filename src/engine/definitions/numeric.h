@@ -43,6 +43,10 @@ int CompareUnits(int64_t a, int sa, int64_t b, int sb);
 // 18 digits)".
 Result<int64_t> ParseDecimal(std::string_view text, int scale);
 
+// As ParseDecimal, with the phrase alone as the error ("has more than 2 digits after the
+// point"), for callers that show the text their own way.
+Result<int64_t> ReadDecimal(std::string_view text, int scale);
+
 // Reads a JSON number that a parser gave as a double, as units of scale `scale`: exact when
 // the number was written with at most 15 significant digits (every such decimal survives a
 // double, and its shortest spelling gives it back); else kInvalidArgument "has more

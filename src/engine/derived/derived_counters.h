@@ -196,7 +196,8 @@ class DerivedCounters {
 
   // Reads (see family_reads.h for each one's errors). kNotFound when there is no counter
   // of that name.
-  // The canonical key of `counter`'s group given as parts (ParseKeyPart), all of them.
+  // The canonical key of `counter`'s group given as parts, all of them, each spelled as in
+  // the key (key_part.h: "re\:turn", "\N" for NULL, "\\N" for the text \N).
   Result<std::string> KeyOf(std::string_view counter,
                             std::span<const std::string_view> parts) const;
   // The key prefix "counter:part:...:" of the first parts.size() key columns ("counter"
@@ -223,8 +224,8 @@ class DerivedCounters {
   Result<Page> Top(std::string_view counter, std::string_view prefix, size_t k);
 
   // The sum of the time buckets of one group of `counter` whose start lies in [from, to):
-  // `parts` are the values of every key column but the time bucket; `from` and `to` are
-  // instants (ISO 8601, the key spelling or Unix seconds). Buckets past retention count as
+  // `parts` are the values of every key column but the time bucket (key_part.h); `from` and `to`
+  // are instants (ISO 8601, the key spelling or Unix seconds). Buckets past retention count as
   // gone. Errors: kNotFound (no such counter), kInvalidArgument (no single time bucket,
   // wrong parts, a bad or ambiguous instant, from after to), kOverflow (the sum leaves the
   // int64 range).

@@ -12,7 +12,7 @@
 #include "core/timestamp.h"
 #include "engine/definitions/time_util.h"
 #include "engine/definitions/value.h"
-#include "engine/derived/change_json.h"
+#include "engine/derived/key_part.h"
 
 namespace tally::derived {
 
@@ -23,11 +23,12 @@ namespace {
 // Cached top-K answers per counter (distinct prefixes and k); past this the cache restarts.
 constexpr size_t kTopCacheEntries = 4096;
 
-// Key column `column` of `counter` as a client spells it (ParseKeyPart).
+// Key column `column` of `counter` as a read spells it (key_part.h); a text value views
+// `text` or *storage.
 Result<defs::Value> ParsePart(const defs::CompiledCounter& counter, size_t column,
-                              std::string_view text) {
+                              std::string_view text, std::string* storage) {
   const defs::KeyColumn& key = counter.key_columns()[column];
-  auto value = ParseKeyPart(key.type, text);
+  auto value = ParseKeyPart(key.type, text, storage);
   if (!value) {
     return InvalidArgument(fmt::format("counter {}, key part {} ({} {}): {}", counter.name(),
                                        column + 1, key.name, defs::TypeName(key.type),
@@ -36,12 +37,16 @@ Result<defs::Value> ParsePart(const defs::CompiledCounter& counter, size_t colum
   return *value;
 }
 
+// The first parts.size() key columns; text values view `parts` or *texts (resized to
+// parts.size()).
 Result<std::vector<defs::Value>> ParseParts(const defs::CompiledCounter& counter,
-                                            std::span<const std::string_view> parts) {
+                                            std::span<const std::string_view> parts,
+                                            std::vector<std::string>* texts) {
+  texts->resize(parts.size());
   std::vector<defs::Value> values;
   values.reserve(parts.size());
   for (size_t i = 0; i < parts.size(); ++i) {
-    auto value = ParsePart(counter, i, parts[i]);
+    auto value = ParsePart(counter, i, parts[i], &(*texts)[i]);
     if (!value) return tl::unexpected(value.error());
     values.push_back(*value);
   }
@@ -73,7 +78,8 @@ Result<std::string> FamilyReads::KeyOf(const Family& family,
     return InvalidArgument(fmt::format("counter {} has {} key parts; {} given", counter.name(),
                                        columns, parts.size()));
   }
-  auto values = ParseParts(counter, parts);
+  std::vector<std::string> texts;
+  auto values = ParseParts(counter, parts, &texts);
   if (!values) return tl::unexpected(values.error());
   return defs::EncodeKey(counter.name(), *values);
 }
@@ -92,7 +98,8 @@ Result<std::string> FamilyReads::PrefixOf(const Family& family,
         fmt::format("counter {} has {} key parts: a prefix names fewer ({} given)", counter.name(),
                     columns, parts.size()));
   }
-  auto values = ParseParts(counter, parts);
+  std::vector<std::string> texts;
+  auto values = ParseParts(counter, parts, &texts);
   if (!values) return tl::unexpected(values.error());
   std::string prefix = defs::EncodeKey(counter.name(), *values);
   if (columns > 0) prefix += ':';
@@ -211,9 +218,11 @@ Result<RangeSum> FamilyReads::Range(Family& family, std::span<const std::string_
   }
   // The group's values, the bucket's slot filled per candidate below.
   std::vector<defs::Value> values(columns.size());
+  std::vector<std::string> texts(parts.size());  // of text values
   for (size_t i = 0, part = 0; i < columns.size(); ++i) {
     if (i == bucket->column) continue;
-    auto value = ParsePart(compiled, i, parts[part++]);
+    auto value = ParsePart(compiled, i, parts[part], &texts[part]);
+    ++part;
     if (!value) return tl::unexpected(value.error());
     values[i] = *value;
   }

@@ -46,11 +46,13 @@ class FamilyReads {
   FamilyReads(DerivedKeyspace& keyspace, int64_t top_k_max_staleness_ms)
       : keyspace_(keyspace), top_k_max_staleness_ms_(top_k_max_staleness_ms) {}
 
-  // The canonical key of `family`'s group given as parts (ParseKeyPart), all of them.
+  // The canonical key of `family`'s group given as parts, all of them, each spelled as in
+  // the key (key_part.h).
   static Result<std::string> KeyOf(const Family& family, std::span<const std::string_view> parts);
   // The key prefix "counter:part:...:" of the first parts.size() key columns (fewer than
-  // all); it ends with an unescaped ':', so it matches whole parts only. A counter without
-  // key columns has the one prefix "counter" (no parts), the key of its one group.
+  // all; spelled as key_part.h says); it ends with an unescaped ':', so it matches whole
+  // parts only. A counter without key columns has the one prefix "counter" (no parts), the
+  // key of its one group.
   static Result<std::string> PrefixOf(const Family& family,
                                       std::span<const std::string_view> parts);
 
@@ -67,8 +69,8 @@ class FamilyReads {
   Result<Page> Top(Family& family, std::string_view prefix, size_t k);
 
   // The sum of the time buckets of one group of `family` whose start lies in [from, to):
-  // `parts` are the values of every key column but the time bucket, in order (ParseKeyPart
-  // spellings); `from` and `to` are instants written as ISO 8601 ("2024-05-01T00:00:00Z",
+  // `parts` are the values of every key column but the time bucket, in order (spelled as
+  // key_part.h says); `from` and `to` are instants written as ISO 8601 ("2024-05-01T00:00:00Z",
   // with an offset or none for UTC), the key spelling ("20240501T000000Z") or Unix seconds
   // ("1714521600"; eight digits are refused: "20240501" would be a date as much as
   // seconds). Costs one step of the family index per bucket of the group within

@@ -112,7 +112,7 @@ HttpConnection::HttpConnection(HttpWorker& worker, asio::ip::tcp::socket socket,
       deadline_(socket_.get_executor()),
       counted_(counted) {
   boost::system::error_code ignored;
-  socket_.set_option(asio::ip::tcp::no_delay(true), ignored);
+  socket_.set_option(asio::ip::tcp::no_delay(true), ignored);  // fails on a TLS tunnel's
 }
 
 HttpConnection::~HttpConnection() {
@@ -272,8 +272,7 @@ void HttpConnection::OnRequest(const boost::system::error_code& error) {
   FinishBatch();
 }
 
-void HttpConnection::Run() {
-  const auto& request = parser_->get();
+ApiRequest ApiRequestOf(const SubscriptionStream::Request& request) {
   ApiRequest api_request;
   api_request.method = View(request.method_string());
   api_request.target = View(request.target());
@@ -290,6 +289,12 @@ void HttpConnection::Run() {
     api_request.if_none_match = View(tags->value());
   }
   api_request.websocket_upgrade = beast::websocket::is_upgrade(request);
+  return api_request;
+}
+
+void HttpConnection::Run() {
+  const auto& request = parser_->get();
+  const ApiRequest api_request = ApiRequestOf(request);
   ApiResponse response = worker_.api().Handle(api_request);
   if (response.subscription) {
     if (worker_.shared().services.subscriptions != nullptr) {

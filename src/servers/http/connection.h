@@ -33,10 +33,15 @@ namespace tally::http {
 
 class HttpWorker;
 
+// A parsed request as the Api takes it: method, target, body and the headers it reads
+// (Idempotency-Key, Authorization, If-None-Match, a WebSocket upgrade). Views into `request`.
+ApiRequest ApiRequestOf(const SubscriptionStream::Request& request);
+
 class HttpConnection final : public std::enable_shared_from_this<HttpConnection>,
                              public servers::DurabilityWaiter {
  public:
-  // `counted`: the connection counts against max_connections until it is closed.
+  // `counted`: the connection counts against max_connections until it is closed. The socket
+  // may be a TLS tunnel's inner end.
   HttpConnection(HttpWorker& worker, boost::asio::ip::tcp::socket socket, bool counted);
   ~HttpConnection();
 

@@ -14,6 +14,7 @@
 
 #include "core/constant_time.h"
 #include "core/version.h"
+#include "engine/databases.h"
 #include "servers/http/dashboard_assets.h"
 #include "servers/http/json_writer.h"
 #include "servers/http/openapi.h"
@@ -585,7 +586,11 @@ ApiResponse Api::GetHot(const Call& call) {
       .Int(engine::HotKeys::kWindowSeconds)
       .Key("counters")
       .BeginArray();
-  for (const engine::HotKey& key : engine_.hot_keys().Top(*n, derived::IsInternalKey)) {
+  // Database 0's, the one the HTTP API serves (INFO hotkeys lists every database's).
+  const auto hidden = [](std::string_view key) {
+    return derived::IsInternalKey(key) || engine::DatabaseOf(key) != 0;
+  };
+  for (const engine::HotKey& key : engine_.hot_keys().Top(*n, hidden)) {
     json.BeginObject()
         .Key("key")
         .String(key.key)
@@ -612,6 +617,10 @@ ApiResponse Api::Subscribe(const Call& call, bool websocket) {
   SubscriptionRequest subscription;
   subscription.websocket = websocket;
   for (const auto& [name, value] : call.target.query) {
+    // The HTTP API follows database 0, where no key starts with the reserved prefix.
+    if ((name == "key" || name == "prefix") && engine::IsReservedKey(value)) {
+      return Fail(400, engine::kReservedKeyMessage);
+    }
     if (name == "key") subscription.keys.push_back(value);
     if (name == "prefix") subscription.prefixes.push_back(value);
   }

@@ -13,6 +13,7 @@
 #include <chrono>
 
 #include "core/integer.h"
+#include "engine/databases.h"
 #include "servers/http/json_writer.h"
 #include "servers/subscription_sink.h"
 
@@ -74,6 +75,9 @@ Result<std::vector<std::string>> StringList(simdjson::dom::element element, std:
     std::string_view text;
     if (item.get(text))
       return InvalidArgument(fmt::format("\"{}\" must be an array of strings", name));
+    // The HTTP API follows database 0, where no key starts with the reserved prefix.
+    if (engine::IsReservedKey(text))
+      return InvalidArgument(std::string(engine::kReservedKeyMessage));
     list.emplace_back(text);
   }
   return list;

@@ -36,6 +36,7 @@ void HttpWorker::Stop() {
     all.reserve(connections_.size());
     for (const auto& [raw, connection] : connections_) all.push_back(connection);
     for (const auto& connection : all) connection->Close();
+    tunnels_.CloseAll();
     guard_.reset();
   });
   thread_.join();

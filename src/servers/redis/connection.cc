@@ -17,10 +17,6 @@ constexpr size_t kReadChunk = size_t{16} * 1024;
 // the others of the same worker.
 constexpr size_t kMaxReadPerTurn = size_t{1024} * 1024;
 
-std::string Endpoint(const boost::asio::ip::tcp::endpoint& endpoint) {
-  return fmt::format("{}:{}", endpoint.address().to_string(), endpoint.port());
-}
-
 ParserLimits LimitsOf(const ServerOptions& options) {
   ParserLimits limits;
   limits.max_bulk_length = options.proto_max_bulk_len;
@@ -30,16 +26,16 @@ ParserLimits LimitsOf(const ServerOptions& options) {
 
 }  // namespace
 
-Connection::Connection(Worker& worker, boost::asio::ip::tcp::socket socket)
+Connection::Connection(Worker& worker, boost::asio::ip::tcp::socket socket,
+                       const servers::Peer& peer)
     : worker_(worker), socket_(std::move(socket)), parser_(LimitsOf(worker.core().options())) {
   boost::system::error_code ignored;
-  socket_.set_option(boost::asio::ip::tcp::no_delay(true), ignored);
+  socket_.set_option(boost::asio::ip::tcp::no_delay(true), ignored);  // fails on a TLS tunnel's
   socket_.non_blocking(true, ignored);
-  const auto remote = socket_.remote_endpoint(ignored);
-  const auto local = socket_.local_endpoint(ignored);
   ServerCore& core = worker.core();
-  auto info = core.clients().Add(Endpoint(remote), Endpoint(local), socket_.native_handle(),
-                                 core.engine().keyspace().clock()->NowMillis());
+  auto info =
+      core.clients().Add(servers::FormatEndpoint(peer.remote), servers::FormatEndpoint(peer.local),
+                         socket_.native_handle(), core.engine().keyspace().clock()->NowMillis());
   session_ = std::make_unique<Session>(core, worker.shard(), std::move(info));
 }
 
@@ -123,11 +119,19 @@ void Connection::OnReadable(std::optional<ReadResult> first) {
     if (static_cast<int64_t>(input_end_ - input_start_) > query_limit) break;
   }
   WorkerStats::Bump(worker_.stats().net_input_bytes, read_this_turn);
-  session_->info().last_interaction_ms.store(
-      worker_.core().engine().keyspace().clock()->NowMillis(), std::memory_order_relaxed);
+  const int64_t now_ms = worker_.core().engine().keyspace().clock()->NowMillis();
+  session_->info().last_interaction_ms.store(now_ms, std::memory_order_relaxed);
 
   worker_.Touch(shared_from_this());
+  const uint64_t requests_before = requests_run_;
   const bool keep_reading = RunRequests();
+  // A slow-loris's clock runs from its request's first byte; a byte now and then does not
+  // reset it, a whole request does.
+  if (input_start_ == input_end_) {
+    partial_request_since_ms_ = 0;
+  } else if (partial_request_since_ms_ == 0 || requests_run_ != requests_before) {
+    partial_request_since_ms_ = now_ms;
+  }
   if (static_cast<int64_t>(input_end_ - input_start_) > query_limit) {
     spdlog::warn("closing client {}: query buffer over {} bytes", session_->info().address,
                  query_limit);
@@ -187,6 +191,7 @@ bool Connection::RunRequests() {
     }
     input_start_ += consumed;
     if (args_.empty()) continue;
+    ++requests_run_;
     session_->Execute(args_);
     if (session_->close_requested()) return false;
   }
@@ -225,6 +230,20 @@ void Connection::DropSubscriber(std::string reason) {
     ReplyWriter(&session_->output(), session_->protocol()).Error("ERR disconnected: " + reason);
   });
   // One attempt to send the reason, then close: the client is not keeping up.
+  TryWrite();
+  Close();
+}
+
+void Connection::TimeOutRequest(int64_t seconds) {
+  if (closed_) return;
+  spdlog::warn("closing client {}: a request not received whole within {} s (request-timeout)",
+               session_->info().address, seconds);
+  AppendUnrequested([&] {
+    ReplyWriter(&session_->output(), session_->protocol())
+        .Error(fmt::format("ERR request timeout: the request did not arrive whole within {} s",
+                           seconds));
+  });
+  // One attempt to send the reason, then close: the client is not sending its request.
   TryWrite();
   Close();
 }

@@ -1,9 +1,11 @@
 // Connection: one client's socket. Reads requests, hands them to its Session, and writes
 // the replies the worker releases. Lives on its worker's thread only.
 //
-// Reading and writing are readiness-based (async_wait, then non-blocking reads and writes
-// until the socket would block): an idle connection holds no buffer, and a burst of
-// pipelined requests is read and answered in as few system calls as the kernel allows.
+// Reading starts with one async_read_some into at least 16 KiB of room; once it completes,
+// non-blocking reads continue until the socket would block or a read comes back short (the
+// socket is empty), so a burst of pipelined requests is read in as few system calls as the
+// kernel allows. Writing is non-blocking, with async_wait(wait_write) only when the socket's
+// send buffer is full.
 #pragma once
 
 #include <boost/asio/ip/tcp.hpp>
@@ -13,6 +15,7 @@
 #include <vector>
 
 #include "servers/durability_gate.h"
+#include "servers/peer.h"
 #include "servers/redis/resp_parser.h"
 #include "servers/redis/session.h"
 
@@ -23,7 +26,8 @@ class Worker;
 class Connection final : public std::enable_shared_from_this<Connection>,
                          public servers::DurabilityWaiter {
  public:
-  Connection(Worker& worker, boost::asio::ip::tcp::socket socket);
+  // `peer`: where the client is (the socket may be a TLS tunnel's inner end).
+  Connection(Worker& worker, boost::asio::ip::tcp::socket socket, const servers::Peer& peer);
   ~Connection();
 
   void Start();
@@ -42,6 +46,13 @@ class Connection final : public std::enable_shared_from_this<Connection>,
   // output the client (which does not read) is closed.
   void PushUpdates(const engine::SubscriptionDelivery& delivery);
   void DropSubscriber(std::string reason);
+
+  // When the request being received began (ms of the keyspace clock): when the input last
+  // held no partial request, or the last whole request was taken from it. 0 while there is
+  // no partial request. The worker's housekeeping compares it with --request-timeout.
+  int64_t partial_request_since_ms() const { return partial_request_since_ms_; }
+  // Tells the client its request did not arrive whole within `seconds`, and closes.
+  void TimeOutRequest(int64_t seconds);
 
  private:
   // The outcome of one read of the socket.
@@ -79,6 +90,9 @@ class Connection final : public std::enable_shared_from_this<Connection>,
   std::string input_;  // bytes read, from input_start_ on not yet consumed
   size_t input_start_ = 0;
   size_t input_end_ = 0;
+
+  int64_t partial_request_since_ms_ = 0;
+  uint64_t requests_run_ = 0;  // whole requests taken from the input, ever
 
   size_t output_sent_ = 0;   // bytes of session output already written
   size_t output_ready_ = 0;  // bytes of session output released for writing

@@ -7,6 +7,7 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/write.hpp>
 
+#include "servers/listen.h"
 #include "servers/redis/redis_metrics.h"
 #include "servers/redis/worker.h"
 
@@ -23,7 +24,9 @@ int UsableCpus() {
 }  // namespace
 
 RedisServer::RedisServer(servers::Services services, ServerOptions options)
-    : core_(std::move(services), std::move(options)), acceptor_(accept_io_) {
+    : core_(std::move(services), std::move(options)),
+      acceptor_(accept_io_),
+      tls_acceptor_(accept_io_) {
   if (metrics::Registry* registry = core_.services().metrics; registry != nullptr) {
     RegisterRedisMetrics(core_, *registry);
   }
@@ -37,39 +40,40 @@ Status RedisServer::Start() {
     workers_.push_back(std::make_unique<Worker>(core_, i));
     core_.AddWorkerStats(&workers_.back()->stats());
   }
-  boost::system::error_code error;
-  const auto address = boost::asio::ip::make_address(core_.options().bind, error);
-  if (error) return InvalidArgument(fmt::format("bad --bind address '{}'", core_.options().bind));
-  const boost::asio::ip::tcp::endpoint endpoint(address, core_.options().port);
-  acceptor_.open(endpoint.protocol(), error);
-  if (!error) acceptor_.set_option(boost::asio::socket_base::reuse_address(true), error);
-  if (!error) acceptor_.bind(endpoint, error);
-  if (!error) acceptor_.listen(boost::asio::socket_base::max_listen_connections, error);
-  if (error) {
-    return IOError(fmt::format("cannot listen on {}:{}: {}", core_.options().bind,
-                               core_.options().port, error.message()));
+  const ServerOptions& options = core_.options();
+  if (options.plain) {
+    auto status = servers::Listen(acceptor_, options.bind, options.port, "the Redis protocol");
+    if (!status) return status;
+    core_.set_bound_port(acceptor_.local_endpoint().port());
   }
-  core_.set_bound_port(acceptor_.local_endpoint().port());
+  if (options.tls_port != 0) {
+    auto status = servers::Listen(tls_acceptor_, options.bind, options.tls_port,
+                                  "the Redis protocol over TLS");
+    if (!status) return status;
+    tls_port_ = tls_acceptor_.local_endpoint().port();
+  }
 
   std::vector<servers::DurabilityGate*> gates;
   for (auto& worker : workers_) gates.push_back(&worker->gate());
   durable_.Attach(core_.engine().committer(), std::move(gates));
   for (auto& worker : workers_) worker->Start();
   sampler_ = std::make_unique<boost::asio::steady_timer>(accept_io_);
-  accept_retry_ = std::make_unique<boost::asio::steady_timer>(accept_io_);
   SampleOps();
-  Accept();
+  if (acceptor_.is_open()) Accept(acceptor_, false);
+  if (tls_acceptor_.is_open()) Accept(tls_acceptor_, true);
   accept_thread_ = std::thread([this] { accept_io_.run(); });
-  spdlog::info("serving the Redis protocol on {}:{} with {} worker(s)", core_.options().bind,
-               port(), worker_count);
+  spdlog::info("serving the Redis protocol on {}{}{} with {} worker(s)", options.bind,
+               options.plain ? fmt::format(" port {}", port()) : "",
+               tls_port_ != 0 ? fmt::format(" TLS port {}", tls_port_) : "", worker_count);
   return OkStatus();
 }
 
-void RedisServer::Accept() {
+void RedisServer::Accept(boost::asio::ip::tcp::acceptor& acceptor, bool tls) {
   Worker& worker = *workers_[next_worker_];
   next_worker_ = (next_worker_ + 1) % workers_.size();
-  acceptor_.async_accept(worker.io(), [this, &worker](const boost::system::error_code& error,
-                                                      boost::asio::ip::tcp::socket socket) {
+  acceptor.async_accept(worker.io(), [this, &worker, &acceptor, tls](
+                                         const boost::system::error_code& error,
+                                         boost::asio::ip::tcp::socket socket) {
     if (error == boost::asio::error::operation_aborted) return;
     if (!error) {
       core_.connections_received.fetch_add(1, std::memory_order_relaxed);
@@ -80,19 +84,28 @@ void RedisServer::Accept() {
             socket, boost::asio::buffer(std::string_view("-ERR max number of clients reached\r\n")),
             ignored);
         socket.close(ignored);
+      } else if (tls) {
+        tls::TlsContext& context = *core_.services().tls;
+        worker.tunnels().Serve(std::move(socket), context.Current(), context.options().auth_clients,
+                               [&worker](boost::asio::ip::tcp::socket inner, servers::Peer peer) {
+                                 worker.Adopt(std::move(inner), peer);
+                               });
       } else {
-        worker.Adopt(std::move(socket));
+        const servers::Peer peer = servers::Peer::Of(socket);
+        worker.Adopt(std::move(socket), peer);
       }
     } else {
       // Out of file descriptors and the like: log, pause a little, keep serving.
       spdlog::warn("accept failed: {}", error.message());
-      accept_retry_->expires_after(std::chrono::milliseconds(100));
-      accept_retry_->async_wait([this](const boost::system::error_code& cancelled) {
-        if (!cancelled) Accept();
+      // A timer per pause: both acceptors may pause at once. Stop() closes the acceptor.
+      auto retry =
+          std::make_shared<boost::asio::steady_timer>(accept_io_, std::chrono::milliseconds(100));
+      retry->async_wait([this, &acceptor, tls, retry](const boost::system::error_code& failed) {
+        if (!failed && acceptor.is_open()) Accept(acceptor, tls);
       });
       return;
     }
-    Accept();
+    Accept(acceptor, tls);
   });
 }
 
@@ -112,8 +125,8 @@ void RedisServer::Stop() {
   boost::asio::post(accept_io_, [this] {
     boost::system::error_code ignored;
     acceptor_.close(ignored);
+    tls_acceptor_.close(ignored);
     sampler_->cancel();
-    accept_retry_->cancel();
   });
   accept_thread_.join();
   durable_.Detach();

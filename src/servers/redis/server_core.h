@@ -30,6 +30,7 @@ struct ClientInfo {
   std::atomic<const CommandSpec*> last_command{nullptr};
   std::atomic<int> protocol{2};
   std::atomic<bool> in_multi{false};
+  std::atomic<uint32_t> db{0};  // the selected database
   std::atomic<size_t> query_buffer_bytes{0};
   std::atomic<size_t> output_buffer_bytes{0};
   mutable std::mutex mutex;

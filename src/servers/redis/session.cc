@@ -99,9 +99,11 @@ void Session::Execute(std::span<const std::string_view> args) {
   static constexpr size_t kIncrementKey[] = {1};
   const bool increment = (spec->flags & kIncrement) != 0;
   if (!increment) KeyPositions(*spec, args.size(), &key_positions_);
-  if ((spec->flags & kWrite) != 0 &&
-      RefusedProtectedKey(*spec, args,
-                          increment ? std::span<const size_t>(kIncrementKey) : key_positions_)) {
+  const std::string refusal =
+      KeyRefusal(*spec, args, increment ? std::span<const size_t>(kIncrementKey) : key_positions_,
+                 in_multi_ ? queued_db_ : db_);
+  if (!refusal.empty()) {
+    Reject(*spec, refusal);
     return;
   }
 
@@ -110,6 +112,12 @@ void Session::Execute(std::span<const std::string_view> args) {
       multi_failed_ = true;
       writer_.Error("ERR Command not allowed inside a transaction");
       return;
+    }
+    // A queued SELECT moves the commands queued after it (EXEC checks their keys again).
+    if (spec->handler == commands::Select) {
+      if (const auto db = commands::DatabaseIndex(args[1], core_.options().databases)) {
+        queued_db_ = *db;
+      }
     }
     multi_queue_.push_back({spec, std::vector<std::string>(args.begin(), args.end())});
     writer_.SimpleString("QUEUED");
@@ -124,22 +132,38 @@ void Session::Execute(std::span<const std::string_view> args) {
   Run(*spec, args, nullptr);
 }
 
-void Session::HashKeys(std::span<const std::string_view> args) {
-  keys_.clear();
-  for (const size_t position : key_positions_) keys_.emplace_back(args[position]);
+void Session::set_db(uint32_t db) {
+  db_ = db;
+  info_->db.store(db, std::memory_order_relaxed);
 }
 
-bool Session::RefusedProtectedKey(const CommandSpec& spec, std::span<const std::string_view> args,
-                                  std::span<const size_t> key_positions) {
-  const derived::DerivedCounters* derived = core_.derived();
-  if (derived == nullptr) return false;
-  for (const size_t position : key_positions) {
-    if (derived->IsProtectedKey(args[position])) {
-      Reject(spec, derived->ProtectedKeyError(args[position]));
-      return true;
-    }
+void Session::HashKeys(std::span<const std::string_view> args) {
+  keys_.clear();
+  if (db_ == 0) {
+    for (const size_t position : key_positions_) keys_.emplace_back(args[position]);
+    return;
   }
-  return false;
+  // Every stored key first, then the views into them (a growing vector moves its strings).
+  stored_keys_.resize(key_positions_.size());
+  for (size_t i = 0; i < key_positions_.size(); ++i) {
+    engine::StoreKeyInto(db_, args[key_positions_[i]], &stored_keys_[i]);
+  }
+  for (const std::string& key : stored_keys_) keys_.emplace_back(key);
+}
+
+std::string Session::KeyRefusal(const CommandSpec& spec, std::span<const std::string_view> args,
+                                std::span<const size_t> key_positions, uint32_t db) const {
+  if (db != 0) return {};  // derived counters and tally's own records live in database 0
+  for (const size_t position : key_positions) {
+    if (engine::IsReservedKey(args[position]))
+      return fmt::format("ERR {}", engine::kReservedKeyMessage);
+  }
+  const derived::DerivedCounters* derived = core_.derived();
+  if (derived == nullptr || (spec.flags & kWrite) == 0) return {};
+  for (const size_t position : key_positions) {
+    if (derived->IsProtectedKey(args[position])) return derived->ProtectedKeyError(args[position]);
+  }
+  return {};
 }
 
 bool Session::NeedsFold(const CommandSpec& spec) {
@@ -155,7 +179,12 @@ void Session::QueueIncrement(const CommandSpec& spec, std::span<const std::strin
   const bool negate = spec.handler == commands::Decr || spec.handler == commands::DecrBy;
   const std::optional<int64_t> delta = IncrementAmount(args, negate, writer_);
   if (!delta) return;
-  const uint32_t ticket = shard_.increments().Add(engine::HashedKey(args[1]), *delta);
+  std::string_view key = args[1];
+  if (db_ != 0) {
+    engine::StoreKeyInto(db_, key, &stored_increment_key_);
+    key = stored_increment_key_;
+  }
+  const uint32_t ticket = shard_.increments().Add(engine::HashedKey(key), *delta);  // copies
   if (holes_.empty()) shard_.AwaitFold(this);
   holes_.push_back(Hole{output_.size(), ticket});
 }
@@ -203,6 +232,7 @@ void Session::Run(const CommandSpec& spec, std::span<const std::string_view> arg
 
 void Session::BeginMulti() {
   in_multi_ = true;
+  queued_db_ = db_;
   multi_failed_ = false;
   multi_queue_.clear();
   info_->in_multi.store(true, std::memory_order_relaxed);
@@ -235,6 +265,12 @@ void Session::RunExec() {
   for (const QueuedCommand& queued : queue) {
     args.assign(queued.args.begin(), queued.args.end());
     KeyPositions(*queued.spec, args.size(), &key_positions_);
+    // The database may differ from the one checked at queueing (a SELECT that failed).
+    if (const std::string refusal = KeyRefusal(*queued.spec, args, key_positions_, db_);
+        !refusal.empty()) {
+      writer_.Error(refusal);
+      continue;
+    }
     HashKeys(args);
     Run(*queued.spec, args, &all);
   }

@@ -27,7 +27,8 @@
 namespace tally::redis {
 
 // A session's pub/sub state (commands/pubsub.cc): what it follows, and its subscriber in
-// the server's SubscriptionHub.
+// the server's SubscriptionHub. Channels and patterns are kept in their stored form
+// (engine/databases.h: prefixed with the database they were subscribed in, when not 0).
 struct PubSubState {
   engine::SubscriberId subscriber = 0;  // 0 until the first SUBSCRIBE or PSUBSCRIBE
   std::set<std::string> channels;       // exact keys
@@ -63,6 +64,9 @@ class Session {
   ClientInfo& info() { return *info_; }
   int protocol() const { return writer_.protocol(); }
   void set_protocol(int protocol);
+  // The selected database (SELECT; engine/databases.h). Keys of commands run in it.
+  uint32_t db() const { return db_; }
+  void set_db(uint32_t db);
   bool authenticated() const { return authenticated_; }
   void set_authenticated(bool authenticated) { authenticated_ = authenticated; }
   void RequestClose() { close_requested_ = true; }
@@ -95,16 +99,19 @@ class Session {
     uint32_t ticket;  // the increment's ticket in the worker's IncrementBuffer
   };
 
-  // Hashes the key arguments at key_positions_ into keys_, once per request.
+  // Hashes the key arguments at key_positions_, in their stored form in the selected
+  // database, into keys_, once per request.
   void HashKeys(std::span<const std::string_view> args);
   // Runs a validated command: locks its keys (unless `held` already holds every stripe) and
   // calls the handler. REQUIRES: HashKeys() for this request.
   void Run(const CommandSpec& spec, std::span<const std::string_view> args, engine::View* held);
   // Queues a plain increment in the worker's buffer (or replies why the amount is bad).
   void QueueIncrement(const CommandSpec& spec, std::span<const std::string_view> args);
-  // True, after refusing the command, when it would write a derived counter's key.
-  bool RefusedProtectedKey(const CommandSpec& spec, std::span<const std::string_view> args,
-                           std::span<const size_t> key_positions);
+  // Why the command may not touch its keys in database `db`, or empty: a key reserved for
+  // other databases (any command in database 0), or a derived counter's key (writes in
+  // database 0, where derived counters live).
+  std::string KeyRefusal(const CommandSpec& spec, std::span<const std::string_view> args,
+                         std::span<const size_t> key_positions, uint32_t db) const;
   // True when a command must see the effect of increments still in the buffer.
   bool NeedsFold(const CommandSpec& spec);
   void RejectUnknown(std::span<const std::string_view> args);
@@ -120,7 +127,9 @@ class Session {
   uint64_t required_epoch_ = 0;
   bool authenticated_;
   bool close_requested_ = false;
+  uint32_t db_ = 0;
   bool in_multi_ = false;
+  uint32_t queued_db_ = 0;  // the database queued commands will run in, as far as SELECTs tell
   bool multi_failed_ = false;
   struct QueuedCommand {
     const CommandSpec* spec;
@@ -132,6 +141,8 @@ class Session {
   // Scratch, reused by every request.
   std::vector<size_t> key_positions_;
   std::vector<engine::HashedKey> keys_;
+  std::vector<std::string> stored_keys_;  // what keys_ point into outside database 0
+  std::string stored_increment_key_;
 };
 
 }  // namespace tally::redis

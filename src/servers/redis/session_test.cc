@@ -113,6 +113,23 @@ TEST_F(SessionTest, IncrementsOfATurnAreFilledInOrderAndSeenByLaterReads) {
   EXPECT_EQ(shard_->stats().increments_folded.load(), 4u);
 }
 
+TEST_F(SessionTest, EachDatabaseKeepsItsKeysUnderItsPrefix) {
+  EXPECT_EQ(Turn({{"INCR", "a"}, {"SELECT", "2"}, {"INCRBY", "a", "5"}, {"SET", "b", "7"}}),
+            ":1\r\n+OK\r\n:5\r\n+OK\r\n");
+  // Database 2's keys are stored under "\0db\x02"; database 0's as they are.
+  const std::string a2 = engine::StoredKey(2, "a");
+  const engine::HashedKey stored(a2);
+  EXPECT_EQ(engine_->keyspace().Lock(stored).Get(stored), 5);
+  EXPECT_EQ(Call({"KEYS", "a*"}), "*1\r\n$1\r\na\r\n");
+  EXPECT_EQ(Call({"DBSIZE"}), ":2\r\n");
+  EXPECT_EQ(Turn({{"SELECT", "0"}, {"GET", "a"}, {"GET", "b"}, {"DBSIZE"}}),
+            "+OK\r\n$1\r\n1\r\n$-1\r\n:1\r\n");
+  EXPECT_EQ(Call({"SELECT", "16"}), "-ERR DB index is out of range\r\n");
+  EXPECT_EQ(Call({"GET", std::string_view("\0db\x02a", 5)}),
+            "-ERR keys that start with \\x00db are reserved: tally stores the keys of databases "
+            "1 and up under them\r\n");
+}
+
 TEST_F(SessionTest, AnIncrementPastInt64ChangesNothing) {
   EXPECT_EQ(Call({"SET", "a", "9223372036854775807"}), "+OK\r\n");
   EXPECT_EQ(Call({"INCR", "a"}), "-ERR increment or decrement would overflow\r\n");

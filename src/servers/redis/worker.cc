@@ -35,15 +35,16 @@ void Worker::Stop() {
     std::vector<std::shared_ptr<Connection>> all;
     for (const auto& [raw, connection] : connections_) all.push_back(connection);
     for (const auto& connection : all) connection->Close();
+    tunnels_.CloseAll();
     gate_.Clear();
     guard_.reset();
   });
   thread_.join();
 }
 
-void Worker::Adopt(boost::asio::ip::tcp::socket socket) {
-  boost::asio::post(io_, [this, socket = std::move(socket)]() mutable {
-    auto connection = std::make_shared<Connection>(*this, std::move(socket));
+void Worker::Adopt(boost::asio::ip::tcp::socket socket, servers::Peer peer) {
+  boost::asio::post(io_, [this, socket = std::move(socket), peer]() mutable {
+    auto connection = std::make_shared<Connection>(*this, std::move(socket), peer);
     connections_.emplace(connection.get(), connection);
     connection->Start();
   });
@@ -77,16 +78,21 @@ void Worker::StartHousekeeping() {
   housekeeping_.async_wait([this](const boost::system::error_code& error) {
     if (error) return;
     const int64_t timeout = core_.options().timeout_seconds;
-    if (timeout > 0) {
-      const int64_t now = core_.engine().keyspace().clock()->NowMillis();
-      std::vector<std::shared_ptr<Connection>> idle;
-      for (const auto& [raw, connection] : connections_) {
-        if (now - connection->session().info().last_interaction_ms.load() > timeout * 1000) {
-          idle.push_back(connection);
-        }
+    const int64_t request_timeout = core_.options().request_timeout_seconds;
+    const int64_t now = core_.engine().keyspace().clock()->NowMillis();
+    std::vector<std::shared_ptr<Connection>> idle;
+    std::vector<std::shared_ptr<Connection>> slow;
+    for (const auto& [raw, connection] : connections_) {
+      const int64_t since = connection->partial_request_since_ms();
+      if (request_timeout > 0 && since != 0 && now - since > request_timeout * 1000) {
+        slow.push_back(connection);
+      } else if (timeout > 0 &&
+                 now - connection->session().info().last_interaction_ms.load() > timeout * 1000) {
+        idle.push_back(connection);
       }
-      for (const auto& connection : idle) connection->Close();
     }
+    for (const auto& connection : idle) connection->Close();
+    for (const auto& connection : slow) connection->TimeOutRequest(request_timeout);
     StartHousekeeping();
   });
 }

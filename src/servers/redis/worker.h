@@ -19,8 +19,10 @@
 #include <vector>
 
 #include "servers/durability_gate.h"
+#include "servers/peer.h"
 #include "servers/redis/server_core.h"
 #include "servers/redis/worker_shard.h"
+#include "servers/tls/tls_tunnel.h"
 
 namespace tally::redis {
 
@@ -41,8 +43,11 @@ class Worker {
   // Closes every connection and stops the thread. Call after the acceptor is closed.
   void Stop();
 
-  // Takes a freshly accepted socket (on this worker's io_context). Any thread.
-  void Adopt(boost::asio::ip::tcp::socket socket);
+  // Takes a freshly accepted socket (on this worker's io_context), or a TLS tunnel's inner
+  // end; `peer` is the client's TCP connection. Any thread.
+  void Adopt(boost::asio::ip::tcp::socket socket, servers::Peer peer);
+  // The TLS tunnels of this worker's clients on the TLS port.
+  tls::TunnelSet& tunnels() { return tunnels_; }
 
   // The connection ran requests this turn: it gets its replies handled at the end of it.
   void Touch(const std::shared_ptr<Connection>& connection);
@@ -61,6 +66,7 @@ class Worker {
   WorkerShard shard_;
   servers::DurabilityGate gate_;
   boost::asio::steady_timer housekeeping_;
+  tls::TunnelSet tunnels_;
 
   // All below: this worker's thread only.
   absl::flat_hash_map<Connection*, std::shared_ptr<Connection>> connections_;

@@ -36,12 +36,13 @@ std::string ClientLine(const ClientInfo& client, int64_t now_ms) {
   const CommandSpec* last = client.last_command.load(std::memory_order_relaxed);
   const int64_t idle = (now_ms - client.last_interaction_ms.load(std::memory_order_relaxed)) / 1000;
   return fmt::format(
-      "id={} addr={} laddr={} fd={} name={} age={} idle={} flags={} db=0 sub=0 psub=0 ssub=0 "
+      "id={} addr={} laddr={} fd={} name={} age={} idle={} flags={} db={} sub=0 psub=0 ssub=0 "
       "multi={} qbuf={} qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 omem={} "
       "tot-mem=0 events=r cmd={} user=default redir=-1 resp={}\n",
       client.id, client.address, client.local_address, client.fd, name,
       (now_ms - client.created_ms) / 1000, idle,
       client.in_multi.load(std::memory_order_relaxed) ? "x" : "N",
+      client.db.load(std::memory_order_relaxed),
       client.in_multi.load(std::memory_order_relaxed) ? 0 : -1,
       client.query_buffer_bytes.load(std::memory_order_relaxed),
       client.output_buffer_bytes.load(std::memory_order_relaxed),
@@ -83,14 +84,22 @@ void Quit(CommandContext& ctx) {
   ctx.session.RequestClose();
 }
 
+std::optional<uint32_t> DatabaseIndex(std::string_view text, uint32_t databases) {
+  const std::optional<int64_t> index = ParseInt64(text);
+  if (!index || *index < 0 || *index >= static_cast<int64_t>(databases)) return std::nullopt;
+  return static_cast<uint32_t>(*index);
+}
+
+// Redis's replies: a non-integer first, then a number outside [0, --databases).
 void Select(CommandContext& ctx) {
-  const auto index = IntegerArgument(ctx, ctx.args[1]);
-  if (!index) return;
-  if (*index != 0) {
+  if (!IntegerArgument(ctx, ctx.args[1])) return;
+  const std::optional<uint32_t> db = DatabaseIndex(ctx.args[1], ctx.server.options().databases);
+  if (!db) {
     ctx.reply.Error("ERR DB index is out of range");
-  } else {
-    ctx.reply.SimpleString("OK");
+    return;
   }
+  ctx.session.set_db(*db);
+  ctx.reply.SimpleString("OK");
 }
 
 // HELLO [protover [AUTH username password] [SETNAME clientname]]
@@ -220,6 +229,7 @@ void Reset(CommandContext& ctx) {
   ctx.session.ClearMulti();
   ctx.session.EndSubscriptions();
   ctx.session.set_protocol(2);
+  ctx.session.set_db(0);
   {
     std::lock_guard lock(ctx.session.info().mutex);
     ctx.session.info().name.clear();

@@ -127,12 +127,17 @@ void StatsSection(CommandContext& ctx, std::string& out) {
       s.Total(&WorkerStats::protocol_errors));
 }
 
+// "db<n>:keys=..,expires=..,avg_ttl=0" for each database that holds a counter (those past
+// --databases too, kept from a run with more: they are stored, not reachable).
 void KeyspaceSection(CommandContext& ctx, std::string& out) {
   out += "# Keyspace\r\n";
   const engine::Keyspace& keyspace = ctx.server.engine().keyspace();
-  if (keyspace.size() > 0) {
-    fmt::format_to(std::back_inserter(out), "db0:keys={},expires={},avg_ttl=0\r\n", keyspace.size(),
-                   keyspace.expiring_count());
+  if (keyspace.size() == 0) return;
+  for (uint32_t db = 0; db < engine::kMaxDatabases; ++db) {
+    const size_t keys = keyspace.database_size(db);
+    if (keys == 0) continue;
+    fmt::format_to(std::back_inserter(out), "db{}:keys={},expires={},avg_ttl=0\r\n", db, keys,
+                   keyspace.database_expiring(db));
   }
 }
 
@@ -215,18 +220,21 @@ void ErrorStatsSection(CommandContext& ctx, std::string& out) {
 }
 
 // The most-written counters of the last minute (engine/hot_keys.h), most first:
-// "hotkey_<rank>:writes_per_sec=<rate>,writes=<n>,key=<key>", the key last so that its
-// commas and colons need no quoting (`\` and bytes outside printable ASCII as \xNN,
-// core/escape.h).
+// "hotkey_<rank>:writes_per_sec=<rate>,writes=<n>[,db=<n>],key=<key>", the key last so
+// that its commas and colons need no quoting (`\` and bytes outside printable ASCII as \xNN,
+// core/escape.h); db= only for a database other than 0.
 void HotKeysSection(CommandContext& ctx, std::string& out) {
   fmt::format_to(std::back_inserter(out), "# Hotkeys\r\nhotkeys_window_seconds:{}\r\n",
                  engine::HotKeys::kWindowSeconds);
   const std::vector<engine::HotKey> top =
       ctx.server.engine().hot_keys().Top(kInfoHotKeys, derived::IsInternalKey);
   for (size_t i = 0; i < top.size(); ++i) {
-    fmt::format_to(std::back_inserter(out), "hotkey_{}:writes_per_sec={:.2f},writes={},key=", i + 1,
+    fmt::format_to(std::back_inserter(out), "hotkey_{}:writes_per_sec={:.2f},writes={},", i + 1,
                    top[i].writes_per_second, top[i].writes);
-    AppendPrintable(top[i].key, KeepUtf8::kNo, &out);
+    const engine::DatabaseKey key = engine::SplitStoredKey(top[i].key);
+    if (key.db != 0) fmt::format_to(std::back_inserter(out), "db={},", key.db);
+    out += "key=";
+    AppendPrintable(key.name, KeepUtf8::kNo, &out);
     out += "\r\n";
   }
 }
@@ -274,7 +282,7 @@ const ConfigEntry kConfig[] = {
      }},
     {"io-threads", [](const ServerOptions& o) { return std::to_string(o.workers); }},
     {"dir", [](const ServerOptions& o) { return o.data_dir; }},
-    {"databases", [](const ServerOptions&) { return std::string("1"); }},
+    {"databases", [](const ServerOptions& o) { return std::to_string(o.databases); }},
     {"save", [](const ServerOptions&) { return std::string(); }},
     {"appendonly", [](const ServerOptions&) { return std::string("no"); }},
     {"maxmemory", [](const ServerOptions&) { return std::string("0"); }},
