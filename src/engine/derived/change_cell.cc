@@ -123,8 +123,8 @@ std::string_view JsonKind(dom::element_type type) {
 }
 
 std::optional<CellRefusal> ConvertCell(
-    dom::element value, const definitions::SourceSchema::Column& column, TextArena& arena, bool masked,
-    absl::FunctionRef<std::optional<std::string_view>()> spelling, Value* cell) {
+    dom::element value, const definitions::SourceSchema::Column& column, TextArena& arena,
+    bool masked, absl::FunctionRef<std::optional<std::string_view>()> spelling, Value* cell) {
   const Type type = column.type;
   const dom::element_type kind = value.type();
   if (kind == dom::element_type::NULL_VALUE) return std::nullopt;  // the cell stays NULL

@@ -39,8 +39,8 @@ struct CellRefusal {
 // numeric cell that a double does not give exactly (or a masked one); it is called only
 // then, and may give nullopt (the number is then written as simdjson read it).
 std::optional<CellRefusal> ConvertCell(
-    simdjson::dom::element value, const definitions::SourceSchema::Column& column,
-    TextArena& arena, bool masked, absl::FunctionRef<std::optional<std::string_view>()> spelling,
+    simdjson::dom::element value, const definitions::SourceSchema::Column& column, TextArena& arena,
+    bool masked, absl::FunctionRef<std::optional<std::string_view>()> spelling,
     definitions::Value* cell);
 
 // What a JSON value is, for "got ..." in messages: "an array", "an object", "a number",
