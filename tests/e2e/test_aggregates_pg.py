@@ -8,9 +8,16 @@ orders while tallyd is killed with SIGKILL E2E_AGGREGATES_KILLS times (default 4
 each restart the writer pauses and every counter must equal PostgreSQL's own aggregates,
 the same SELECT run on the final rows, spelled as tally spells them, group by group.
 
-Environment: TALLYD, E2E_AGGREGATES_KILLS.
+A second test runs `tally verify` over every kind: equal at first, then, after a change
+pushed to tallyd alone (a row PostgreSQL never had), each counter's difference is reported
+with both values, and --repair repairs the plain numeric sum while the others say that
+they are not repaired.
+
+Environment: TALLYD, E2E_AGGREGATES_KILLS, TALLY_CLI (the `tally` program).
 """
 
+import decimal
+import json
 import os
 import random
 import subprocess
@@ -22,6 +29,7 @@ import postgres
 from harness import RespConn, TallyServer, tally_only
 
 KILLS = int(os.environ.get("E2E_AGGREGATES_KILLS", "4"))
+TALLY_CLI = os.environ.get("TALLY_CLI", "")
 CATCH_UP = 60.0
 TABLE_SQL = ("DROP TABLE IF EXISTS orders; "
              "CREATE TABLE orders (id bigint PRIMARY KEY, shop bigint, customer bigint, "
@@ -250,6 +258,62 @@ class AggregatesFollowPostgresTest(unittest.TestCase):
         self.wait_equal(server, "the end")
         self.assertEqual(server.stop(), 0)
         self.pg.sql("SELECT pg_drop_replication_slot('s_aggregates')")
+
+    def verify(self, server, *args):
+        """Runs `tally verify` against `server`; returns (exit code, stdout + stderr)."""
+        conninfo = "host=127.0.0.1 port=%d dbname=postgres user=%s" % (self.pg.port, self.pg.user)
+        r = subprocess.run([TALLY_CLI, "verify", "--source", conninfo, "--server",
+                            "127.0.0.1:%d" % server.port, "--timeout", "30"] + list(args),
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                           stdin=subprocess.DEVNULL, timeout=120)
+        return r.returncode, r.stdout.decode()
+
+    def test_verify_compares_every_kind(self):
+        if not os.access(TALLY_CLI, os.X_OK):
+            self.skipTest("tally not found (set TALLY_CLI)")
+        rng = random.Random(23)
+        self.pg.sql(TABLE_SQL + " ".join(
+            "INSERT INTO orders VALUES (%d, %s);" % (i, random_values(rng))
+            for i in range(1, 301)))
+        server = self.tallyd("s_verify_aggregates")
+        server.start()
+        self.wait_equal(server, "backfill")
+        code, out = self.verify(server)
+        self.assertEqual(code, 0, out)
+        for name in COUNTERS:
+            self.assertRegex(out, r"(?m)^%s: equal \(\d+ groups?\)$" % name)
+
+        # A row only tallyd counts: every kind but min moves in shop 3 (a new customer, the
+        # highest total, rating and time).
+        row = {"id": 100000, "shop": 3, "customer": 999, "total": "99999.99", "rating": 11,
+               "at": "2030-01-01T00:00:00Z"}
+        with RespConn(server.port) as c:
+            reply = c.call("COUNTER.PUSH", json.dumps({"source": "orders", "new": row}))
+            self.assertNotIsInstance(reply, Exception, reply)
+        want = pg_values(self.pg)
+        code, out = self.verify(server)
+        self.assertEqual(code, 1, out)
+        for name in COUNTERS:
+            if name == "cheapest":  # the highest total leaves the lowest as it was
+                self.assertRegex(out, r"(?m)^cheapest: equal \(\d+ groups?\)$")
+            else:
+                self.assertRegex(out, r"(?m)^%s: 1 difference \(" % name)
+        self.assertIn("revenue:3: tally %s, source %s\n" % (
+            decimal.Decimal(want["revenue"]["3"]) + decimal.Decimal(row["total"]),
+            want["revenue"]["3"]), out)
+        self.assertIn("best:3: tally 11, source %s\n" % want["best"]["3"], out)
+        self.assertIn("latest:3: tally 20300101T000000Z, source %s\n" % want["latest"]["3"], out)
+        self.assertRegex(out, r"(?m)^shop_all:3: tally \(\d+, \d+, [-0-9.]+, \d+, 99999\.99, "
+                              r"[0-9.]+, \d+\), source \(")
+
+        code, out = self.verify(server, "--repair")
+        self.assertEqual(code, 1, out)
+        self.assertIn("revenue: repaired 1 group, now equal", out)
+        self.assertIn("best: not repaired: its groups keep more than one number each", out)
+        code, out = self.verify(server, "revenue")
+        self.assertEqual(code, 0, out)
+        self.assertEqual(server.stop(), 0)
+        self.pg.sql("SELECT pg_drop_replication_slot('s_verify_aggregates')")
 
 
 if __name__ == "__main__":
