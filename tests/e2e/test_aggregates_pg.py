@@ -312,6 +312,19 @@ class AggregatesFollowPostgresTest(unittest.TestCase):
         self.assertIn("best: not repaired: its groups keep more than one number each", out)
         code, out = self.verify(server, "revenue")
         self.assertEqual(code, 0, out)
+
+        # The hidden records cannot be written by a client in database 0; in database 1 the
+        # same bytes are an ordinary key (stored under "\0db\1").
+        with RespConn(server.port) as c:
+            record = "\x00agg:6:best:30v\x80"
+            reply = c.call("INCRBY", record, "5")
+            self.assertIsInstance(reply, Exception)
+            self.assertIn("\\x00agg: are tally's own records", str(reply))
+            self.assertEqual(c.call("SELECT", "1"), "OK")
+            self.assertEqual(c.call("INCRBY", record, "5"), 5)
+        code, out = self.verify(server, "best")
+        self.assertEqual(code, 1, out)
+        self.assertIn("best:3: tally 11, source", out)
         self.assertEqual(server.stop(), 0)
         self.pg.sql("SELECT pg_drop_replication_slot('s_verify_aggregates')")
 

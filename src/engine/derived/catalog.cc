@@ -72,8 +72,8 @@ bool Catalog::IsProtectedKey(std::string_view key) const {
 
 std::string Catalog::ProtectedKeyError(std::string_view key) const {
   if (IsInternalKey(key)) {
-    return "ERR keys that start with \\x00id: or \\x00pos: are tally's own records "
-           "(idempotency markers, source positions)";
+    return "ERR keys that start with \\x00id:, \\x00pos: or \\x00agg: are tally's own records "
+           "(idempotency markers, source positions, the hidden state of derived counters)";
   }
   return fmt::format(
       "ERR key '{}' belongs to the derived counter '{}': it changes only through pushed "
