@@ -226,15 +226,16 @@ deb-test: deb
 	cd tests/packaging && TALLY_DEB_DIR=$(abspath $(DEB_DIR)) PYTHONDONTWRITEBYTECODE=1 \
 	  timeout --kill-after=30 600 $(PYTHON) -m unittest -v test_deb
 
-# New corpus entries and crash artifacts go to fuzz/corpus-run/<target> (ignored by git); the
-# checked-in seeds fuzz/corpus/<target> are only read. Each run's output is kept in
-# fuzz/corpus-run/<target>.log, and fuzz/fuzz_summary.py makes the table at the end from them
-# (executions, coverage, corpus, findings). Every target runs even when one finds a crash; the
+# New corpus entries go to fuzz/corpus-run/<target>/, crash artifacts to
+# fuzz/corpus-run/<target>-crash-<sha1> (both ignored by git); the checked-in seeds
+# fuzz/corpus/<target> are only read. Each run's output is kept in fuzz/corpus-run/<target>.log,
+# and fuzz/fuzz_summary.py makes the table at the end from them (executions, coverage, corpus,
+# findings). Every target runs even when one finds a crash; the
 # run fails at the end, naming them.
 fuzz: deps
 	$(FUZZ_CONFIGURE)
 	cmake --build $(FUZZ_DIR) -j$(JOBS) --target $(addsuffix _fuzz,$(FUZZ_TARGETS))
-	@set -o pipefail; failed=""; logs=""; \
+	@failed=""; logs=""; \
 	for target in $(FUZZ_TARGETS); do \
 	  mkdir -p fuzz/corpus-run/$$target; \
 	  dict=""; if [ -f fuzz/dict/$$target.dict ]; then dict="-dict=fuzz/dict/$$target.dict"; fi; \

@@ -46,6 +46,13 @@ inline size_t ShortestPrefixFor(std::string_view stored) {
   return DatabaseOf(stored) == 0 ? 0 : kDatabaseKeyPrefixSize;
 }
 
+// Whether a prefix subscription (`prefix`, stored form) follows the stored `key`: the prefix
+// starts the key and belongs to the key's own database (database 0's "" does not follow
+// database 2's keys).
+inline bool PrefixFollows(std::string_view prefix, std::string_view key) {
+  return key.starts_with(prefix) && prefix.size() >= ShortestPrefixFor(key);
+}
+
 // A stored key split into its database and its name there.
 struct DatabaseKey {
   uint32_t db = 0;

@@ -78,6 +78,18 @@ TEST(DatabasesTest, DatabaseZeroReservesThePrefixOnly) {
   EXPECT_FALSE(IsReservedKey(""));
 }
 
+TEST(DatabasesTest, APrefixFollowsKeysOfItsOwnDatabaseOnly) {
+  EXPECT_TRUE(PrefixFollows(StoredKey(0, ""), StoredKey(0, "likes:1")));
+  EXPECT_TRUE(PrefixFollows(StoredKey(0, "likes:"), StoredKey(0, "likes:1")));
+  EXPECT_TRUE(PrefixFollows(StoredKey(2, ""), StoredKey(2, "likes:1")));
+  EXPECT_TRUE(PrefixFollows(StoredKey(2, "likes:"), StoredKey(2, "likes:1")));
+  // Database 0's "" (every key of database 0) is a byte prefix of every stored key.
+  EXPECT_FALSE(PrefixFollows(StoredKey(0, ""), StoredKey(2, "likes:1")));
+  EXPECT_FALSE(PrefixFollows(StoredKey(2, ""), StoredKey(3, "likes:1")));
+  EXPECT_FALSE(PrefixFollows(StoredKey(2, "likes:"), StoredKey(0, "likes:1")));
+  EXPECT_FALSE(PrefixFollows(StoredKey(0, "likes:2"), StoredKey(0, "likes:1")));
+}
+
 class DatabaseKeyspaceTest : public ::testing::Test {
  protected:
   void Incr(uint32_t db, std::string_view name, int64_t delta = 1) {

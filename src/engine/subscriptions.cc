@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <map>
 
 #include "engine/key_hash.h"
 
@@ -34,6 +35,19 @@ void Merge(AskedBy& into, const AskedBy& more) {
   }
 }
 
+// Calls `test` with each prefix of the stored `key` whose length is in `lengths` (a length ->
+// count map, ascending) and which may follow the key (its own database only, databases.h),
+// shortest first, until `test` returns true; returns whether one did.
+template <typename Test>
+bool AnyFollowingPrefix(std::string_view key, const std::map<size_t, size_t>& lengths,
+                        Test&& test) {
+  for (auto it = lengths.lower_bound(ShortestPrefixFor(key));
+       it != lengths.end() && it->first <= key.size(); ++it) {
+    if (test(key.substr(0, it->first))) return true;
+  }
+  return false;
+}
+
 }  // namespace
 
 // --- PrefixSet ---------------------------------------------------------------------------
@@ -57,23 +71,15 @@ bool SubscriptionHub::PrefixSet::contains(std::string_view prefix) const {
 
 template <typename Visit>
 void SubscriptionHub::PrefixSet::ForEachMatch(std::string_view key, Visit&& visit) const {
-  const size_t shortest = ShortestPrefixFor(key);
-  for (const auto& [length, count] : lengths_) {
-    if (length > key.size()) break;
-    if (length < shortest) continue;
-    const auto it = prefixes_.find(Absl(key.substr(0, length)));
-    if (it != prefixes_.end()) visit(*it);
-  }
+  AnyFollowingPrefix(key, lengths_, [&](std::string_view prefix) {
+    if (const auto it = prefixes_.find(Absl(prefix)); it != prefixes_.end()) visit(*it);
+    return false;
+  });
 }
 
 bool SubscriptionHub::PrefixSet::Matches(std::string_view key) const {
-  const size_t shortest = ShortestPrefixFor(key);
-  for (const auto& [length, count] : lengths_) {
-    if (length > key.size()) break;
-    if (length < shortest) continue;
-    if (prefixes_.contains(Absl(key.substr(0, length)))) return true;
-  }
-  return false;
+  return AnyFollowingPrefix(
+      key, lengths_, [&](std::string_view prefix) { return prefixes_.contains(Absl(prefix)); });
 }
 
 // --- SubscriptionHub ---------------------------------------------------------------------
@@ -332,14 +338,12 @@ void SubscriptionHub::ForEachMatch(std::string_view key, Visit&& visit) {
   if (const auto it = exact_.find(Absl(key)); it != exact_.end()) {
     for (Subscriber* subscriber : it->second) visit(*subscriber);
   }
-  const size_t shortest = ShortestPrefixFor(key);
-  for (const auto& [length, count] : prefix_lengths_) {
-    if (length > key.size()) break;
-    if (length < shortest) continue;
-    const auto it = prefixes_.find(Absl(key.substr(0, length)));
-    if (it == prefixes_.end()) continue;
-    for (Subscriber* subscriber : it->second) visit(*subscriber);
-  }
+  AnyFollowingPrefix(key, prefix_lengths_, [&](std::string_view prefix) {
+    if (const auto it = prefixes_.find(Absl(prefix)); it != prefixes_.end()) {
+      for (Subscriber* subscriber : it->second) visit(*subscriber);
+    }
+    return false;
+  });
 }
 
 void SubscriptionHub::Offer(Subscriber& subscriber, std::string_view key, int64_t value,

@@ -21,10 +21,12 @@ namespace {
 // Client connections are file descriptors, and so are RocksDB's files. As Redis does, tallyd
 // raises its soft limit of open files to what --maxclients and --http-max-connections need
 // plus a reserve, as far as the hard limit allows, and warns when that is not enough: a flood
-// of connections could then take the descriptors RocksDB needs to write.
-void RaiseOpenFilesLimit(int64_t maxclients, int64_t http_connections) {
+// of connections could then take the descriptors RocksDB needs to write. A TLS client takes
+// three (its socket and the two ends of its tunnel, tls_tunnel.h).
+void RaiseOpenFilesLimit(int64_t maxclients, int64_t http_connections, bool tls) {
   constexpr int64_t kReserve = 1024;  // RocksDB's files, listeners, PostgreSQL, the event loops
-  const auto wanted = static_cast<rlim_t>(maxclients + http_connections + kReserve);
+  const int64_t per_client = tls ? 3 : 1;
+  const auto wanted = static_cast<rlim_t>((maxclients + http_connections) * per_client + kReserve);
   rlimit limit{};
   if (getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur >= wanted) return;
   rlimit raised = limit;
@@ -33,8 +35,9 @@ void RaiseOpenFilesLimit(int64_t maxclients, int64_t http_connections) {
   if (limit.rlim_cur < wanted) {
     spdlog::warn(
         "open files limited to {} (ulimit -n, systemd LimitNOFILE): --maxclients {} plus "
-        "--http-max-connections {} plus {} for the store need {}",
-        limit.rlim_cur, maxclients, http_connections, kReserve, wanted);
+        "--http-max-connections {}{} plus {} for the store need {}",
+        limit.rlim_cur, maxclients, http_connections, tls ? ", 3 each over TLS," : "", kReserve,
+        wanted);
   }
 }
 
@@ -70,12 +73,20 @@ int main(int argc, char** argv) {
   tally::programs::AddTallydOptions(app, &options);
   try {
     app.parse(argc, argv);
+  } catch (const CLI::ConfigError& e) {
+    // CLI11 says "INI was not able to parse <name>" of a name that is not an option.
+    fmt::print(
+        stderr,
+        "tallyd: {}: {} (not a tallyd option, or a bad value; tallyd --help lists the options)\n",
+        app.get_config_ptr()->as<std::string>(), e.what());
+    return e.get_exit_code();
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
   tally::programs::FinishTallydOptions(app, &options);
   spdlog::set_level(spdlog::level::from_str(options.log_level));
-  RaiseOpenFilesLimit(options.node.redis.maxclients, options.node.http.max_connections);
+  RaiseOpenFilesLimit(options.node.redis.maxclients, options.node.http.max_connections,
+                      options.node.redis.tls_port != 0 || options.node.http.tls_port != 0);
 
   // Block the stop and reload signals in every thread (the node's start them); the main
   // thread waits for them below.

@@ -32,6 +32,8 @@ void AddSizeOption(CLI::App& app, std::string name, Bytes& bytes, std::string he
 
 void AddTallydOptions(CLI::App& app, TallydOptions* options) {
   app.set_config("--config", "", "Read options from this file (lines of 'name = value')");
+  // A misspelt name in the file is an error at start, as in Redis, not a setting silently lost.
+  app.allow_config_extras(CLI::config_extras_mode::error);
   app.set_version_flag("--version", "tallyd " + std::string(Version()));
 
   NodeOptions& node = options->node;

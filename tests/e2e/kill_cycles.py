@@ -18,6 +18,7 @@ class Coordinator:
         self.paused = False     # threads park at their next request boundary
         self.killing = False    # connection errors are expected
         self.stop = False
+        self.workers = []
 
     # ---- load threads
 
@@ -45,17 +46,23 @@ class Coordinator:
             if killing is not None:
                 self.killing = killing
 
-    def wait_parked(self, workers):
-        """Waits until every worker parked in this generation; returns False after
-        park_timeout."""
+    def start(self, workers):
+        """Starts the load threads this coordinator holds."""
+        self.workers = list(workers)
+        for w in self.workers:
+            w.start()
+
+    def wait_parked(self):
+        """Waits until every load thread parked in this generation; AssertionError (a test
+        failure) after park_timeout."""
         deadline = time.monotonic() + self.park_timeout
         with self.cond:
-            while not all(w.parked_gen == self.generation for w in workers):
+            while not all(w.parked_gen == self.generation for w in self.workers):
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    return False
+                    raise AssertionError("the load threads did not park within %.0f s"
+                                         % self.park_timeout)
                 self.cond.wait(timeout=min(left, 0.5))
-        return True
 
     def resume(self):
         with self.cond:
@@ -64,9 +71,9 @@ class Coordinator:
             self.generation += 1
             self.cond.notify_all()
 
-    def stop_all(self, workers, join_timeout):
+    def stop_all(self, join_timeout):
         with self.cond:
             self.stop = True
             self.cond.notify_all()
-        for w in workers:
+        for w in self.workers:
             w.join(timeout=join_timeout)

@@ -105,7 +105,7 @@ class DatabasesTest(DatabaseTestCase):
                         ["INCR", "a"]):
             self.assertEqual(c.call(*command), "QUEUED")
         self.assertEqual(c.call("EXEC"), [2, "OK", 6, "OK", 1])
-        self.assertIsNone(c.call("GET", "b"))
+        self.assertEqual(self.db(2).get("a"), "6")
         self.assertEqual(self.db(7).get("a"), "1")  # the connection is now in database 7
         self.assertEqual(c.call("GET", "a"), "1")
 
@@ -303,6 +303,10 @@ class TallyDatabasesTest(DatabaseTestCase):
         # FLUSHDB of database 2 leaves the derived counter; of database 0 it empties it.
         two.flushdb()
         self.assertEqual(self.r.get("blog_posts:7"), "1")
+        self.assertEqual(two.keys("*"), [])
+        self.r.flushdb()
+        self.assertIsNone(self.r.get("blog_posts:7"))
+        self.assertEqual(self.r.execute_command("COUNTER.GET", "blog_posts", "7"), 0)
 
 
 if __name__ == "__main__":

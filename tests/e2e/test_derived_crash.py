@@ -174,15 +174,10 @@ class DerivedCrashTest(unittest.TestCase):
         senders = [Sender(i, ds, coord, rng.randrange(1 << 30),
                           "redis" if i == THREADS - 1 else "http") for i in range(THREADS)]
 
-        self.addCleanup(coord.stop_all, senders, 30)
-        for s in senders:
-            s.start()
+        self.addCleanup(coord.stop_all, 30)
+        coord.start(senders)
         stats = {"inflight": 0, "inflight_applied": 0, "quiet": 0, "sigterm": 0,
                  "recovery_kills": 0}
-
-        def wait_parked():
-            if not coord.wait_parked(senders):
-                self.fail("senders did not stop within %.0fs" % PARK_TIMEOUT)
 
         def snapshot():
             with ds.server.raw(timeout=30) as conn:
@@ -260,7 +255,7 @@ class DerivedCrashTest(unittest.TestCase):
                 how = "kill -9 between batches"
                 stats["quiet"] += 1
                 coord.set(paused=True)
-                wait_parked()
+                coord.wait_parked()
                 coord.set(killing=True)
                 ds.server.kill9()
             else:
@@ -272,7 +267,7 @@ class DerivedCrashTest(unittest.TestCase):
                                      % ds.server.log_tail())
                 else:
                     ds.server.kill9()
-                wait_parked()
+                coord.wait_parked()
             if cycle % 5 == 0:
                 how += " + kill -9 during recovery"
                 stats["recovery_kills"] += 1
@@ -286,7 +281,7 @@ class DerivedCrashTest(unittest.TestCase):
 
         time.sleep(0.3)
         coord.set(paused=True)
-        wait_parked()
+        coord.wait_parked()
         check(CYCLES + 1, "final, server up")
         final = snapshot()
         ds.restart()

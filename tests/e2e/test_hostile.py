@@ -62,11 +62,19 @@ class GoodClient(threading.Thread):
         except Exception as e:  # noqa: BLE001 - reported by finish()
             self.errors.append("good client failed: %r" % e)
 
+    def wait_for_round(self, test):
+        """Waits (30 s at most) for one more INCR and push than so far: the server still
+        serves this client."""
+        done = self.incrs
+        wait_until(lambda: self.incrs > done or self.errors or not self.is_alive(), 30)
+        test.assertEqual(self.errors, [])
+        test.assertGreater(self.incrs, done)
+
     def finish(self, test):
+        self.wait_for_round(test)
         self.stop.set()
         self.join(30)
         test.assertEqual(self.errors, [])
-        test.assertGreater(self.incrs, 0)
         with RespConn(self.server.port) as conn:
             if self.password:
                 conn.call("AUTH", self.password)
@@ -102,6 +110,7 @@ class HostileCase(unittest.TestCase):
         self.good = GoodClient(self.server, self.http_port, self.password)
         self.good.start()
         self.addCleanup(self.good.stop.set)
+        self.good.wait_for_round(self)
 
     def healthy(self):
         http = bm.Http(self.http_port, timeout=2)

@@ -270,6 +270,20 @@ class ConfigFileTest(unittest.TestCase):
             fields = info_fields(c.call("INFO", "server"))
             self.assertEqual(fields.get("config_file"), path)
 
+    def test_misspelt_name_in_config_file_is_refused_at_start(self):
+        # As Redis: a name that is no option stops the start, naming the file and the name.
+        base = TallyServer()
+        self.addCleanup(base.cleanup)
+        path = os.path.join(base.base_dir, "tally.conf")
+        with open(path, "w") as f:
+            f.write("maxclients = 77\nmaxclientz = 5\n")
+        server = TallyServer(extra_args=["--config", path])
+        self.addCleanup(server.cleanup)
+        with self.assertRaises(Exception):
+            server.start()
+        self.assertNotEqual(server.proc.returncode, 0)
+        self.assertIn("%s: INI was not able to parse maxclientz" % path, server.log_tail())
+
     def test_bad_option_is_refused_at_start(self):
         for args in (["--maxclients", "abc"], ["--durability", "sometimes"],
                      ["--no-such-option", "1"]):

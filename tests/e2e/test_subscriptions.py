@@ -477,9 +477,11 @@ class RedisProtocolTest(SubscriptionServerCase):
         self.assertEqual(c.call("PING", "x"), ["pong", "x"])
         self.r.set("p:1", 5)
         self.assertEqual(c.read_reply(), ["pmessage", "p:*", "p:1", "5"])
-        self.assertEqual(c.call("UNSUBSCRIBE", "a", "zz"), ["unsubscribe", "a", 2])
+        # Each confirmation counts what is still followed after its name, as in Redis.
+        self.assertEqual(c.call("UNSUBSCRIBE", "a", "zz", "b"), ["unsubscribe", "a", 2])
         self.assertEqual(c.read_reply(), ["unsubscribe", "zz", 2])
-        self.assertEqual(c.call("UNSUBSCRIBE"), ["unsubscribe", "b", 1])
+        self.assertEqual(c.read_reply(), ["unsubscribe", "b", 1])
+        self.assertEqual(c.call("UNSUBSCRIBE"), ["unsubscribe", None, 1])
         self.assertEqual(c.call("PUNSUBSCRIBE"), ["punsubscribe", "p:*", 0])
         self.assertEqual(c.call("PUNSUBSCRIBE"), ["punsubscribe", None, 0])
         # Out of subscribed mode: every command again.

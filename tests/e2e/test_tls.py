@@ -13,7 +13,7 @@ import unittest
 
 import redis
 
-from harness import (HOST, RespConn, TallyServer, free_port, run_in_threads, tally_only,
+from harness import (HOST, RespConn, RespError, TallyServer, free_port, run_in_threads, tally_only,
                      wait_until)
 from tls_certs import Certificates
 
@@ -213,6 +213,18 @@ class TlsTest(unittest.TestCase):
         os.kill(server.pid(), signal.SIGHUP)
         self.assertTrue(wait_until(lambda: "not reloaded" in server.log_tail(), timeout=10))
         self.assertEqual(served_subject(self.tls_port, c), "renewed.localhost")
+
+    def test_max_clients_refusal_is_readable_over_tls(self):
+        # Refused after the handshake, so the client reads Redis's error, not stray bytes.
+        self.start("--maxclients", "2")
+        with tls_resp(self.tls_port, self.context()) as a, \
+                tls_resp(self.tls_port, self.context()) as b:
+            self.assertEqual([a.call("PING"), b.call("PING")], ["PONG", "PONG"])
+            with tls_resp(self.tls_port, self.context()) as refused:
+                reply = refused.read_reply()
+                self.assertIsInstance(reply, RespError)
+                self.assertEqual(reply.message, "ERR max number of clients reached")
+            self.assertEqual(a.call("INCR", "kept"), 1)
 
     def test_many_clients_at_once(self):
         self.start()

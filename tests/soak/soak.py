@@ -195,21 +195,17 @@ class Soak:
 
     # ---- the run
 
-    def wait_parked(self):
-        if not self.coord.wait_parked(self.loaders):
-            raise AssertionError("load threads did not park within %.0f s" % PARK_TIMEOUT)
-
     def kill_cycle(self, number):
         quiet = number % 2 == 0
         if quiet:
             self.coord.set(paused=True)
-            self.wait_parked()
+            self.coord.wait_parked()
             self.coord.set(killing=True)
             self.server.kill9()
         else:
             self.coord.set(paused=True, killing=True)
             self.server.kill9()
-            self.wait_parked()
+            self.coord.wait_parked()
         self.kills.append(time.monotonic() - self.started)
         self.server.start()
         bm.wait_http(self.ctx.http_port)
@@ -228,8 +224,7 @@ class Soak:
         bm.wait_http(self.ctx.http_port)
         self.started = time.monotonic()
         end = self.started + args.seconds
-        for l in self.loaders:
-            l.start()
+        self.coord.start(self.loaders)
         self.pool.start()
         next_sample, next_kill, kills = self.started, self.started + args.kill_every, 0
         try:
@@ -249,7 +244,7 @@ class Soak:
                 time.sleep(0.2)
             self.take_sample()
             self.coord.set(paused=True)
-            self.wait_parked()
+            self.coord.wait_parked()
             time.sleep(0.5)  # past every short-lived counter's 300 ms
             self.check_subscribers()
             self.check_values("end", final=True)
@@ -258,7 +253,7 @@ class Soak:
             self.check_values("end, after a clean restart", final=True)
         finally:
             self.pool.stop()
-            self.coord.stop_all(self.loaders, 30)
+            self.coord.stop_all(30)
             self.server.cleanup()
         self.elapsed = time.monotonic() - self.started
 

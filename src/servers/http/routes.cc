@@ -342,6 +342,12 @@ ApiResponse Api::PostValues(const Call& call) {
   simdjson::dom::element document;
   if (auto error =
           scratch_->json.parse(call.request.body.data(), call.request.body.size()).get(document)) {
+    // simdjson refuses an integer past 64 bits as a malformed number: say what it is.
+    if (error == simdjson::NUMBER_ERROR) {
+      return Fail(400,
+                  "invalid JSON: a number out of range (an integer key part is an int64, "
+                  "-9223372036854775808 to 9223372036854775807)");
+    }
     return Fail(400, fmt::format("invalid JSON: {}", simdjson::error_message(error)));
   }
   simdjson::dom::object object;

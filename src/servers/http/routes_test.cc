@@ -203,6 +203,12 @@ TEST_F(ApiTest, BadReadsSayWhy) {
   EXPECT_EQ(response.body,
             R"({"error":"keys[0][1]: a key part must be an integer, a string, true, false or )"
             R"(null, got a number that is not an integer"})");
+  response =
+      Call("POST", "/v1/values", R"({"counter":"blog_posts","keys":[[7,99999999999999999999]]})");
+  EXPECT_EQ(response.status, 400);
+  EXPECT_EQ(response.body,
+            R"j({"error":"invalid JSON: a number out of range (an integer key part is an int64, )j"
+            R"j(-9223372036854775808 to 9223372036854775807)"})j");
   response = Call("POST", "/v1/values", R"({"counter":"nope","keys":[]})");
   EXPECT_EQ(response.status, 404) << response.body;
 }

@@ -6,6 +6,7 @@
 #include <boost/asio/post.hpp>
 #include <future>
 
+#include "servers/accept.h"
 #include "servers/http/worker.h"
 #include "servers/listen.h"
 
@@ -78,35 +79,25 @@ Status HttpServer::Start() {
 }
 
 void HttpServer::Accept(boost::asio::ip::tcp::acceptor& acceptor, bool tls) {
-  HttpWorker& worker = *workers_[next_worker_];
-  next_worker_ = (next_worker_ + 1) % workers_.size();
-  acceptor.async_accept(worker.io(), [this, &worker, &acceptor, tls](
-                                         const boost::system::error_code& error,
-                                         boost::asio::ip::tcp::socket socket) {
-    if (error == boost::asio::error::operation_aborted) return;
-    if (error) {
-      // Out of file descriptors and the like: log, pause a little, keep serving. A timer per
-      // pause: both acceptors may pause at once. Stop() closes the acceptor.
-      spdlog::warn("HTTP accept failed: {}", error.message());
-      auto retry = std::make_shared<boost::asio::steady_timer>(acceptor.get_executor(),
-                                                               std::chrono::milliseconds(100));
-      retry->async_wait([this, &acceptor, tls, retry](const boost::system::error_code& failed) {
-        if (!failed && acceptor.is_open()) Accept(acceptor, tls);
+  auto next_worker = [this]() -> HttpWorker& {
+    HttpWorker& worker = *workers_[next_worker_];
+    next_worker_ = (next_worker_ + 1) % workers_.size();
+    return worker;
+  };
+  servers::AcceptConnections(
+      acceptor, tls ? "HTTPS" : "HTTP", next_worker,
+      [this, tls](HttpWorker& worker, boost::asio::ip::tcp::socket socket) {
+        if (!tls) {
+          Admit(worker, std::move(socket));
+          return;
+        }
+        // Counted (or refused) once the handshake is done: a 503 must be readable too.
+        tls::TlsContext& context = *shared_->services.tls;
+        worker.tunnels().Serve(std::move(socket), context.Current(), tls::ClientAuth::kNo,
+                               [this, &worker](boost::asio::ip::tcp::socket inner, servers::Peer) {
+                                 Admit(worker, std::move(inner));
+                               });
       });
-      return;
-    }
-    if (tls) {
-      // Counted (or refused) once the handshake is done: a 503 must be readable too.
-      tls::TlsContext& context = *shared_->services.tls;
-      worker.tunnels().Serve(std::move(socket), context.Current(), tls::ClientAuth::kNo,
-                             [this, &worker](boost::asio::ip::tcp::socket inner, servers::Peer) {
-                               Admit(worker, std::move(inner));
-                             });
-    } else {
-      Admit(worker, std::move(socket));
-    }
-    Accept(acceptor, tls);
-  });
 }
 
 void HttpServer::Admit(HttpWorker& worker, boost::asio::ip::tcp::socket socket) {

@@ -47,7 +47,7 @@ class HttpServer {
   uint64_t refused_connections() const;
 
  private:
-  // Accepts the next client of `acceptor` (the TLS one when `tls`).
+  // Accepts the clients of `acceptor` (the TLS one when `tls`) until it is closed.
   void Accept(boost::asio::ip::tcp::acceptor& acceptor, bool tls);
   // Hands a client to `worker`: to be served, or refused when max_connections are open.
   void Admit(HttpWorker& worker, boost::asio::ip::tcp::socket socket);

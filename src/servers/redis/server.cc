@@ -7,6 +7,7 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/write.hpp>
 
+#include "servers/accept.h"
 #include "servers/listen.h"
 #include "servers/redis/redis_metrics.h"
 #include "servers/redis/worker.h"
@@ -69,44 +70,40 @@ Status RedisServer::Start() {
 }
 
 void RedisServer::Accept(boost::asio::ip::tcp::acceptor& acceptor, bool tls) {
-  Worker& worker = *workers_[next_worker_];
-  next_worker_ = (next_worker_ + 1) % workers_.size();
-  acceptor.async_accept(worker.io(), [this, &worker, &acceptor, tls](
-                                         const boost::system::error_code& error,
-                                         boost::asio::ip::tcp::socket socket) {
-    if (error == boost::asio::error::operation_aborted) return;
-    if (!error) {
-      core_.connections_received.fetch_add(1, std::memory_order_relaxed);
-      if (static_cast<int64_t>(core_.clients().size()) >= core_.options().maxclients) {
-        core_.rejected_connections.fetch_add(1, std::memory_order_relaxed);
-        boost::system::error_code ignored;
-        boost::asio::write(
-            socket, boost::asio::buffer(std::string_view("-ERR max number of clients reached\r\n")),
-            ignored);
-        socket.close(ignored);
-      } else if (tls) {
+  auto next_worker = [this]() -> Worker& {
+    Worker& worker = *workers_[next_worker_];
+    next_worker_ = (next_worker_ + 1) % workers_.size();
+    return worker;
+  };
+  servers::AcceptConnections(
+      acceptor, tls ? "Redis TLS" : "Redis", next_worker,
+      [this, tls](Worker& worker, boost::asio::ip::tcp::socket socket) {
+        core_.connections_received.fetch_add(1, std::memory_order_relaxed);
+        if (!tls) {
+          const servers::Peer peer = servers::Peer::Of(socket);
+          Admit(worker, std::move(socket), peer);
+          return;
+        }
         tls::TlsContext& context = *core_.services().tls;
-        worker.tunnels().Serve(std::move(socket), context.Current(), context.options().auth_clients,
-                               [&worker](boost::asio::ip::tcp::socket inner, servers::Peer peer) {
-                                 worker.Adopt(std::move(inner), peer);
-                               });
-      } else {
-        const servers::Peer peer = servers::Peer::Of(socket);
-        worker.Adopt(std::move(socket), peer);
-      }
-    } else {
-      // Out of file descriptors and the like: log, pause a little, keep serving.
-      spdlog::warn("accept failed: {}", error.message());
-      // A timer per pause: both acceptors may pause at once. Stop() closes the acceptor.
-      auto retry =
-          std::make_shared<boost::asio::steady_timer>(accept_io_, std::chrono::milliseconds(100));
-      retry->async_wait([this, &acceptor, tls, retry](const boost::system::error_code& failed) {
-        if (!failed && acceptor.is_open()) Accept(acceptor, tls);
+        worker.tunnels().Serve(
+            std::move(socket), context.Current(), context.options().auth_clients,
+            [this, &worker](boost::asio::ip::tcp::socket inner, servers::Peer peer) {
+              Admit(worker, std::move(inner), peer);
+            });
       });
-      return;
-    }
-    Accept(acceptor, tls);
-  });
+}
+
+void RedisServer::Admit(Worker& worker, boost::asio::ip::tcp::socket socket, servers::Peer peer) {
+  if (static_cast<int64_t>(core_.clients().size()) >= core_.options().maxclients) {
+    core_.rejected_connections.fetch_add(1, std::memory_order_relaxed);
+    boost::system::error_code ignored;
+    boost::asio::write(
+        socket, boost::asio::buffer(std::string_view("-ERR max number of clients reached\r\n")),
+        ignored);
+    socket.close(ignored);
+    return;
+  }
+  worker.Adopt(std::move(socket), peer);
 }
 
 void RedisServer::SampleOps() {

@@ -12,6 +12,7 @@
 
 #include "core/status.h"
 #include "servers/durability_gate.h"
+#include "servers/peer.h"
 #include "servers/redis/server_core.h"
 #include "servers/redis/server_options.h"
 #include "servers/services.h"
@@ -41,8 +42,11 @@ class RedisServer {
   uint16_t tls_port() const { return tls_port_; }
 
  private:
-  // Accepts the next client of `acceptor` (the TLS one when `tls`).
+  // Accepts the clients of `acceptor` (the TLS one when `tls`) until it is closed.
   void Accept(boost::asio::ip::tcp::acceptor& acceptor, bool tls);
+  // Hands a client's socket (a TLS client's once its handshake is done, so that a refusal is
+  // readable) to `worker`, or refuses it past maxclients.
+  void Admit(Worker& worker, boost::asio::ip::tcp::socket socket, servers::Peer peer);
   void SampleOps();
 
   ServerCore core_;

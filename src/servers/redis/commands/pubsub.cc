@@ -119,10 +119,17 @@ void Unfollow(CommandContext& ctx, bool patterns) {
       names.emplace_back(engine::SplitStoredKey(name).name);
     }
   }
+  // One confirmation a name, each with what is still followed after it (Redis's counts).
+  const std::string_view kind = patterns ? "punsubscribe" : "unsubscribe";
+  if (names.empty()) Confirm(ctx, kind, nullptr);
   std::vector<std::string> stopped;
-  for (const std::optional<std::string>& name : stored) {
-    if (!name || followed.erase(*name) == 0) continue;
-    stopped.push_back(patterns ? name->substr(0, name->size() - 1) : *name);
+  for (size_t i = 0; i < names.size(); ++i) {
+    const std::optional<std::string>& name = stored[i];
+    if (name && followed.erase(*name) != 0) {
+      stopped.push_back(patterns ? name->substr(0, name->size() - 1) : *name);
+    }
+    const std::string_view view = names[i];
+    Confirm(ctx, kind, &view);
   }
   engine::SubscriptionHub* hub = ctx.server.subscriptions();
   const engine::SubscriberId subscriber = ctx.session.pubsub().subscriber;
@@ -132,12 +139,6 @@ void Unfollow(CommandContext& ctx, bool patterns) {
     } else {
       hub->Unsubscribe(subscriber, stopped, {});
     }
-  }
-  const std::string_view kind = patterns ? "punsubscribe" : "unsubscribe";
-  if (names.empty()) Confirm(ctx, kind, nullptr);
-  for (const std::string& name : names) {
-    const std::string_view view = name;
-    Confirm(ctx, kind, &view);
   }
   // Following nothing: the hub forgets the subscriber until the next SUBSCRIBE.
   if (ctx.session.subscription_count() == 0) ctx.session.EndSubscriptions();
@@ -175,8 +176,7 @@ void Session::PushUpdates(const engine::SubscriptionDelivery& delivery) {
     }
     for (const std::string& pattern : pubsub_.patterns) {
       const std::string_view prefix = std::string_view(pattern).substr(0, pattern.size() - 1);
-      // The key's own database only (database 0's "*" does not follow database 2).
-      if (!update.key.starts_with(prefix) || engine::DatabaseOf(prefix) != key.db) continue;
+      if (!engine::PrefixFollows(prefix, update.key)) continue;
       if (only_for && std::ranges::find(only_for->prefixes, prefix) == only_for->prefixes.end()) {
         continue;
       }
