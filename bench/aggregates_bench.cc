@@ -5,14 +5,20 @@
 // family index, the hidden records' mirror, the engine's keyspace and RocksDB's memtable
 // together; a distinct, min or max group holds ~50 distinct values here).
 //
-//   aggregates_bench [changes]      prints one line per kind: changes/s, x count(*), bytes/group
+// The kinds run interleaved, round after round, so that a slower stretch of the machine
+// falls on every kind alike; each line gives the median over the rounds and the spread
+// (lowest-highest), and the ratio to count(*) of the same round.
+//
+//   aggregates_bench [changes] [rounds]     defaults: 200,000 changes, 5 rounds
 #include <fmt/format.h>
 #include <malloc.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <map>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -88,7 +94,7 @@ Measure Run(const Kind& kind, int changes) {
     std::mt19937_64 rng(42);
     std::map<int64_t, std::string> rows;
     int64_t next_id = 1;
-    derived::ChangeDecoder decoder;
+    auto decoder = std::make_unique<derived::ChangeDecoder>();
     std::string body;
     const auto start = std::chrono::steady_clock::now();
     for (int done = 0; done < changes;) {
@@ -114,19 +120,20 @@ Measure Run(const Kind& kind, int changes) {
         }
       }
       body += "]";
-      auto pushed = counters.Push(body, "", decoder);
+      auto pushed = counters.Push(body, "", *decoder);
       if (!pushed) {
         fmt::print(stderr, "{}\n", pushed.error().message);
         std::exit(1);
       }
     }
     seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    rows.clear();
+    body = std::string();
+    decoder.reset();
+    const size_t heap_after = HeapBytes();  // before the listing below allocates its page
     auto prefix = counters.PrefixOf("c", {});
     auto page = counters.List("c", *prefix, "", 1'000'000);
     groups = page ? page->items.size() : 0;
-    rows.clear();
-    body = std::string();
-    const size_t heap_after = HeapBytes();
     result.changes_per_second = changes / seconds;
     result.bytes_per_group =
         groups == 0 ? 0
@@ -137,18 +144,38 @@ Measure Run(const Kind& kind, int changes) {
   return result;
 }
 
+// The median of `values` (the mean of the middle two for an even count). REQUIRES: not empty.
+double Median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  const size_t n = values.size();
+  return n % 2 == 1 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   const int changes = argc > 1 ? std::atoi(argv[1]) : 200'000;
-  fmt::print("{} changes per kind, {} groups, batches of {}\n", changes, kGroups, kBatch);
-  fmt::print("{:<20} {:>12} {:>10} {:>12}\n", "kind", "changes/s", "x count(*)", "bytes/group");
-  double base = 0;
-  for (const Kind& kind : kKinds) {
-    const Measure result = Run(kind, changes);
-    if (base == 0) base = result.changes_per_second;
-    fmt::print("{:<20} {:>12.0f} {:>10.2f} {:>12.0f}\n", kind.name, result.changes_per_second,
-               result.changes_per_second / base, result.bytes_per_group);
+  const int rounds = argc > 2 ? std::max(1, std::atoi(argv[2])) : 5;
+  fmt::print("{} changes per kind and round, {} rounds interleaved, {} groups, batches of {}\n",
+             changes, rounds, kGroups, kBatch);
+  constexpr size_t kCount = std::size(kKinds);
+  std::vector<std::vector<double>> rates(kCount), ratios(kCount), bytes(kCount);
+  for (int round = 0; round < rounds; ++round) {
+    double base = 0;
+    for (size_t k = 0; k < kCount; ++k) {
+      const Measure result = Run(kKinds[k], changes);
+      if (k == 0) base = result.changes_per_second;
+      rates[k].push_back(result.changes_per_second);
+      ratios[k].push_back(result.changes_per_second / base);
+      bytes[k].push_back(result.bytes_per_group);
+    }
+  }
+  fmt::print("{:<20} {:>12} {:>19} {:>10} {:>12}\n", "kind", "changes/s", "(lowest-highest)",
+             "x count(*)", "bytes/group");
+  for (size_t k = 0; k < kCount; ++k) {
+    const auto [low, high] = std::minmax_element(rates[k].begin(), rates[k].end());
+    fmt::print("{:<20} {:>12.0f} {:>19} {:>10.2f} {:>12.0f}\n", kKinds[k].name, Median(rates[k]),
+               fmt::format("({:.0f}-{:.0f})", *low, *high), Median(ratios[k]), Median(bytes[k]));
   }
   return 0;
 }

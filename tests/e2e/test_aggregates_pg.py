@@ -303,6 +303,7 @@ class AggregatesFollowPostgresTest(unittest.TestCase):
             want["revenue"]["3"]), out)
         self.assertIn("best:3: tally 11, source %s\n" % want["best"]["3"], out)
         self.assertIn("latest:3: tally 20300101T000000Z, source %s\n" % want["latest"]["3"], out)
+        self.assertIn("(--repair fixes those of plain counters)", out)
         self.assertRegex(out, r"(?m)^shop_all:3: tally \(\d+, \d+, [-0-9.]+, \d+, 99999\.99, "
                               r"[0-9.]+, \d+\), source \(")
 

@@ -289,13 +289,6 @@ class Compiler {
     return index;
   }
 
-  static tl::unexpected<Error> UnsupportedAggregate(const Expr& call) {
-    return ErrorAt(call.pos, fmt::format("aggregate function {} is not supported: a counter "
-                                         "keeps count(*), count(x), count(DISTINCT x), sum(x), "
-                                         "min(x), max(x) and avg(x)",
-                                         call.name));
-  }
-
   void Add(Op op, int32_t arg = 0) { out_.code_.push_back(Instr{op, arg}); }
   int32_t Here() const { return static_cast<int32_t>(out_.code_.size()); }
   void PatchTo(int32_t at, int32_t target) { out_.code_[static_cast<size_t>(at)].arg = target; }
@@ -305,52 +298,6 @@ class Compiler {
     Add(Op::kConst, static_cast<int32_t>(out_.constants_.size() - 1));
   }
 
-  // The kind of aggregate `call` (a supported aggregate's call), or why it is refused.
-  static Result<Aggregate> KindOf(const Expr& call) {
-    if (call.star) {
-      if (call.name != "count") {
-        return ErrorAt(call.pos, fmt::format("{}(*) is not supported; only count(*)", call.name));
-      }
-      return Aggregate::kCountStar;
-    }
-    if (call.args.size() != 1) {
-      return ErrorAt(call.pos, fmt::format("{} takes exactly one argument, got {}", call.name,
-                                           call.args.size()));
-    }
-    if (call.name == "count") return call.distinct ? Aggregate::kCountDistinct : Aggregate::kCount;
-    if (call.name == "sum") return Aggregate::kSum;
-    if (call.name == "min") return Aggregate::kMin;
-    if (call.name == "max") return Aggregate::kMax;
-    return Aggregate::kAvg;
-  }
-
-  // Checks the argument type of an aggregate: sum and avg take int64 or numeric, min and
-  // max also timestamp, count anything (count(DISTINCT x) no float).
-  static Status CheckArgument(const Expr& call, Aggregate kind, ExprType type) {
-    const Position pos = call.args[0]->pos;
-    const std::string what = kind == Aggregate::kCountDistinct ? "count(DISTINCT ...)" : call.name;
-    if (kind == Aggregate::kCount || type.type == Type::kNull) return OkStatus();
-    if (type.type == Type::kFloat) {
-      return ErrorAt(pos, fmt::format("{} over a float is not exact: tally keeps exact values "
-                                      "only; declare the column numeric(p,s) or an integer type",
-                                      what));
-    }
-    switch (kind) {
-      case Aggregate::kSum:
-      case Aggregate::kAvg:
-        if (IsNumber(type)) return OkStatus();
-        return ErrorAt(pos, fmt::format("{} needs an int64 or numeric argument, not {}", what,
-                                        TypeName(type)));
-      case Aggregate::kMin:
-      case Aggregate::kMax:
-        if (IsNumber(type) || type.type == Type::kTimestamp) return OkStatus();
-        return ErrorAt(pos, fmt::format("{} needs an int64, numeric or timestamp argument, not {}",
-                                        what, TypeName(type)));
-      default:
-        return OkStatus();
-    }
-  }
-
   // The aggregates after the key columns: each one's kind, argument and name, the counter's
   // layout, and the code of their terms: a plain counter's value (value_one, value_count,
   // value_sum), or any other counter's arguments (argument i).
@@ -358,7 +305,7 @@ class Compiler {
     const size_t count = create_.items.size() - key_count_;
     for (size_t i = key_count_; i < create_.items.size(); ++i) {
       const SelectItem& item = create_.items[i];
-      auto kind = KindOf(*item.expr);
+      auto kind = AggregateKindOf(*item.expr);
       if (!kind) return tl::unexpected(kind.error());
       AggregateColumn column;
       column.kind = *kind;
@@ -373,15 +320,7 @@ class Compiler {
       }
       out_.aggregates_.push_back(std::move(column));
     }
-    const Aggregate first = out_.aggregates_.front().kind;
-    if (count == 1 && (first == Aggregate::kCountStar || first == Aggregate::kCount ||
-                       first == Aggregate::kSum)) {
-      out_.layout_ = Layout::kPlain;
-    } else if (count == 1 && first == Aggregate::kCountDistinct) {
-      out_.layout_ = Layout::kDistinct;
-    } else {
-      out_.layout_ = Layout::kComposite;
-    }
+    out_.layout_ = LayoutOf(out_.aggregates_);
     const bool plain = out_.layout_ == Layout::kPlain;
     for (size_t i = 0; i < count; ++i) {
       AggregateColumn& column = out_.aggregates_[i];
@@ -391,7 +330,7 @@ class Compiler {
       } else {
         auto type = Emit(*item.expr->args[0]);
         if (!type) return tl::unexpected(type.error());
-        if (auto s = CheckArgument(*item.expr, column.kind, *type); !s) return s;
+        if (auto s = CheckAggregateArgument(*item.expr, column.kind, *type); !s) return s;
         column.type = type->type;
         column.scale = type->type == Type::kNumeric ? type->scale : 0;
         if (!plain) {

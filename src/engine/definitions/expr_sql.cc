@@ -149,4 +149,70 @@ ExprType Unify(ExprType a, ExprType b) {
   return a;
 }
 
+// ---- Aggregates ---------------------------------------------------------------------------
+
+tl::unexpected<Error> UnsupportedAggregate(const Expr& call) {
+  return ErrorAt(call.pos, fmt::format("aggregate function {} is not supported: a counter "
+                                       "keeps count(*), count(x), count(DISTINCT x), sum(x), "
+                                       "min(x), max(x) and avg(x)",
+                                       call.name));
+}
+
+Result<Aggregate> AggregateKindOf(const Expr& call) {
+  if (call.star) {
+    if (call.name != "count") {
+      return ErrorAt(call.pos, fmt::format("{}(*) is not supported; only count(*)", call.name));
+    }
+    return Aggregate::kCountStar;
+  }
+  if (call.args.size() != 1) {
+    return ErrorAt(call.pos, fmt::format("{} takes exactly one argument, got {}", call.name,
+                                         call.args.size()));
+  }
+  if (call.name == "count") return call.distinct ? Aggregate::kCountDistinct : Aggregate::kCount;
+  if (call.name == "sum") return Aggregate::kSum;
+  if (call.name == "min") return Aggregate::kMin;
+  if (call.name == "max") return Aggregate::kMax;
+  return Aggregate::kAvg;
+}
+
+Layout LayoutOf(std::span<const AggregateColumn> aggregates) {
+  if (aggregates.size() != 1) return Layout::kComposite;
+  switch (aggregates.front().kind) {
+    case Aggregate::kCountStar:
+    case Aggregate::kCount:
+    case Aggregate::kSum:
+      return Layout::kPlain;
+    case Aggregate::kCountDistinct:
+      return Layout::kDistinct;
+    default:
+      return Layout::kComposite;
+  }
+}
+
+Status CheckAggregateArgument(const Expr& call, Aggregate kind, ExprType type) {
+  const Position pos = call.args[0]->pos;
+  const std::string what = kind == Aggregate::kCountDistinct ? "count(DISTINCT ...)" : call.name;
+  if (kind == Aggregate::kCount || type.type == Type::kNull) return OkStatus();
+  if (type.type == Type::kFloat) {
+    return ErrorAt(pos, fmt::format("{} over a float is not exact: tally keeps exact values "
+                                    "only; declare the column numeric(p,s) or an integer type",
+                                    what));
+  }
+  switch (kind) {
+    case Aggregate::kSum:
+    case Aggregate::kAvg:
+      if (IsNumber(type)) return OkStatus();
+      return ErrorAt(
+          pos, fmt::format("{} needs an int64 or numeric argument, not {}", what, TypeName(type)));
+    case Aggregate::kMin:
+    case Aggregate::kMax:
+      if (IsNumber(type) || type.type == Type::kTimestamp) return OkStatus();
+      return ErrorAt(pos, fmt::format("{} needs an int64, numeric or timestamp argument, not {}",
+                                      what, TypeName(type)));
+    default:
+      return OkStatus();
+  }
+}
+
 }  // namespace tally::definitions

@@ -1,12 +1,16 @@
 // What the compiler asks of expressions beyond emitting them: which function names are
-// aggregates, structural equality, the SQL text of an expression (what `tally verify` runs
-// in PostgreSQL), and the static types of expressions with their rules for numerics.
+// aggregates, what kind each call is and which arguments it takes, structural equality, the SQL
+// text of an expression (what `tally verify` runs in PostgreSQL), and the static types of
+// expressions with their rules for numerics.
 #pragma once
 
+#include <span>
 #include <string>
 #include <string_view>
 
+#include "core/status.h"
 #include "engine/definitions/ast.h"
+#include "engine/definitions/program.h"
 #include "engine/definitions/value.h"
 
 namespace tally::definitions {
@@ -20,6 +24,12 @@ bool IsWindowFunction(std::string_view name);
 bool IsAggregateCall(const Expr& expr);
 // The first call of an aggregate (supported or not) inside `expr`, itself included.
 const Expr* FindAggregate(const Expr& expr);
+// The error for a call of an aggregate a counter cannot keep.
+tl::unexpected<Error> UnsupportedAggregate(const Expr& call);
+// The kind of aggregate `call` (a supported aggregate's call), or why it is refused.
+Result<Aggregate> AggregateKindOf(const Expr& call);
+// How a counter of these aggregates keeps its groups (program.h). REQUIRES: not empty.
+Layout LayoutOf(std::span<const AggregateColumn> aggregates);
 // Structural equality, ignoring positions and qualifiers (the qualifier can only name the
 // source, which the compiler checks).
 bool SameExpr(const Expr& a, const Expr& b);
@@ -45,5 +55,9 @@ bool Compatible(Type a, Type b);
 bool Comparable(Type a, Type b);
 // The type of two comparable branches: a numeric of the larger scale when one is numeric.
 ExprType Unify(ExprType a, ExprType b);
+
+// Checks the argument type of aggregate `call` of `kind`: sum and avg take int64 or
+// numeric, min and max also timestamp, count anything (count(DISTINCT x) no float).
+Status CheckAggregateArgument(const Expr& call, Aggregate kind, ExprType type);
 
 }  // namespace tally::definitions

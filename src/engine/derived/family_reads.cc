@@ -204,6 +204,14 @@ Result<RangeSum> FamilyReads::Range(Family& family, std::span<const std::string_
         "column",
         counter));
   }
+  if (!defs::ShowsInteger(compiled)) {
+    // A sum of buckets is a count or an integer sum; min, max, avg and distinct counts do not
+    // add up across buckets, and a numeric sum is shown as a decimal.
+    return InvalidArgument(fmt::format(
+        "counter {} is not a count or an integer sum: a range read adds up the buckets of "
+        "count(*), count(x) and sum(x) of integers only (read the buckets with /v1/list)",
+        counter));
+  }
   const std::vector<defs::KeyColumn>& columns = compiled.key_columns();
   if (parts.size() + 1 != columns.size()) {
     std::string names;

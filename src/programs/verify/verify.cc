@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <memory>
 #include <optional>
+#include <string_view>
 #include <thread>
 #include <utility>
 
@@ -43,6 +44,7 @@ struct Outcome {
   uint64_t repaired = 0;
   uint64_t still_different = 0;
   uint64_t not_compared = 0;
+  uint64_t not_repairable = 0;  // differing counters that --repair does not repair
 };
 
 Error Failed(std::string message) { return Error{ErrorCode::kUnavailable, std::move(message)}; }
@@ -201,12 +203,14 @@ Status VerifyCounter(const Counter& counter, RespClient& tally, Source& source,
   }
   ++outcome.differing_counters;
   outcome.differences += diffs.size();
+  const bool repairable = counter.compiled->layout() == definitions::Layout::kPlain;
+  if (!repairable) ++outcome.not_repairable;
   fmt::print("{}: {} ({} at the source, {} in tally)\n", counter.name,
              Plural(diffs.size(), "difference", "differences"), Thousands(theirs->size()),
              Thousands(mine->size()));
   std::fflush(stdout);
   if (!options.repair) return OkStatus();
-  if (counter.compiled->layout() != definitions::Layout::kPlain) {
+  if (!repairable) {
     // Its groups are more than one number each (hidden records): only a backfill rebuilds
     // them.
     outcome.still_different += diffs.size();
@@ -240,6 +244,16 @@ Status VerifyCounter(const Counter& counter, RespClient& tally, Source& source,
   return OkStatus();
 }
 
+// What the last line says of repairs after its differences.
+std::string_view RepairHint(const Outcome& outcome, const VerifyOptions& options) {
+  if (options.repair) return " after the repair";
+  if (outcome.not_repairable == 0) return " (--repair fixes them)";
+  if (outcome.not_repairable == outcome.differing_counters) {
+    return " (--repair does not fix these counters: drop and create them again)";
+  }
+  return " (--repair fixes those of plain counters)";
+}
+
 // Prints the last line and returns the exit status.
 int Summarize(const Outcome& outcome, size_t chosen, const VerifyOptions& options, Lsn at) {
   const std::string skipped =
@@ -268,8 +282,7 @@ int Summarize(const Outcome& outcome, size_t chosen, const VerifyOptions& option
              Plural(options.repair ? outcome.still_different : outcome.differences, "difference",
                     "differences"),
              Thousands(outcome.differing_counters), Plural(compared, "counter", "counters"),
-             FormatLsn(at), options.repair ? " after the repair" : " (--repair fixes them)",
-             skipped);
+             FormatLsn(at), RepairHint(outcome, options), skipped);
   return kExitDifferent;
 }
 
