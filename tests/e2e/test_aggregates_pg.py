@@ -235,14 +235,19 @@ class AggregatesFollowPostgresTest(unittest.TestCase):
         self.fail("%s: tally != PostgreSQL\n%s\n%s" % (context, "\n".join(lines[:20]),
                                                         server.log_tail()))
 
-    def test_every_kind_under_writes_and_kill9(self):
-        rng = random.Random(17)
+    def following(self, slot, rng, rows):
+        """A fresh orders table of `rows` random rows, and tallyd following it, backfilled."""
         self.pg.sql(TABLE_SQL + " ".join(
             "INSERT INTO orders VALUES (%d, %s);" % (i, random_values(rng))
-            for i in range(1, 1001)))
-        server = self.tallyd("s_aggregates")
+            for i in range(1, rows + 1)))
+        server = self.tallyd(slot)
         server.start()
         self.wait_equal(server, "backfill")
+        return server
+
+    def test_every_kind_under_writes_and_kill9(self):
+        rng = random.Random(17)
+        server = self.following("s_aggregates", rng, 1000)
         writer = Writer(self.pg, 5)
         try:
             for cycle in range(KILLS):
@@ -271,13 +276,7 @@ class AggregatesFollowPostgresTest(unittest.TestCase):
     def test_verify_compares_every_kind(self):
         if not os.access(TALLY_CLI, os.X_OK):
             self.skipTest("tally not found (set TALLY_CLI)")
-        rng = random.Random(23)
-        self.pg.sql(TABLE_SQL + " ".join(
-            "INSERT INTO orders VALUES (%d, %s);" % (i, random_values(rng))
-            for i in range(1, 301)))
-        server = self.tallyd("s_verify_aggregates")
-        server.start()
-        self.wait_equal(server, "backfill")
+        server = self.following("s_verify_aggregates", random.Random(23), 300)
         code, out = self.verify(server)
         self.assertEqual(code, 0, out)
         for name in COUNTERS:

@@ -58,7 +58,7 @@ struct KeyValue {
   // The group's value as reads show it, for a counter whose value is not that integer
   // (definitions::ShowsInteger false: a numeric sum, count(DISTINCT), min, max, avg,
   // several aggregates); empty otherwise.
-  definitions::GroupValue shown;
+  definitions::GroupValue shown = {};
 };
 
 // A page of a family listing.
