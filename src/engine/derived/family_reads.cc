@@ -197,19 +197,19 @@ Result<RangeSum> FamilyReads::Range(Family& family, std::span<const std::string_
                                     std::string_view from_text, std::string_view to_text) {
   const defs::CompiledCounter& compiled = family.counter;
   const std::string& counter = compiled.name();
-  const std::optional<defs::TimeBucket>& bucket = compiled.time_bucket();
-  if (!bucket) {
-    return InvalidArgument(fmt::format(
-        "counter {} has no time bucket: a range read needs exactly one date_trunc(...) key "
-        "column",
-        counter));
-  }
   if (!defs::ShowsInteger(compiled)) {
     // A sum of buckets is a count or an integer sum; min, max, avg and distinct counts do not
     // add up across buckets, and a numeric sum is shown as a decimal.
     return InvalidArgument(fmt::format(
         "counter {} is not a count or an integer sum: a range read adds up the buckets of "
         "count(*), count(x) and sum(x) of integers only (read the buckets with /v1/list)",
+        counter));
+  }
+  const std::optional<defs::TimeBucket>& bucket = compiled.time_bucket();
+  if (!bucket) {
+    return InvalidArgument(fmt::format(
+        "counter {} has no time bucket: a range read needs exactly one date_trunc(...) key "
+        "column",
         counter));
   }
   const std::vector<defs::KeyColumn>& columns = compiled.key_columns();
