@@ -7,6 +7,7 @@
 //     two rows of the source's width, each cell NULL or of its column's type;
 //   - the changes written back as a JSON array (every cell spelled anew, timestamps in the
 //     key spelling) decode to the same changes.
+#include <charconv>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
@@ -18,6 +19,7 @@
 
 #include "core/timestamp.h"
 #include "engine/definitions/blog_model.h"
+#include "engine/definitions/numeric.h"
 #include "engine/derived/change_json.h"
 #include "fuzz_check.h"
 #include "key_parts.h"
@@ -91,6 +93,17 @@ void AppendRow(const SourceSchema& schema, std::span<const Value> row, std::stri
         AppendTimestamp(cell.i, out);
         out->push_back('"');
         break;
+      case Type::kNumeric:
+        out->push_back('"');
+        definitions::AppendDecimal(cell.i, cell.scale, out);
+        out->push_back('"');
+        break;
+      case Type::kFloat: {
+        char text[32];
+        const auto end = std::to_chars(text, text + sizeof text, cell.float_value()).ptr;
+        out->append(text, end);
+        break;
+      }
     }
   }
   out->push_back('}');

@@ -53,6 +53,8 @@ inline std::optional<definitions::Value> DecodeKeyPart(definitions::Type type,
         text->push_back(part[i]);
       }
       return Value::Text(*text);
+    case Type::kNumeric:  // never a key column
+    case Type::kFloat:
     case Type::kNull:
       break;
   }

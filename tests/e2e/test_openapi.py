@@ -57,6 +57,11 @@ CREATE COUNTER likes_per_day AS
   GROUP BY post_id, day;
 CREATE COUNTER likes_by_day AS
   SELECT date_trunc('day', created_at) AS day, sum(n) FROM likes GROUP BY day;
+CREATE SOURCE orders (id bigint, shop bigint, total numeric(12,2), at timestamptz);
+CREATE COUNTER revenue AS SELECT shop, sum(total) FROM orders GROUP BY shop;
+CREATE COUNTER shop_stats AS
+  SELECT shop, count(*) AS orders, sum(total) AS revenue, max(at) AS latest, avg(total) AS mean
+  FROM orders GROUP BY shop;
 """
 
 # Statuses a connection gets whatever its route (or before one is known): each one needs to
@@ -397,7 +402,7 @@ class OpenApiServerTest(unittest.TestCase):
     def definitions(self):
         results = self.ok("POST", "/v1/definitions", SCHEMA, "application/sql")["results"]
         self.assertEqual(results[0], "CREATE SOURCE posts")
-        self.assertEqual(len(results), 7)
+        self.assertEqual(len(results), 10)
         self.error(400, "line 1, column", "POST", "/v1/definitions", "CREATE COUNTER x AS",
                    content_type="application/sql")
         self.error(404, "counter nope does not exist", "POST", "/v1/definitions",
@@ -447,6 +452,12 @@ class OpenApiServerTest(unittest.TestCase):
         lines = "\n".join(json.dumps({"source": "posts", "new": dict(post, id=i, user_id=7)})
                           for i in (5, 6))
         self.assertEqual(self.ok("POST", "/v1/changes", lines, "application/x-ndjson")["applied"], 2)
+        # Orders: a decimal as a string and as a JSON number, a NULL total.
+        orders = [{"source": "orders", "new": {"id": 1, "shop": 4, "total": "12.50",
+                                               "at": "2024-05-01T10:00:00Z"}},
+                  {"source": "orders", "new": {"id": 2, "shop": 4, "total": 0.25, "at": None}},
+                  {"source": "orders", "new": {"id": 3, "shop": 5, "total": None, "at": None}}]
+        self.assertEqual(self.ok("POST", "/v1/changes", orders)["applied"], 3)
 
     def reads(self):
         self.assertEqual(self.ok("GET", "/v1/value/blog_posts/7/3"),
@@ -489,12 +500,30 @@ class OpenApiServerTest(unittest.TestCase):
         self.error(404, "does not exist", "GET", "/v1/range/nope/9?" + window)
         self.error(404, "does not exist", "GET", "/v1/range/nope?" + window)
         self.error(409, "out of the int64 range", "GET", "/v1/range/likes_per_day/10?" + window)
+        # Decimals are strings, NULL is null, several aggregates an object by name.
+        self.assertEqual(self.ok("GET", "/v1/value/revenue/4"),
+                         {"key": "revenue:4", "value": "12.75"})
+        self.assertEqual(self.ok("GET", "/v1/value/shop_stats/4")["value"],
+                         {"orders": 2, "revenue": "12.75", "latest": "20240501T100000Z",
+                          "mean": "6.3750000000000000"})
+        self.assertEqual(self.ok("GET", "/v1/value/shop_stats/5")["value"],
+                         {"orders": 1, "revenue": None, "latest": None, "mean": None})
+        self.assertEqual(self.ok("GET", "/v1/value/shop_stats/9")["value"],
+                         {"orders": 0, "revenue": None, "latest": None, "mean": None})
+        self.error(400, "not a count or an integer sum", "GET",
+                   "/v1/range/revenue?from=2024-05-01&to=2024-05-02")
+        self.assertEqual(self.ok("POST", "/v1/values", {"counter": "revenue", "keys": [[4], [6]]}),
+                         {"values": [{"key": "revenue:4", "value": "12.75"},
+                                     {"key": "revenue:6", "value": "0.00"}]})
+        self.assertEqual([i["key"] for i in self.ok("GET", "/v1/top/shop_stats?k=2")["items"]],
+                         ["shop_stats:4", "shop_stats:5"])
+        self.assertEqual(len(self.ok("GET", "/v1/list/shop_stats")["items"]), 2)
 
     def monitoring(self):
         status = self.ok("GET", "/v1/status")
         self.assertEqual(status["version"], self.api.doc["info"]["version"])
         self.assertEqual((status["durability"], status["counters"], status["source"]),
-                         ("sync", 5, None))
+                         ("sync", 7, None))
         with self.server.raw() as conn:
             conn.call("AUTH", PASSWORD)
             info = conn.call("INFO", "server")

@@ -5,6 +5,8 @@
 //   bool      <- true or false
 //   text      <- a string
 //   timestamp <- a string as ParseTimestamp reads it (core/timestamp.h)
+//   numeric   <- a string or a number, exactly at the column's scale (change_json.h)
+//   float     <- a number
 //   any type  <- null
 //
 // Thread-safety: plain functions; the arena is the caller's.
@@ -17,6 +19,7 @@
 #include <string>
 #include <string_view>
 
+#include "engine/definitions/program.h"
 #include "engine/definitions/value.h"
 #include "engine/derived/text_arena.h"
 
@@ -29,13 +32,16 @@ struct CellRefusal {
   std::string got;   // "a string", "99999999999999999999", "1e3 (a number with a fraction ...)"
 };
 
-// Converts `value` to a cell of `type` into *cell; JSON null leaves *cell as it is (NULL).
-// Text is copied into `arena`. `spelling` gives the value as the body wrote it, for the
-// words of a refused number (simdjson keeps no spelling); it is called only then, and may
-// give nullopt (the number is then written as simdjson read it).
+// Converts `value` to a cell of `column`'s type into *cell; JSON null leaves *cell as it is
+// (NULL). Text is copied into `arena`. `masked` says the body's numbers that simdjson
+// cannot hold were masked to 0.0 (json_scan.h). `spelling` gives the value as the body
+// wrote it (simdjson keeps no spelling), for the words of a refused number and for a
+// numeric cell that a double does not give exactly (or a masked one); it is called only
+// then, and may give nullopt (the number is then written as simdjson read it).
 std::optional<CellRefusal> ConvertCell(
-    simdjson::dom::element value, definitions::Type type, TextArena& arena,
-    absl::FunctionRef<std::optional<std::string_view>()> spelling, definitions::Value* cell);
+    simdjson::dom::element value, const definitions::SourceSchema::Column& column, TextArena& arena,
+    bool masked, absl::FunctionRef<std::optional<std::string_view>()> spelling,
+    definitions::Value* cell);
 
 // What a JSON value is, for "got ..." in messages: "an array", "an object", "a number",
 // "a string", "a boolean" or "null".

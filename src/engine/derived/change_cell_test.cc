@@ -219,5 +219,70 @@ TEST(ChangeCellTest, TheRefusedNumberIsFoundByItsPlace) {
             "change 2: \"new\".\"user_id\" is out of the int64 range, got 18446744073709551616");
 }
 
+// ---- Numeric and float columns ----------------------------------------------------------
+
+// A cell of orders.total (numeric(12,2), read by the counter revenue) as the decoder reads
+// it: its units and scale ("units@scale"), or the error.
+std::string Total(std::string_view json) {
+  static const SourceSchema kSchema{"orders",
+                                    {{"total", Type::kNumeric, 12, 2}, {"weight", Type::kFloat}}};
+  static const SourceView kView{&kSchema, {"revenue", ""}};
+  ChangeDecoder decoder;
+  auto decoded =
+      decoder.Decode(R"({"source": "orders", "new": {"total": )" + std::string(json) + "}}",
+                     [](std::string_view name) { return name == "orders" ? &kView : nullptr; });
+  if (!decoded) return decoded.error().message;
+  const Value& cell = (*(*decoded)[0].new_row)[0];
+  return cell.is_null() ? "NULL" : std::to_string(cell.i) + "@" + std::to_string(cell.scale);
+}
+
+TEST(ChangeCellTest, NumericCellsAreExactAtTheColumnsScale) {
+  for (const auto& [json, read] : std::vector<std::pair<std::string_view, std::string_view>>{
+           {R"("1234.50")", "123450@2"},
+           {R"("-0.05")", "-5@2"},
+           {R"("12")", "1200@2"},
+           {R"(".5")", "50@2"},
+           {R"("12.500")", "1250@2"},
+           {"12", "1200@2"},
+           {"-7", "-700@2"},
+           {"0.1", "10@2"},
+           {"1234.56", "123456@2"},
+           {"1e2", "10000@2"},
+           // A double of more than 15 significant digits: the body's spelling, exactly.
+           {"1234567890123.45", "123456789012345@2"},
+           {"92233720368547758.07", "9223372036854775807@2"},
+           {"92233720368547758", "9223372036854775800@2"},
+           {"null", "NULL"}}) {
+    EXPECT_EQ(Total(json), read) << json;
+  }
+  const std::string refused =
+      "change 1: \"new\".\"total\" must be a decimal with at most 2 digits after the point "
+      "(counter revenue reads it), got ";
+  EXPECT_EQ(Total(R"("1.005")"), refused + "\"1.005\" (has more than 2 digits after the point)");
+  EXPECT_EQ(Total("1.005"), refused + "1.005 (has more than 2 digits after the point)");
+  EXPECT_EQ(Total(R"("12a")"), refused + "\"12a\" (is not a decimal number)");
+  EXPECT_EQ(Total(R"("")"), refused + "\"\" (is not a decimal number)");
+  EXPECT_EQ(
+      Total("92233720368547758.08"),
+      refused + "92233720368547758.08 (is out of the range of numeric(…, 2) (at most 18 digits))");
+  EXPECT_EQ(
+      Total("99999999999999999999"),
+      refused + "99999999999999999999 (is out of the range of numeric(…, 2) (at most 18 digits))");
+  EXPECT_EQ(Total("1e400"), refused + "1e400 (is not a decimal number)");
+  EXPECT_EQ(Total("true"),
+            "change 1: \"new\".\"total\" must be a decimal like \"1234.50\" or 1234.5 (counter "
+            "revenue reads it), got a boolean");
+}
+
+TEST(ChangeCellTest, AMaskedNumberIsNotReadAsZero) {
+  // 1e400 beside the cell makes the decoder mask the body; a real 0.0 stays 0, the masked
+  // number is read from its spelling.
+  EXPECT_EQ(Total(R"(0.0, "x": 1e400)"), "0@2");
+  EXPECT_EQ(Total(R"(123456789012345678901234567890, "x": 0)"),
+            "change 1: \"new\".\"total\" must be a decimal with at most 2 digits after the point "
+            "(counter revenue reads it), got 123456789012345678901234567890 (is out of the range "
+            "of numeric(…, 2) (at most 18 digits))");
+}
+
 }  // namespace
 }  // namespace tally::derived

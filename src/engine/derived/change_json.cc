@@ -92,6 +92,7 @@ struct ChangeDecoder::Impl {
   uint32_t stamp = 0;
   absl::flat_hash_set<std::string_view> unknown_keys;  // of the current row
   Place place;
+  bool masked = false;  // the body's unheld numbers are masked (the second walk)
 
   Result<std::span<const DecodedChange>> Decode(std::string_view received,
                                                 const SourceLookup& lookup);
@@ -138,6 +139,7 @@ Result<std::span<const DecodedChange>> ChangeDecoder::Impl::Decode(std::string_v
   std::memcpy(padded.get(), received.data(), received.size());
   std::memset(padded.get() + received.size(), 0, simdjson::SIMDJSON_PADDING);
   body = received;
+  masked = false;
 
   simdjson::error_code json_error = simdjson::SUCCESS;
   auto result = Walk(lookup, &json_error);
@@ -145,6 +147,7 @@ Result<std::span<const DecodedChange>> ChangeDecoder::Impl::Decode(std::string_v
   if (json_error == simdjson::NUMBER_ERROR && MaskUnheldNumbers(padded.get(), body.size()) > 0) {
     Recycle();
     arena.Reset(body.size());
+    masked = true;
     result = Walk(lookup, &json_error);
   }
   return result;
@@ -358,7 +361,7 @@ Status ChangeDecoder::Impl::DecodeRow(dom::element element, std::string_view whi
     ++found;
     guess = column + 1;
     const std::optional<CellRefusal> refusal = ConvertCell(
-        field.value, columns[column].type, arena,
+        field.value, columns[column], arena, masked,
         [&] { return SpellingAt(field_ordinal, cell_ordinal); }, &(*row)[column]);
     if (refusal) {
       const std::string_view read_by =

@@ -15,10 +15,15 @@
 // Cell types: int64 ← a JSON integer in the int64 range (1.0 and 1e3 are refused);
 // bool ← true/false; text ← a string; timestamp ← a string as ParseTimestamp reads it
 // (core/timestamp.h: "2024-05-01", "2024-05-01T13:45:07.5+02:00", "20240501T134507Z"; no
-// offset = UTC); any type ← null. Anything else is refused (change_cell.h converts). A
-// number of any size is valid JSON: one past what simdjson holds (an integer past 64
-// bits, 1e400) is refused like any other for the column it is in, and ignored in a key
-// that is not a column.
+// offset = UTC); numeric(p,s) ← a string "1234.50" or a JSON number, exactly, with at most s
+// digits after the point (an integer as written; a number with a fraction as the double
+// simdjson reads, taken exactly from its shortest spelling when that has at most 15
+// significant digits, else from the body's own spelling: "0.10000000000000001" is read as
+// 0.10, send a string to be sure); float ← a JSON number; any type ← null. Anything else is
+// refused (change_cell.h converts). A number of any size is valid JSON: one past what
+// simdjson holds (an integer past 64 bits, 1e400) is refused like any other for the column
+// it is in (a numeric column reads it exactly when it fits), and ignored in a key that is
+// not a column.
 //
 // The parts: change_json.cc frames the body and walks each change and row;
 // change_cell.{h,cc} converts a cell; json_scan.{h,cc} locates invalid JSON and the

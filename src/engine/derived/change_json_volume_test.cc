@@ -1,5 +1,6 @@
 // Volume tests of the change decoder: a round trip of random rows, a large batch, the
 // decoding rate (logged, never asserted), and random edits of valid bodies.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "core/calendar.h"
+#include "engine/definitions/numeric.h"
 #include "engine/derived/change_json.h"
 #include "engine/derived/change_json_test_util.h"
 
@@ -71,6 +73,16 @@ std::vector<Value> RandomRow(const SourceSchema& schema, std::mt19937_64& rng,
         row.push_back(Value::Timestamp(micros));
         break;
       }
+      case Type::kNumeric: {
+        // Up to 15 significant digits, so that a JSON number keeps it exactly too.
+        const auto units = static_cast<int64_t>(rng() % 1'000'000'000'000'000);
+        row.push_back(Value::Numeric(rng() % 2 ? units : -units, column.scale));
+        break;
+      }
+      case Type::kFloat:
+        row.push_back(
+            Value::Float(static_cast<double>(static_cast<int64_t>(rng() % 4001) - 2000) / 8));
+        break;
       case Type::kNull:
         row.push_back(Value::Null());
     }
@@ -157,6 +169,15 @@ std::string JsonRow(const SourceSchema& schema, const std::vector<Value>& row,
       case Type::kTimestamp:
         out += "\"" + JsonTimestamp(cell.i, rng) + "\"";
         break;
+      case Type::kNumeric: {
+        // A string or a JSON number, both exact.
+        const std::string text = definitions::FormatDecimal(cell.i, cell.scale);
+        out += rng() % 2 ? "\"" + text + "\"" : text;
+        break;
+      }
+      case Type::kFloat:
+        out += fmt::format("{}", cell.float_value());
+        break;
     }
   }
   if (rng() % 4 == 0) out += ", \"not_a_column\": {\"deep\": [1, \"x\", null]}";
@@ -168,6 +189,7 @@ void ExpectSameRow(const std::vector<Value>& expected, const std::vector<Value>&
   ASSERT_EQ(actual.size(), expected.size());
   for (size_t i = 0; i < expected.size(); ++i) {
     ASSERT_EQ(actual[i].type, expected[i].type) << "change " << change << " column " << i;
+    ASSERT_EQ(actual[i].scale, expected[i].scale) << "change " << change << " column " << i;
     if (expected[i].type == Type::kText) {
       ASSERT_EQ(actual[i].s, expected[i].s) << "change " << change << " column " << i;
     } else {
@@ -184,7 +206,9 @@ TEST(ChangeDecoderTest, RandomRowsRoundTrip) {
                                      {"d", Type::kTimestamp},
                                      {"e", Type::kText},
                                      {"f", Type::kInt64},
-                                     {"g", Type::kTimestamp}}};
+                                     {"g", Type::kTimestamp},
+                                     {"h", Type::kNumeric, 12, 2},
+                                     {"i", Type::kFloat}}};
   const SourceView view{&kSchema, std::vector<std::string>(kSchema.columns.size())};
   const SourceLookup lookup = [&](std::string_view name) {
     return name == "mixed" ? &view : nullptr;

@@ -289,6 +289,15 @@ std::vector<int64_t> DerivedCounters::Get(std::span<const std::string> keys,
   return keyspace_.Get(keys, required_epoch);
 }
 
+Result<Page> DerivedCounters::Read(std::string_view counter, std::span<const std::string> keys) {
+  auto family = catalog_.Snapshot()->Counter(counter);
+  if (!family) return tl::unexpected(family.error());
+  Page page;
+  page.items = keyspace_.ReadGroups(**family, keys, &page.required_epoch);
+  page.names = FamilyReads::Names(**family);
+  return page;
+}
+
 Result<Page> DerivedCounters::List(std::string_view counter, std::string_view prefix,
                                    std::string_view cursor, size_t limit) {
   auto family = catalog_.Snapshot()->Counter(counter);

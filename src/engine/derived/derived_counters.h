@@ -209,6 +209,12 @@ class DerivedCounters {
   // depends on.
   std::vector<int64_t> Get(std::span<const std::string> keys, uint64_t* required_epoch);
 
+  // The groups `keys` of `counter` (from KeyOf; missing = 0) with their values as shown
+  // (KeyValue::shown, for a counter whose value is not one integer), in order, none left
+  // out. kNotFound when there is no such counter.
+  // Page::names is set as for a listing.
+  Result<Page> Read(std::string_view counter, std::span<const std::string> keys);
+
   // The live groups of `counter` whose key starts with `prefix` (from PrefixOf), in key
   // byte order, after `cursor` (a key from a previous page; empty = from the start).
   Result<Page> List(std::string_view counter, std::string_view prefix, std::string_view cursor,

@@ -53,6 +53,29 @@ std::vector<int64_t> DerivedKeyspace::Get(std::span<const std::string> keys,
   return values;
 }
 
+std::vector<KeyValue> DerivedKeyspace::ReadGroups(Family& family, std::span<const std::string> keys,
+                                                  uint64_t* required_epoch) {
+  const bool integer = definitions::ShowsInteger(family.counter);
+  std::vector<KeyValue> groups;
+  groups.reserve(keys.size());
+  size_t i = 0;
+  const uint64_t epoch =
+      VisitInChunks(keyspace(), keys, [&](engine::View& view, const engine::HashedKey& key) {
+        KeyValue& group = groups.emplace_back();
+        group.key = keys[i++];
+        group.value = view.Get(key).value_or(0);
+        if (integer) return;
+        if (family.states == nullptr) {
+          group.shown = definitions::ShowPlain(family.counter, group.value);
+          return;
+        }
+        std::lock_guard lock(family.mutex);
+        group.shown = family.states->Show(group.key, group.value);
+      });
+  *required_epoch = std::max(*required_epoch, epoch);
+  return groups;
+}
+
 void DerivedKeyspace::DeleteKeys(std::span<const std::string> keys) {
   WaitDurable(VisitInChunks(keyspace(), keys, [](engine::View& view, const engine::HashedKey& key) {
     view.Delete(key);
@@ -64,12 +87,23 @@ void DerivedKeyspace::DeleteGroups(Family& family) {
   {
     std::lock_guard lock(family.mutex);
     keys.assign(family.keys.begin(), family.keys.end());
+    for (const std::string& key : family.keys) family.AppendRecordKeys(key, &keys);
     family.ClearKeys();
   }
   DeleteKeys(keys);
 }
 
 Result<uint64_t> DerivedKeyspace::SetGroups(Family& family, std::span<const KeyValue> values) {
+  if (family.states != nullptr) {
+    // Its groups are more than one number each: a repair rebuilds them from the source.
+    return InvalidArgument(fmt::format(
+        "counter {} keeps {}: verify cannot repair it group by group; drop and create it "
+        "again, and it counts the source's rows again (a backfill)",
+        family.counter.name(),
+        family.counter.layout() == definitions::Layout::kDistinct
+            ? "the rows of each distinct value"
+            : "several values per group"));
+  }
   std::vector<engine::HashedKey> hashed;
   for (const KeyValue& item : values) {
     if (!family.IsGroupKey(item.key)) {

@@ -11,6 +11,9 @@
 //                         window; the change or batch with this id is counted
 //   \0pos:<name>          a position record: every change of the source (or stream)
 //                         <name> up to this position is counted, e.g. a commit LSN
+//   \0agg:<n>:<group>...  a hidden record of a group of a counter that is not a plain
+//                         count or sum: count(DISTINCT), min, max, avg, several
+//                         aggregates (aggregate_state.h has the format and the design)
 // No counter name holds a NUL byte, so no group starts like a marker or a position; plain
 // writes to either are refused and listings of the keyspace hide them. Other keys that
 // start with a NUL byte are ordinary binary keys.
@@ -31,9 +34,11 @@ namespace tally::derived {
 
 inline constexpr std::string_view kIdMarkerPrefix{"\0id:", 4};
 inline constexpr std::string_view kPositionPrefix{"\0pos:", 5};
-// True for a marker or a position record: tally's own, not a counter of anybody's.
+// True for a marker, a position record or a hidden record of a group (kRecordPrefix,
+// aggregate_state.h): tally's own, not a counter of anybody's.
 inline bool IsInternalKey(std::string_view key) {
-  return key.starts_with(kIdMarkerPrefix) || key.starts_with(kPositionPrefix);
+  return key.starts_with(kIdMarkerPrefix) || key.starts_with(kPositionPrefix) ||
+         key.starts_with(kRecordPrefix);
 }
 // "\0id:<id>".
 std::string MarkerKey(std::string_view id);
@@ -72,13 +77,21 @@ class DerivedKeyspace {
   // values depend on.
   std::vector<int64_t> Get(std::span<const std::string> keys, uint64_t* required_epoch);
 
+  // The groups `keys` of `family` (missing = 0) with their values as shown (KeyValue), in
+  // order: each group's key and its hidden records read together, under the key's stripe
+  // and the family's index mutex. `required_epoch` is raised as by Get.
+  std::vector<KeyValue> ReadGroups(Family& family, std::span<const std::string> keys,
+                                   uint64_t* required_epoch);
+
   // Deletes `keys`; durable when it returns.
   void DeleteKeys(std::span<const std::string> keys);
-  // Deletes every group of `family` and empties its index (DeleteKeys).
+  // Deletes every group of `family`, with its hidden records, and empties its index
+  // (DeleteKeys).
   void DeleteGroups(Family& family);
   // Sets groups of `family` to the given values (0 deletes the group), all in one View,
   // keeping the index in step. kInvalidArgument, nothing written, when a key is not a
-  // group of `family`. Returns the epoch to wait for.
+  // group of `family`, or when `family` is not a plain counter (its groups are not one
+  // number each). Returns the epoch to wait for.
   Result<uint64_t> SetGroups(Family& family, std::span<const KeyValue> values);
 
   // The position recorded under `name`; 0 when none.

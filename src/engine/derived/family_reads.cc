@@ -106,6 +106,15 @@ Result<std::string> FamilyReads::PrefixOf(const Family& family,
   return prefix;
 }
 
+std::vector<std::string> FamilyReads::Names(const Family& family) {
+  std::vector<std::string> names;
+  const std::vector<defs::AggregateColumn>& aggregates = family.counter.aggregates();
+  if (aggregates.size() > 1) {
+    for (const defs::AggregateColumn& column : aggregates) names.push_back(column.name);
+  }
+  return names;
+}
+
 Result<Page> FamilyReads::List(Family& family, std::string_view prefix, std::string_view cursor,
                                size_t limit) {
   if (!cursor.empty() && !cursor.starts_with(prefix)) {
@@ -125,9 +134,9 @@ Result<Page> FamilyReads::List(Family& family, std::string_view prefix, std::str
       keys.push_back(*key);
     }
   }
-  const std::vector<int64_t> values = keyspace_.Get(keys, &page.required_epoch);
-  for (size_t i = 0; i < keys.size(); ++i) {
-    if (values[i] != 0) page.items.push_back({std::move(keys[i]), values[i]});
+  page.names = Names(family);
+  for (KeyValue& group : keyspace_.ReadGroups(family, keys, &page.required_epoch)) {
+    if (group.value != 0) page.items.push_back(std::move(group));
   }
   return page;
 }
@@ -146,7 +155,12 @@ Result<Page> FamilyReads::Top(Family& family, std::string_view prefix, size_t k)
     }
   }
   // A min-heap of the k best seen so far: the worst on top.
+  // By the value shown (its first aggregate) when it is not the key's integer.
   auto better = [](const KeyValue& a, const KeyValue& b) {
+    if (!a.shown.empty() && !b.shown.empty()) {
+      const int order = defs::CompareValues(a.shown.front(), b.shown.front());
+      return order != 0 ? order > 0 : a.key < b.key;
+    }
     return a.value != b.value ? a.value > b.value : a.key < b.key;
   };
   std::priority_queue<KeyValue, std::vector<KeyValue>, decltype(better)> best(better);
@@ -167,6 +181,7 @@ Result<Page> FamilyReads::Top(Family& family, std::string_view prefix, size_t k)
     if (chunk->next_cursor.empty()) break;
     cursor = std::move(chunk->next_cursor);
   }
+  page.names = Names(family);
   page.items.resize(best.size());
   for (size_t i = best.size(); i-- > 0;) {
     page.items[i] = best.top();
@@ -182,6 +197,14 @@ Result<RangeSum> FamilyReads::Range(Family& family, std::span<const std::string_
                                     std::string_view from_text, std::string_view to_text) {
   const defs::CompiledCounter& compiled = family.counter;
   const std::string& counter = compiled.name();
+  if (!defs::ShowsInteger(compiled)) {
+    // A sum of buckets is a count or an integer sum; min, max, avg and distinct counts do not
+    // add up across buckets, and a numeric sum is shown as a decimal.
+    return InvalidArgument(fmt::format(
+        "counter {} is not a count or an integer sum: a range read adds up the buckets of "
+        "count(*), count(x) and sum(x) of integers only (read the buckets with /v1/list)",
+        counter));
+  }
   const std::optional<defs::TimeBucket>& bucket = compiled.time_bucket();
   if (!bucket) {
     return InvalidArgument(fmt::format(

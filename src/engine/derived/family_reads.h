@@ -56,12 +56,16 @@ class FamilyReads {
   static Result<std::string> PrefixOf(const Family& family,
                                       std::span<const std::string_view> parts);
 
+  // The names of `family`'s aggregates when it has several (Page::names), else none.
+  static std::vector<std::string> Names(const Family& family);
+
   // The live groups of `family` whose key starts with `prefix` (from PrefixOf), in key
   // byte order, after `cursor` (a key from a previous page; empty = from the start), at
   // most `limit`. A group read as 0 (deleted meanwhile) is left out.
   Result<Page> List(Family& family, std::string_view prefix, std::string_view cursor, size_t limit);
 
-  // The `k` largest groups of `family` under `prefix`, largest first (ties by key).
+  // The `k` largest groups of `family` under `prefix`, largest first (ties by key); by the
+  // value of its first aggregate for a counter that is not one integer (NULL lowest).
   Result<Page> Top(Family& family, std::string_view prefix, size_t k);
 
   // The sum of the time buckets of one group of `family` whose start lies in [from, to):

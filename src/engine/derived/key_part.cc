@@ -71,6 +71,8 @@ Result<Value> ParseKeyPart(Type type, std::string_view text, std::string* storag
       }
       return Value::Timestamp(*micros);
     }
+    case Type::kNumeric:  // never a key column (the compiler refuses it)
+    case Type::kFloat:
     case Type::kNull:
       break;
   }

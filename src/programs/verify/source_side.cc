@@ -33,6 +33,11 @@ Result<pg::ConnParams> ParseSource(const std::string& conninfo) {
   return pg::ParseConnString(conninfo);
 }
 
+// The text of cell `field` of a single-row result.
+std::string_view Cell(const pg::PgResult& r, int field) {
+  return {PQgetvalue(r.get(), 0, field), static_cast<size_t>(PQgetlength(r.get(), 0, field))};
+}
+
 }  // namespace
 
 Result<std::unique_ptr<Source>> Source::Connect(const std::string& conninfo,
@@ -114,6 +119,9 @@ Result<Groups> Source::CounterGroups(const Counter& counter, Progress& progress)
   auto fail = [&](std::string message) {
     if (!failure) failure = Error{ErrorCode::kInvalidArgument, std::move(message)};
   };
+  const size_t keys = counter.compiled->key_columns().size();
+  const std::vector<defs::AggregateColumn>& aggregates = counter.compiled->aggregates();
+  const int columns = static_cast<int>(keys + aggregates.size());
   std::vector<defs::Value> parts;
   for (;;) {
     auto next = pg::NextResult(conn, pg::Deadline::Never(), what);
@@ -127,42 +135,55 @@ Result<Groups> Source::CounterGroups(const Counter& counter, Progress& progress)
       continue;
     }
     if (failure) continue;
-    const int fields = PQnfields(r.get());
-    if (fields < 1) {
-      fail("counter " + counter.name + ": its SELECT returned no columns");
+    if (PQnfields(r.get()) != columns) {
+      fail(fmt::format("counter {}: its SELECT returned {} columns, not {}", counter.name,
+                       PQnfields(r.get()), columns));
       continue;
     }
     parts.clear();
-    for (int f = 0; f < fields && !failure; ++f) {
-      const Oid type = PQftype(r.get(), f);
-      if (f + 1 < fields && !pg::TallyTypeForPg(type) && !PQgetisnull(r.get(), 0, f)) {
-        fail(fmt::format(
-            "counter {}: key column {} ({}) has PostgreSQL type {}, which tally does not read",
-            counter.name, f + 1, PQfname(r.get(), f), pg::PgTypeName(type)));
-        break;
-      }
-      if (PQgetisnull(r.get(), 0, f)) {
+    for (size_t f = 0; f < keys && !failure; ++f) {
+      const int field = static_cast<int>(f);
+      const Oid type = PQftype(r.get(), field);
+      if (PQgetisnull(r.get(), 0, field)) {
         parts.push_back(defs::Value::Null());
         continue;
       }
-      const std::string_view text(PQgetvalue(r.get(), 0, f),
-                                  static_cast<size_t>(PQgetlength(r.get(), 0, f)));
+      if (!pg::TallyTypeForPg(type)) {
+        fail(fmt::format(
+            "counter {}: key column {} ({}) has PostgreSQL type {}, which tally does not read",
+            counter.name, f + 1, PQfname(r.get(), field), pg::PgTypeName(type)));
+        break;
+      }
+      const std::string_view text = Cell(r, field);
       auto value = pg::ParsePgText(type, text);
-      if (!value || (f + 1 == fields && value->type != defs::Type::kInt64)) {
-        fail(fmt::format("counter {}: column {} ({}) = '{}': {}", counter.name, f + 1,
-                         PQfname(r.get(), f), text.substr(0, 80),
-                         value ? "the value is not an integer" : value.error().message));
+      if (!value) {
+        fail(fmt::format("counter {}: key column {} ({}) = '{}': {}", counter.name, f + 1,
+                         PQfname(r.get(), field), text.substr(0, 80), value.error().message));
         break;
       }
       parts.push_back(*value);
     }
+    defs::GroupValue shown;
+    for (size_t a = 0; a < aggregates.size() && !failure; ++a) {
+      const int field = static_cast<int>(keys + a);
+      if (PQgetisnull(r.get(), 0, field)) {
+        shown.push_back(defs::AggregateValue::Null());
+        continue;
+      }
+      auto value = ReadAggregate(aggregates[a], Cell(r, field));
+      if (!value) {
+        fail(fmt::format("counter {}: column {} ({}): {}", counter.name, field + 1,
+                         PQfname(r.get(), field), value.error().message));
+        break;
+      }
+      shown.push_back(std::move(*value));
+    }
     if (failure) continue;
     ++rows;
     if ((rows & 1023) == 0) progress.SourceRows(rows);
-    const defs::Value& value = parts.back();
-    if (value.is_null() || value.i == 0) continue;  // tally keeps no zero group
-    std::string key = defs::EncodeKey(counter.name, std::span(parts.data(), parts.size() - 1));
-    auto [it, inserted] = groups.emplace(std::move(key), value.i);
+    if (DropsZeroGroups(*counter.compiled) && IsZero(shown)) continue;  // tally keeps none
+    std::string key = defs::EncodeKey(counter.name, parts);
+    auto [it, inserted] = groups.emplace(std::move(key), std::move(shown));
     if (!inserted) {
       fail(fmt::format("counter {}: its SELECT returned the group {} twice", counter.name,
                        it->first));

@@ -45,8 +45,10 @@ class Source {
   Status ImportSnapshot(const std::string& snapshot);
 
   // The groups `counter`'s SELECT gives, keyed as tally keys them (ParsePgText over each
-  // column, then EncodeKey); groups of value 0 or NULL are left out. Rows come one at a time
-  // (single-row mode), so a large family is never held twice. REQUIRES: ImportSnapshot.
+  // key column, then EncodeKey) and valued as tally shows them (ReadAggregate over each
+  // aggregate); groups at 0 or NULL of a counter that keeps none are left out (compare.h).
+  // Rows come one at a time (single-row mode), so a large family is never held twice.
+  // REQUIRES: ImportSnapshot.
   Result<Groups> CounterGroups(const Counter& counter, Progress& progress);
 
   // Ends the snapshot transaction.

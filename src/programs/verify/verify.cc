@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <memory>
 #include <optional>
+#include <string_view>
 #include <thread>
 #include <utility>
 
@@ -43,6 +44,7 @@ struct Outcome {
   uint64_t repaired = 0;
   uint64_t still_different = 0;
   uint64_t not_compared = 0;
+  uint64_t not_repairable = 0;  // differing counters that --repair does not repair
 };
 
 Error Failed(std::string message) { return Error{ErrorCode::kUnavailable, std::move(message)}; }
@@ -147,10 +149,30 @@ Result<size_t> DropExpiredGroups(RespClient& tally, const Counter& counter, Grou
   return expired;
 }
 
-void PrintDifferences(const std::vector<Difference>& differences) {
+void PrintDifferences(const Counter& counter, const std::vector<Difference>& differences) {
   for (const Difference& d : differences) {
-    fmt::print("{}: tally {}, source {}\n", d.key, d.tally, d.source);
+    fmt::print("{}: tally {}, source {}\n", d.key, ShownText(*counter.compiled, d.tally),
+               ShownText(*counter.compiled, d.source));
   }
+}
+
+// COUNTER.REPAIR of every difference, a batch at a time. REQUIRES: a plain counter.
+Status RepairGroups(const Counter& counter, RespClient& tally,
+                    const std::vector<Difference>& diffs) {
+  for (size_t begin = 0; begin < diffs.size(); begin += kRepairBatch) {
+    std::vector<std::string> args = {"COUNTER.REPAIR", counter.name};
+    for (size_t i = begin; i < std::min(diffs.size(), begin + kRepairBatch); ++i) {
+      auto value = RepairValue(*counter.compiled, diffs[i].source);
+      if (!value) {
+        return InvalidArgument(fmt::format("counter {}: group {}: {}", counter.name, diffs[i].key,
+                                           value.error().message));
+      }
+      args.push_back(diffs[i].key);
+      args.push_back(std::to_string(*value));
+    }
+    if (auto repaired = tally.Check(args); !repaired) return tl::unexpected(repaired.error());
+  }
+  return OkStatus();
 }
 
 // Compares one whole counter at the snapshot, repairs it with --repair, and prints its
@@ -172,8 +194,8 @@ Status VerifyCounter(const Counter& counter, RespClient& tally, Source& source,
                Plural(*expired, "source group", "source groups"),
                definitions::RetentionText(*counter.compiled->retention()));
   }
-  const std::vector<Difference> diffs = Compare(*mine, *theirs);
-  PrintDifferences(diffs);
+  const std::vector<Difference> diffs = Compare(*counter.compiled, *mine, *theirs);
+  PrintDifferences(counter, diffs);
   if (diffs.empty()) {
     fmt::print("{}: equal ({})\n", counter.name, Plural(theirs->size(), "group", "groups"));
     std::fflush(stdout);
@@ -181,20 +203,25 @@ Status VerifyCounter(const Counter& counter, RespClient& tally, Source& source,
   }
   ++outcome.differing_counters;
   outcome.differences += diffs.size();
+  const bool repairable = counter.compiled->layout() == definitions::Layout::kPlain;
+  if (!repairable) ++outcome.not_repairable;
   fmt::print("{}: {} ({} at the source, {} in tally)\n", counter.name,
              Plural(diffs.size(), "difference", "differences"), Thousands(theirs->size()),
              Thousands(mine->size()));
   std::fflush(stdout);
   if (!options.repair) return OkStatus();
-
-  for (size_t begin = 0; begin < diffs.size(); begin += kRepairBatch) {
-    std::vector<std::string> args = {"COUNTER.REPAIR", counter.name};
-    for (size_t i = begin; i < std::min(diffs.size(), begin + kRepairBatch); ++i) {
-      args.push_back(diffs[i].key);
-      args.push_back(std::to_string(diffs[i].source));
-    }
-    if (auto repaired = tally.Check(args); !repaired) return tl::unexpected(repaired.error());
+  if (!repairable) {
+    // Its groups are more than one number each (hidden records): only a backfill rebuilds
+    // them.
+    outcome.still_different += diffs.size();
+    fmt::print(
+        "{}: not repaired: its groups keep more than one number each; drop and create it "
+        "again to count the source's rows again (a backfill)\n",
+        counter.name);
+    std::fflush(stdout);
+    return OkStatus();
   }
+  if (auto s = RepairGroups(counter, tally, diffs); !s) return s;
   Progress again(show, counter.name, static_cast<int64_t>(theirs->size()));
   mine = TallyGroups(tally, counter, again);
   if (!mine) return tl::unexpected(mine.error());
@@ -202,19 +229,29 @@ Status VerifyCounter(const Counter& counter, RespClient& tally, Source& source,
   if (auto dropped = DropExpiredGroups(tally, counter, *theirs, *mine); !dropped) {
     return tl::unexpected(dropped.error());
   }
-  const std::vector<Difference> left = Compare(*mine, *theirs);
+  const std::vector<Difference> left = Compare(*counter.compiled, *mine, *theirs);
   if (left.empty()) {
     outcome.repaired += diffs.size();
     fmt::print("{}: repaired {}, now equal\n", counter.name,
                Plural(diffs.size(), "group", "groups"));
   } else {
     outcome.still_different += left.size();
-    PrintDifferences(left);
+    PrintDifferences(counter, left);
     fmt::print("{}: still {} after the repair\n", counter.name,
                Plural(left.size(), "difference", "differences"));
   }
   std::fflush(stdout);
   return OkStatus();
+}
+
+// What the last line says of repairs after its differences.
+std::string_view RepairHint(const Outcome& outcome, const VerifyOptions& options) {
+  if (options.repair) return " after the repair";
+  if (outcome.not_repairable == 0) return " (--repair fixes them)";
+  if (outcome.not_repairable == outcome.differing_counters) {
+    return " (--repair does not fix these counters: drop and create them again)";
+  }
+  return " (--repair fixes those of plain counters)";
 }
 
 // Prints the last line and returns the exit status.
@@ -245,8 +282,7 @@ int Summarize(const Outcome& outcome, size_t chosen, const VerifyOptions& option
              Plural(options.repair ? outcome.still_different : outcome.differences, "difference",
                     "differences"),
              Thousands(outcome.differing_counters), Plural(compared, "counter", "counters"),
-             FormatLsn(at), options.repair ? " after the repair" : " (--repair fixes them)",
-             skipped);
+             FormatLsn(at), RepairHint(outcome, options), skipped);
   return kExitDifferent;
 }
 

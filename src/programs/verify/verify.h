@@ -18,11 +18,15 @@
 //      sides. Counters not whole yet (pending, backfilling) are not compared.
 //   5. With --repair, COUNTER.REPAIR sets every differing group to the source's value
 //      (batches of 1000 groups, each one atomic commit), still held; then the counter is
-//      read again and must be equal.
+//      read again and must be equal. A counter of count(DISTINCT), min, max, avg or several
+//      aggregates is not repaired (its groups are hidden records too): its differences
+//      stay, and the line says to drop and create it again.
 //   6. COUNTER.RELEASE, always: also on errors, and on signals (Hold::ReleaseOnSignals).
 //
-// Output (stdout): one line per difference, "<key>: tally <X>, source <Y>" (a group missing
-// on one side reads 0 there), one summary line per counter, and a last line. Progress
+// Output (stdout): one line per difference, "<key>: tally <X>, source <Y>", values as
+// tally shows them ("12.50", "20240501T134500Z", NULL, "(3, 12.50, NULL)" for several
+// aggregates; a missing group reads 0, or "no group" for a counter of min, max, avg or
+// several aggregates), one summary line per counter, and a last line. Progress
 // (stderr, when stderr is a terminal or with --progress): rows read from the source and
 // groups read from tally out of the counter's group count.
 #pragma once

@@ -134,11 +134,52 @@ Result<size_t> CountParameter(std::optional<std::string_view> text, std::string_
   return static_cast<size_t>(value);
 }
 
-void WriteItems(const std::vector<derived::KeyValue>& items, JsonWriter* json) {
-  json->Key("items").BeginArray();
-  for (const auto& item : items) {
-    json->BeginObject().Key("key").String(item.key).Key("value").Int(item.value).EndObject();
+// One aggregate's value: a number, a decimal or a timestamp as a string ("1234.50",
+// "20240501T134500Z": a JSON number would not keep a decimal exact), NULL as null.
+void WriteAggregate(const definitions::AggregateValue& value, JsonWriter* json) {
+  switch (value.kind) {
+    case definitions::AggregateValue::Kind::kNull:
+      json->Null();
+      return;
+    case definitions::AggregateValue::Kind::kInteger:
+      json->Int(value.integer);
+      return;
+    case definitions::AggregateValue::Kind::kDecimal:
+    case definitions::AggregateValue::Kind::kTimestamp:
+      json->String(value.text);
+      return;
   }
+}
+
+// A group's value: the integer, the one aggregate's value, or with several aggregates an
+// object of their values by name.
+void WriteValue(const derived::KeyValue& item, const std::vector<std::string>& names,
+                JsonWriter* json) {
+  if (item.shown.empty()) {
+    json->Int(item.value);
+  } else if (names.empty()) {
+    WriteAggregate(item.shown.front(), json);
+  } else {
+    json->BeginObject();
+    for (size_t i = 0; i < names.size(); ++i) {
+      json->Key(names[i]);
+      WriteAggregate(item.shown[i], json);
+    }
+    json->EndObject();
+  }
+}
+
+// {"key": ..., "value": ...}
+void WriteItem(const derived::KeyValue& item, const std::vector<std::string>& names,
+               JsonWriter* json) {
+  json->BeginObject().Key("key").String(item.key).Key("value");
+  WriteValue(item, names, json);
+  json->EndObject();
+}
+
+void WriteItems(const derived::Page& page, JsonWriter* json) {
+  json->Key("items").BeginArray();
+  for (const auto& item : page.items) WriteItem(item, page.names, json);
   json->EndArray();
 }
 
@@ -285,11 +326,11 @@ ApiResponse Api::GetValue(const Call& call) {
   auto key = derived_.KeyOf(call.params[0], parts);
   if (!key) return Fail(key.error());
   if (auto refused = RefuseRead(call.request, *key, /*prefix=*/false)) return std::move(*refused);
-  uint64_t required_epoch = 0;
-  const std::vector<int64_t> values = derived_.Get({&*key, 1}, &required_epoch);
+  auto page = derived_.Read(call.params[0], {&*key, 1});
+  if (!page) return Fail(page.error());
   JsonWriter json;
-  json.BeginObject().Key("key").String(*key).Key("value").Int(values.at(0)).EndObject();
-  return Ok(json.Take(), required_epoch);
+  WriteItem(page->items.at(0), page->names, &json);
+  return Ok(json.Take(), page->required_epoch);
 }
 
 ApiResponse Api::PostValues(const Call& call) {
@@ -358,15 +399,13 @@ ApiResponse Api::PostValues(const Call& call) {
     canonical.push_back(std::move(*canonical_key));
     ++index;
   }
-  uint64_t required_epoch = 0;
-  const std::vector<int64_t> values = derived_.Get(canonical, &required_epoch);
+  auto page = derived_.Read(*counter, canonical);
+  if (!page) return Fail(page.error());
   JsonWriter json;
   json.BeginObject().Key("values").BeginArray();
-  for (size_t i = 0; i < canonical.size(); ++i) {
-    json.BeginObject().Key("key").String(canonical[i]).Key("value").Int(values[i]).EndObject();
-  }
+  for (const derived::KeyValue& item : page->items) WriteItem(item, page->names, &json);
   json.EndArray().EndObject();
-  return Ok(json.Take(), required_epoch);
+  return Ok(json.Take(), page->required_epoch);
 }
 
 ApiResponse Api::GetList(const Call& call) {
@@ -381,7 +420,7 @@ ApiResponse Api::GetList(const Call& call) {
   if (!page) return Fail(page.error());
   JsonWriter json;
   json.BeginObject();
-  WriteItems(page->items, &json);
+  WriteItems(*page, &json);
   json.Key("next_cursor").String(page->next_cursor).EndObject();
   return Ok(json.Take(), page->required_epoch);
 }
@@ -398,7 +437,7 @@ ApiResponse Api::GetTop(const Call& call) {
   if (!page) return Fail(page.error());
   JsonWriter json;
   json.BeginObject();
-  WriteItems(page->items, &json);
+  WriteItems(*page, &json);
   json.EndObject();
   return Ok(json.Take(), page->required_epoch);
 }

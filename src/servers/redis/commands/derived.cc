@@ -37,11 +37,38 @@ std::optional<size_t> CountArgument(CommandContext& ctx, std::string_view text,
   return static_cast<size_t>(*count);
 }
 
-void ReplyPairs(CommandContext& ctx, const std::vector<derived::KeyValue>& items) {
-  ctx.reply.ArrayHeader(items.size() * 2);
-  for (const derived::KeyValue& item : items) {
+// One aggregate's value: an integer, a decimal or a timestamp as a bulk string
+// ("1234.50", "20240501T134500Z"), NULL as a null.
+void ReplyAggregate(CommandContext& ctx, const definitions::AggregateValue& value) {
+  switch (value.kind) {
+    case definitions::AggregateValue::Kind::kNull:
+      return ctx.reply.Null();
+    case definitions::AggregateValue::Kind::kInteger:
+      return ctx.reply.Integer(value.integer);
+    case definitions::AggregateValue::Kind::kDecimal:
+    case definitions::AggregateValue::Kind::kTimestamp:
+      return ctx.reply.Bulk(value.text);
+  }
+}
+
+// A group's value: the integer, the one aggregate's value, or with several aggregates a
+// map of their names to their values (a flat array of pairs in RESP2).
+void ReplyValue(CommandContext& ctx, const derived::KeyValue& item,
+                const std::vector<std::string>& names) {
+  if (item.shown.empty()) return ctx.reply.Integer(item.value);
+  if (names.empty()) return ReplyAggregate(ctx, item.shown.front());
+  ctx.reply.MapHeader(names.size());
+  for (size_t i = 0; i < names.size(); ++i) {
+    ctx.reply.Bulk(names[i]);
+    ReplyAggregate(ctx, item.shown[i]);
+  }
+}
+
+void ReplyPairs(CommandContext& ctx, const derived::Page& page) {
+  ctx.reply.ArrayHeader(page.items.size() * 2);
+  for (const derived::KeyValue& item : page.items) {
     ctx.reply.Bulk(item.key);
-    ctx.reply.Integer(item.value);
+    ReplyValue(ctx, item, page.names);
   }
 }
 
@@ -125,10 +152,10 @@ void CounterGet(CommandContext& ctx) {
   auto key = derived->KeyOf(ctx.args[1], ctx.args.subspan(2));
   if (!key) return ReplyError(ctx, key.error());
   if (ctx.session.RefusedRead(*key, /*prefix=*/false)) return;
-  uint64_t epoch = 0;
-  const std::vector<int64_t> values = derived->Get({&*key, 1}, &epoch);
-  ctx.session.RaiseRequiredEpoch(epoch);
-  ctx.reply.Integer(values[0]);
+  auto page = derived->Read(ctx.args[1], {&*key, 1});
+  if (!page) return ReplyError(ctx, page.error());
+  ctx.session.RaiseRequiredEpoch(page->required_epoch);
+  ReplyValue(ctx, page->items.front(), page->names);
 }
 
 void CounterScan(CommandContext& ctx) {
@@ -145,7 +172,7 @@ void CounterScan(CommandContext& ctx) {
   ctx.session.RaiseRequiredEpoch(page->required_epoch);
   ctx.reply.ArrayHeader(2);
   ctx.reply.Bulk(page->next_cursor.empty() ? "0" : page->next_cursor);
-  ReplyPairs(ctx, page->items);
+  ReplyPairs(ctx, *page);
 }
 
 void CounterTop(CommandContext& ctx) {
@@ -159,7 +186,7 @@ void CounterTop(CommandContext& ctx) {
   auto page = derived->Top(ctx.args[1], *prefix, *k);
   if (!page) return ReplyError(ctx, page.error());
   ctx.session.RaiseRequiredEpoch(page->required_epoch);
-  ReplyPairs(ctx, page->items);
+  ReplyPairs(ctx, *page);
 }
 
 // COUNTER.RANGE counter from to [part ...]: the sum of the group's time buckets whose start

@@ -1,0 +1,224 @@
+#include "engine/derived/aggregate_state.h"
+
+#include <fmt/format.h>
+
+#include <charconv>
+
+#include "engine/definitions/numeric.h"
+
+namespace tally::derived {
+
+namespace defs = tally::definitions;
+
+namespace {
+
+// absl's containers look strings up by absl::string_view, which is not std::string_view here.
+absl::string_view View(std::string_view text) { return {text.data(), text.size()}; }
+
+char TagOf(defs::RecordKind kind) {
+  switch (kind) {
+    case defs::RecordKind::kSum:
+      return 's';
+    case defs::RecordKind::kCount:
+      return 'n';
+    case defs::RecordKind::kValue:
+      return 'v';
+    case defs::RecordKind::kRows:
+      break;
+  }
+  return '?';
+}
+
+// The first value with rows above 0, from the front (min) or the back (max); nullptr when
+// none. Values with rows at or below 0 exist only between changes that do not add up.
+const std::string* Extreme(const AggregateState& state, bool from_back) {
+  if (from_back) {
+    for (auto it = state.values.rbegin(); it != state.values.rend(); ++it) {
+      if (it->second > 0) return &it->first;
+    }
+  } else {
+    for (const auto& [value, rows] : state.values) {
+      if (rows > 0) return &value;
+    }
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+std::string RecordKey(std::string_view group, uint32_t aggregate, defs::RecordKind kind,
+                      std::string_view value) {
+  std::string key(kRecordPrefix);
+  key += fmt::format("{}:", group.size());
+  key.append(group);
+  key += fmt::format("{}", aggregate);
+  key.push_back(TagOf(kind));
+  key.append(value);
+  return key;
+}
+
+std::optional<RecordName> ParseRecordKey(std::string_view key) {
+  if (!key.starts_with(kRecordPrefix)) return std::nullopt;
+  std::string_view rest = key.substr(kRecordPrefix.size());
+  size_t length = 0;
+  auto [end, ec] = std::from_chars(rest.data(), rest.data() + rest.size(), length);
+  if (ec != std::errc() || end == rest.data() || end == rest.data() + rest.size() || *end != ':') {
+    return std::nullopt;
+  }
+  rest.remove_prefix(static_cast<size_t>(end - rest.data()) + 1);
+  if (length > rest.size()) return std::nullopt;
+  RecordName name;
+  name.group = rest.substr(0, length);
+  rest.remove_prefix(length);
+  auto [tag, ec2] = std::from_chars(rest.data(), rest.data() + rest.size(), name.aggregate);
+  if (ec2 != std::errc() || tag == rest.data() || tag == rest.data() + rest.size()) {
+    return std::nullopt;
+  }
+  rest.remove_prefix(static_cast<size_t>(tag - rest.data()));
+  switch (rest.front()) {
+    case 's':
+      name.kind = defs::RecordKind::kSum;
+      break;
+    case 'n':
+      name.kind = defs::RecordKind::kCount;
+      break;
+    case 'v':
+      name.kind = defs::RecordKind::kValue;
+      break;
+    default:
+      return std::nullopt;
+  }
+  name.value = rest.substr(1);
+  if (name.kind != defs::RecordKind::kValue && !name.value.empty()) return std::nullopt;
+  return name;
+}
+
+const GroupState* GroupStates::Find(std::string_view group) const {
+  const auto it = groups_.find(View(group));
+  return it == groups_.end() ? nullptr : &it->second;
+}
+
+int64_t GroupStates::Record(std::string_view group, uint32_t aggregate, defs::RecordKind kind,
+                            std::string_view value) const {
+  const GroupState* state = Find(group);
+  if (state == nullptr || aggregate >= state->aggregates.size()) return 0;
+  const AggregateState& slot = state->aggregates[aggregate];
+  switch (kind) {
+    case defs::RecordKind::kSum:
+      return slot.sum;
+    case defs::RecordKind::kCount:
+      return slot.count;
+    case defs::RecordKind::kValue: {
+      const auto it = slot.values.find(View(value));
+      return it == slot.values.end() ? 0 : it->second;
+    }
+    case defs::RecordKind::kRows:
+      break;
+  }
+  return 0;
+}
+
+GroupState& GroupStates::Slot(std::string_view group) {
+  auto [it, inserted] = groups_.try_emplace(View(group));
+  if (inserted) it->second.aggregates.resize(counter_.aggregates().size());
+  return it->second;
+}
+
+void GroupStates::SetRecord(std::string_view group, uint32_t aggregate, defs::RecordKind kind,
+                            std::string_view value, int64_t new_value) {
+  if (new_value == 0 && Record(group, aggregate, kind, value) == 0) return;
+  GroupState& state = Slot(group);
+  AggregateState& slot = state.aggregates[aggregate];
+  int64_t old_value = 0;
+  switch (kind) {
+    case defs::RecordKind::kSum:
+      old_value = std::exchange(slot.sum, new_value);
+      break;
+    case defs::RecordKind::kCount:
+      old_value = std::exchange(slot.count, new_value);
+      break;
+    case defs::RecordKind::kValue: {
+      auto it = slot.values.find(View(value));
+      if (it != slot.values.end()) old_value = it->second;
+      if (new_value == 0) {
+        slot.values.erase(it);
+      } else if (it == slot.values.end()) {
+        slot.values.emplace(std::string(value), new_value);
+      } else {
+        it->second = new_value;
+      }
+      slot.present += (new_value > 0 ? 1 : 0) - (old_value > 0 ? 1 : 0);
+      break;
+    }
+    case defs::RecordKind::kRows:
+      return;
+  }
+  state.records += (new_value != 0 ? 1 : 0);
+  state.records -= (old_value != 0 ? 1 : 0);
+  if (state.records == 0) groups_.erase(View(group));
+}
+
+int64_t GroupStates::Present(std::string_view group, uint32_t aggregate) const {
+  const GroupState* state = Find(group);
+  return state == nullptr ? 0 : state->aggregates[aggregate].present;
+}
+
+void GroupStates::RecordKeysOf(std::string_view group, std::vector<std::string>* out) const {
+  const GroupState* state = Find(group);
+  if (state == nullptr) return;
+  for (uint32_t i = 0; i < state->aggregates.size(); ++i) {
+    const AggregateState& slot = state->aggregates[i];
+    if (slot.sum != 0) out->push_back(RecordKey(group, i, defs::RecordKind::kSum, {}));
+    if (slot.count != 0) out->push_back(RecordKey(group, i, defs::RecordKind::kCount, {}));
+    for (const auto& [value, rows] : slot.values) {
+      out->push_back(RecordKey(group, i, defs::RecordKind::kValue, value));
+    }
+  }
+}
+
+void GroupStates::Erase(std::string_view group) { groups_.erase(View(group)); }
+
+void GroupStates::Clear() { groups_.clear(); }
+
+defs::GroupValue GroupStates::Show(std::string_view group, int64_t k_value) const {
+  const std::vector<defs::AggregateColumn>& columns = counter_.aggregates();
+  if (counter_.layout() == defs::Layout::kDistinct) {
+    return {defs::AggregateValue::Integer(k_value)};
+  }
+  static const AggregateState kEmpty;
+  const GroupState* state = Find(group);
+  defs::GroupValue out;
+  out.reserve(columns.size());
+  for (size_t i = 0; i < columns.size(); ++i) {
+    const defs::AggregateColumn& column = columns[i];
+    const AggregateState& slot = state != nullptr ? state->aggregates[i] : kEmpty;
+    switch (column.kind) {
+      case defs::Aggregate::kCountStar:
+        out.push_back(defs::AggregateValue::Integer(k_value));
+        break;
+      case defs::Aggregate::kCount:
+        out.push_back(defs::AggregateValue::Integer(slot.count));
+        break;
+      case defs::Aggregate::kSum:
+        out.push_back(slot.count == 0 ? defs::AggregateValue::Null()
+                                      : defs::ShowTotal(column, slot.sum));
+        break;
+      case defs::Aggregate::kAvg:
+        out.push_back(defs::ShowAverage(column, slot.sum, slot.count));
+        break;
+      case defs::Aggregate::kCountDistinct:
+        out.push_back(defs::AggregateValue::Integer(slot.present));
+        break;
+      case defs::Aggregate::kMin:
+      case defs::Aggregate::kMax: {
+        const std::string* extreme = Extreme(slot, column.kind == defs::Aggregate::kMax);
+        out.push_back(extreme == nullptr ? defs::AggregateValue::Null()
+                                         : defs::ShowValueBytes(column, *extreme));
+        break;
+      }
+    }
+  }
+  return out;
+}
+
+}  // namespace tally::derived

@@ -1,0 +1,346 @@
+// The aggregates beyond count and sum, kept by DerivedCounters over a real RocksDbStore:
+// exact numeric sums, count(DISTINCT x), min/max falling back when their value goes, avg,
+// several aggregates in one counter; their hidden records across restarts, drops and
+// truncates; and a property test of 100,000 random changes against a recount.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <map>
+#include <optional>
+#include <random>
+#include <set>
+
+#include "core/timestamp.h"
+#include "engine/definitions/numeric.h"
+#include "engine/derived/derived_test_util.h"
+
+namespace tally::derived {
+namespace {
+
+namespace defs = tally::definitions;
+
+constexpr std::string_view kShop = R"sql(
+  CREATE SOURCE orders (id bigint, shop bigint, customer bigint, total numeric(12,2),
+                        rating integer, at timestamptz);
+  CREATE COUNTER revenue AS SELECT shop, sum(total) FROM orders GROUP BY shop;
+  CREATE COUNTER buyers AS SELECT shop, count(DISTINCT customer) FROM orders GROUP BY shop;
+  CREATE COUNTER best AS SELECT shop, max(rating) FROM orders GROUP BY shop;
+  CREATE COUNTER cheapest AS SELECT shop, min(total) FROM orders GROUP BY shop;
+  CREATE COUNTER mean AS SELECT shop, avg(total) FROM orders GROUP BY shop;
+  CREATE COUNTER shop_all AS
+    SELECT shop, count(*) AS orders, count(rating) AS rated, sum(total) AS revenue,
+           min(rating) AS worst, max(at) AS latest, avg(rating) AS mean_rating,
+           count(DISTINCT customer) AS buyers
+    FROM orders GROUP BY shop;
+)sql";
+
+// One order row; std::nullopt is NULL.
+struct Order {
+  int64_t id = 0;
+  int64_t shop = 0;
+  std::optional<int64_t> customer;
+  std::optional<int64_t> total;  // cents
+  std::optional<int64_t> rating;
+  std::optional<int64_t> at;  // micros
+};
+
+template <typename T, typename F>
+std::string Or(const std::optional<T>& value, F&& spell) {
+  return value ? spell(*value) : std::string("null");
+}
+
+std::string Json(const Order& o) {
+  return fmt::format(R"({{"id":{},"shop":{},"customer":{},"total":{},"rating":{},"at":{}}})", o.id,
+                     o.shop, Or(o.customer, [](int64_t v) { return std::to_string(v); }),
+                     Or(o.total, [](int64_t v) { return "\"" + defs::FormatDecimal(v, 2) + "\""; }),
+                     Or(o.rating, [](int64_t v) { return std::to_string(v); }),
+                     Or(o.at, [](int64_t v) { return "\"" + FormatTimestamp(v) + "\""; }));
+}
+
+std::string Insert(const Order& o) { return R"({"source":"orders","new":)" + Json(o) + "}"; }
+std::string Update(const Order& before, const Order& after) {
+  return R"({"source":"orders","old":)" + Json(before) + ",\"new\":" + Json(after) + "}";
+}
+std::string Delete(const Order& o) { return R"({"source":"orders","old":)" + Json(o) + "}"; }
+std::string Batch(const std::vector<std::string>& changes) {
+  std::string body = "[";
+  for (size_t i = 0; i < changes.size(); ++i) body += (i > 0 ? "," : "") + changes[i];
+  return body + "]";
+}
+
+// What PostgreSQL would answer for one shop, spelled as GroupText spells a group.
+struct Recount {
+  int64_t rows = 0;
+  int64_t rated = 0;
+  int64_t rating_sum = 0;
+  int64_t totals = 0;  // non-NULL totals
+  int64_t total_sum = 0;
+  std::multiset<int64_t> ratings;
+  std::multiset<int64_t> total_values;
+  std::multiset<int64_t> ats;
+  std::map<int64_t, int64_t> customers;  // customer -> rows
+
+  void Add(const Order& o, int sign) {
+    rows += sign;
+    if (o.rating) {
+      rated += sign;
+      rating_sum += sign * *o.rating;
+      Move(ratings, *o.rating, sign);
+    }
+    if (o.total) {
+      totals += sign;
+      total_sum += sign * *o.total;
+      Move(total_values, *o.total, sign);
+    }
+    if (o.at) Move(ats, *o.at, sign);
+    if (o.customer && (customers[*o.customer] += sign) == 0) customers.erase(*o.customer);
+  }
+  static void Move(std::multiset<int64_t>& set, int64_t value, int sign) {
+    if (sign > 0) {
+      set.insert(value);
+    } else {
+      set.erase(set.find(value));
+    }
+  }
+  std::string Revenue() const { return defs::FormatDecimal(total_sum, 2); }
+  std::string Buyers() const { return std::to_string(customers.size()); }
+  std::string Best() const { return ratings.empty() ? "NULL" : std::to_string(*ratings.rbegin()); }
+  std::string Cheapest() const {
+    return total_values.empty() ? "NULL" : defs::FormatDecimal(*total_values.begin(), 2);
+  }
+  std::string Mean() const { return totals == 0 ? "NULL" : defs::AvgText(total_sum, 2, totals); }
+  std::string All() const {
+    return fmt::format("({}, {}, {}, {}, {}, {}, {})", rows, rated,
+                       totals == 0 ? "NULL" : Revenue(),
+                       ratings.empty() ? "NULL" : std::to_string(*ratings.begin()),
+                       ats.empty() ? "NULL" : FormatTimestamp(*ats.rbegin()),
+                       rated == 0 ? "NULL" : defs::AvgText(rating_sum, 0, rated), Buyers());
+  }
+};
+
+class AggregatesTest : public DerivedStoreTest {
+ protected:
+  AggregatesTest() : DerivedStoreTest("tally_aggregates_test_", 1'700'000'000'000, {}) {}
+
+  void SetUp() override {
+    DerivedStoreTest::SetUp();
+    if (!HasFatalFailure()) Define(kShop);
+  }
+
+  void Push(const std::vector<std::string>& changes) {
+    auto outcome = derived_->Push(Batch(changes), "", decoder_);
+    ASSERT_TRUE(outcome) << outcome.error().message;
+    engine_->committer().WaitDurable(outcome->required_epoch);
+  }
+
+  // The value of `counter`'s group `shop` as GroupText spells it.
+  std::string Shown(std::string_view counter, int64_t shop) {
+    const std::string part = std::to_string(shop);
+    const std::string_view parts[] = {part};
+    auto key = derived_->KeyOf(counter, parts);
+    EXPECT_TRUE(key) << key.error().message;
+    auto page = derived_->Read(counter, {&*key, 1});
+    EXPECT_TRUE(page) << page.error().message;
+    return defs::GroupText(page->items.front().shown);
+  }
+
+  // The live groups of `counter`, by key.
+  std::set<std::string> Groups(std::string_view counter) {
+    auto prefix = derived_->PrefixOf(counter, {});
+    EXPECT_TRUE(prefix);
+    auto page = derived_->List(counter, *prefix, "", 1'000'000);
+    EXPECT_TRUE(page) << page.error().message;
+    std::set<std::string> keys;
+    for (const KeyValue& item : page->items) keys.insert(item.key);
+    return keys;
+  }
+
+  // The hidden records in the keyspace.
+  size_t HiddenRecords() {
+    std::vector<std::string> keys;
+    uint64_t cursor = 0;
+    do {
+      cursor = engine_->keyspace().Scan(cursor, 1024, nullptr, &keys);
+    } while (cursor != 0);
+    return static_cast<size_t>(std::ranges::count_if(
+        keys, [](const std::string& key) { return key.starts_with(kRecordPrefix); }));
+  }
+};
+
+Order MakeOrder(int64_t id, int64_t shop, std::optional<int64_t> customer,
+                std::optional<int64_t> total, std::optional<int64_t> rating,
+                std::optional<int64_t> at = std::nullopt) {
+  return Order{id, shop, customer, total, rating, at};
+}
+
+TEST_F(AggregatesTest, NumericSumsAreExactInTheColumnsScale) {
+  const Order a = MakeOrder(1, 7, 1, 1250, 5);
+  const Order b = MakeOrder(2, 7, 2, 5, 3);
+  Push({Insert(a), Insert(b)});
+  EXPECT_EQ(Shown("revenue", 7), "12.55");
+  // A JSON number is read exactly too.
+  Push({R"({"source":"orders","new":{"id":3,"shop":7,"customer":null,"total":0.1,)"
+        R"("rating":null,"at":null}})"});
+  EXPECT_EQ(Shown("revenue", 7), "12.65");
+  Push({Update(a, MakeOrder(1, 7, 1, 100000000, 5)), Delete(b)});
+  EXPECT_EQ(Shown("revenue", 7), "1000000.10");
+  // More digits after the point than the column keeps are refused, the batch whole.
+  auto refused = derived_->Push(R"({"source":"orders","new":{"id":4,"shop":7,"customer":1,)"
+                                R"("total":"1.005","rating":5,"at":null}})",
+                                "", decoder_);
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error().message,
+            "change 1: \"new\".\"total\" must be a decimal with at most 2 digits after the point "
+            "(counter cheapest reads it), got \"1.005\" (has more than 2 digits after the point)");
+}
+
+TEST_F(AggregatesTest, SumOverAFloatIsRefusedAsNotExact) {
+  auto refused = derived_->Execute(
+      "CREATE SOURCE m (id bigint, w double precision);"
+      "CREATE COUNTER weight AS SELECT sum(w) FROM m");
+  ASSERT_FALSE(refused);
+  EXPECT_NE(refused.error().message.find("sum over a float is not exact"), std::string::npos)
+      << refused.error().message;
+}
+
+TEST_F(AggregatesTest, DistinctCountsMoveWhenAValuesRowsGoFromOrToZero) {
+  const Order a = MakeOrder(1, 7, 100, 1, 1);
+  const Order b = MakeOrder(2, 7, 100, 1, 1);
+  const Order c = MakeOrder(3, 7, 200, 1, 1);
+  const Order d = MakeOrder(4, 7, std::nullopt, 1, 1);
+  Push({Insert(a), Insert(b), Insert(c), Insert(d)});
+  EXPECT_EQ(Shown("buyers", 7), "2");
+  Push({Delete(a)});  // customer 100 still has a row
+  EXPECT_EQ(Shown("buyers", 7), "2");
+  Push({Update(b, MakeOrder(2, 8, 100, 1, 1))});  // 100 moves to shop 8
+  EXPECT_EQ(Shown("buyers", 7), "1");
+  EXPECT_EQ(Shown("buyers", 8), "1");
+  Push({Delete(c), Delete(d)});
+  EXPECT_EQ(Groups("buyers"), std::set<std::string>{"buyers:8"});
+}
+
+TEST_F(AggregatesTest, MaxFallsBackToTheNextValueAndSurvivesARestart) {
+  const Order a = MakeOrder(1, 7, 1, 100, 5);
+  const Order b = MakeOrder(2, 7, 1, 200, 9);
+  const Order c = MakeOrder(3, 7, 1, 300, 7);
+  const Order d = MakeOrder(4, 7, 1, 50, 9);
+  Push({Insert(a), Insert(b), Insert(c), Insert(d)});
+  EXPECT_EQ(Shown("best", 7), "9");
+  EXPECT_EQ(Shown("cheapest", 7), "0.50");
+  Push({Delete(b)});  // 9 still has a row
+  EXPECT_EQ(Shown("best", 7), "9");
+  Push({Delete(d)});
+  EXPECT_EQ(Shown("best", 7), "7");
+  EXPECT_EQ(Shown("cheapest", 7), "1.00");
+  Restart();
+  EXPECT_EQ(Shown("best", 7), "7");
+  EXPECT_EQ(Shown("cheapest", 7), "1.00");
+  Push({Delete(c)});
+  EXPECT_EQ(Shown("best", 7), "5");
+  Push({Delete(a)});
+  EXPECT_TRUE(Groups("best").empty());
+  EXPECT_EQ(HiddenRecords(), 0u);
+}
+
+TEST_F(AggregatesTest, AvgIsSpelledAsPostgreSqlSpellsIt) {
+  Push({Insert(MakeOrder(1, 7, 1, 1000, 1)), Insert(MakeOrder(2, 7, 1, 2000, 2)),
+        Insert(MakeOrder(3, 7, 1, std::nullopt, 2))});
+  EXPECT_EQ(Shown("mean", 7), "15.0000000000000000");
+  Push({Insert(MakeOrder(4, 7, 1, 1, 1))});
+  EXPECT_EQ(Shown("mean", 7), "10.0033333333333333");
+}
+
+TEST_F(AggregatesTest, SeveralAggregatesAreReadTogetherByName) {
+  Push({Insert(MakeOrder(1, 7, 100, 1250, 4, 1'714'557'600'000'000)),
+        Insert(MakeOrder(2, 7, 200, 750, std::nullopt, 1'714'561'200'000'000))});
+  EXPECT_EQ(Shown("shop_all", 7), "(2, 1, 20.00, 4, 20240501T110000Z, 4.0000000000000000, 2)");
+  auto prefix = derived_->PrefixOf("shop_all", {});
+  auto page = derived_->List("shop_all", *prefix, "", 10);
+  ASSERT_TRUE(page);
+  EXPECT_EQ(page->names, (std::vector<std::string>{"orders", "rated", "revenue", "worst", "latest",
+                                                   "mean_rating", "buyers"}));
+  // A group of only NULL arguments exists, its min, max and avg NULL, as in PostgreSQL.
+  Push({Insert(MakeOrder(3, 8, std::nullopt, std::nullopt, std::nullopt))});
+  EXPECT_EQ(Shown("shop_all", 8), "(1, 0, NULL, NULL, NULL, NULL, 0)");
+}
+
+TEST_F(AggregatesTest, DropsAndTruncatesTakeTheHiddenRecordsWithTheGroups) {
+  Push({Insert(MakeOrder(1, 7, 100, 1250, 4)), Insert(MakeOrder(2, 8, 200, 750, 3))});
+  EXPECT_GT(HiddenRecords(), 0u);
+  SourceRowChange truncate;
+  truncate.truncate = true;
+  auto outcome = derived_->ApplyTransaction("orders", {&truncate, 1}, 10);
+  ASSERT_TRUE(outcome) << outcome.error().message;
+  engine_->committer().WaitDurable(outcome->required_epoch);
+  EXPECT_EQ(HiddenRecords(), 0u);
+  EXPECT_TRUE(Groups("shop_all").empty());
+  Push({Insert(MakeOrder(3, 7, 100, 1250, 4))});
+  for (const std::string_view name : {"buyers", "best", "cheapest", "mean", "shop_all"}) {
+    ASSERT_TRUE(derived_->Drop(name));
+  }
+  EXPECT_EQ(HiddenRecords(), 0u);
+}
+
+// 100,000 random inserts, updates and deletes, NULLs among them, pushed in batches, with
+// restarts between: every kind ends equal to a recount of the rows, group by group.
+TEST_F(AggregatesTest, RandomChangesEqualARecount) {
+  std::mt19937_64 rng(17);
+  std::map<int64_t, Order> rows;
+  int64_t next_id = 1;
+  auto maybe = [&](int64_t range) -> std::optional<int64_t> {
+    if (rng() % 8 == 0) return std::nullopt;
+    return static_cast<int64_t>(rng() % static_cast<uint64_t>(range)) - range / 4;
+  };
+  auto random_order = [&](int64_t id) {
+    return MakeOrder(id, static_cast<int64_t>(rng() % 12), maybe(40), maybe(100'000), maybe(11),
+                     1'714'521'600'000'000 + static_cast<int64_t>(rng() % 1000) * 60'000'000);
+  };
+  constexpr int kChanges = 100'000;
+  constexpr int kBatch = 500;
+  std::vector<std::string> batch;
+  for (int i = 0; i < kChanges; ++i) {
+    const uint64_t what = rows.empty() ? 0 : rng() % 3;
+    if (what == 0 || rows.size() < 50) {
+      const Order order = random_order(next_id++);
+      batch.push_back(Insert(order));
+      rows[order.id] = order;
+    } else {
+      auto it = rows.lower_bound(static_cast<int64_t>(rng() % static_cast<uint64_t>(next_id)));
+      if (it == rows.end()) it = rows.begin();
+      if (what == 1) {
+        const Order after = random_order(it->first);
+        batch.push_back(Update(it->second, after));
+        it->second = after;
+      } else {
+        batch.push_back(Delete(it->second));
+        rows.erase(it);
+      }
+    }
+    if (batch.size() == kBatch) {
+      Push(batch);
+      batch.clear();
+    }
+    if (i == kChanges / 2) Restart();
+  }
+  if (!batch.empty()) Push(batch);
+  Restart();
+
+  std::map<int64_t, Recount> shops;
+  for (const auto& [id, order] : rows) shops[order.shop].Add(order, +1);
+  std::set<std::string> composite;
+  for (const auto& [shop, recount] : shops) {
+    SCOPED_TRACE(fmt::format("shop {}", shop));
+    EXPECT_EQ(Shown("revenue", shop), recount.Revenue());
+    EXPECT_EQ(Shown("buyers", shop), recount.Buyers());
+    EXPECT_EQ(Shown("best", shop), recount.Best());
+    EXPECT_EQ(Shown("cheapest", shop), recount.Cheapest());
+    EXPECT_EQ(Shown("mean", shop), recount.Mean());
+    EXPECT_EQ(Shown("shop_all", shop), recount.All());
+    composite.insert(fmt::format("shop_all:{}", shop));
+  }
+  EXPECT_EQ(Groups("shop_all"), composite);
+}
+
+}  // namespace
+}  // namespace tally::derived
