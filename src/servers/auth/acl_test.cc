@@ -130,9 +130,24 @@ TEST(AclTest, TheFileRoundTripsAndABadLineChangesNothing) {
 
 TEST(AclTest, TheLogCountsRepeatsAndKeepsTheNewestFirst) {
   Acl acl(Commands(), "");
-  acl.Log({.reason = "auth", .context = "toplevel", .object = "AUTH", .username = "x"}, 1000);
-  acl.Log({.reason = "command", .context = "toplevel", .object = "del", .username = "a"}, 2000);
-  acl.Log({.reason = "auth", .context = "toplevel", .object = "AUTH", .username = "x"}, 3000);
+  acl.Log({.reason = "auth",
+           .context = "toplevel",
+           .object = "AUTH",
+           .username = "x",
+           .client = "id=1"},
+          1000);
+  acl.Log({.reason = "command",
+           .context = "toplevel",
+           .object = "del",
+           .username = "a",
+           .client = "id=1"},
+          2000);
+  acl.Log({.reason = "auth",
+           .context = "toplevel",
+           .object = "AUTH",
+           .username = "x",
+           .client = "id=1"},
+          3000);
   auto entries = acl.LogEntries(10);
   ASSERT_EQ(entries.size(), 2u);
   EXPECT_EQ(entries[0].reason, "auth");
@@ -141,7 +156,12 @@ TEST(AclTest, TheLogCountsRepeatsAndKeepsTheNewestFirst) {
   EXPECT_EQ(entries[0].updated_ms, 3000);
   EXPECT_EQ(entries[1].object, "del");
   // A minute later the same refusal is a new entry.
-  acl.Log({.reason = "command", .context = "toplevel", .object = "del", .username = "a"}, 70000);
+  acl.Log({.reason = "command",
+           .context = "toplevel",
+           .object = "del",
+           .username = "a",
+           .client = "id=1"},
+          70000);
   EXPECT_EQ(acl.LogEntries(10).size(), 3u);
   acl.ResetLog();
   EXPECT_TRUE(acl.LogEntries(10).empty());
