@@ -6,13 +6,11 @@
 #include <chrono>
 #include <map>
 
+#include "core/absl_string.h"
 #include "engine/key_hash.h"
 
 namespace tally::engine {
 namespace {
-
-// Debian's abseil has its own string_view: heterogeneous lookups take that one.
-absl::string_view Absl(std::string_view text) { return {text.data(), text.size()}; }
 
 // Keys a prefix snapshot's scan visits per step (each step locks one stripe at a time).
 constexpr size_t kSnapshotScanStep = 1024;

@@ -4,6 +4,7 @@
 
 #include <charconv>
 
+#include "core/absl_string.h"
 #include "engine/definitions/numeric.h"
 
 namespace tally::derived {
@@ -11,9 +12,6 @@ namespace tally::derived {
 namespace defs = tally::definitions;
 
 namespace {
-
-// absl's containers look strings up by absl::string_view, which is not std::string_view here.
-absl::string_view View(std::string_view text) { return {text.data(), text.size()}; }
 
 char TagOf(defs::RecordKind kind) {
   switch (kind) {
@@ -94,7 +92,7 @@ std::optional<RecordName> ParseRecordKey(std::string_view key) {
 }
 
 const GroupState* GroupStates::Find(std::string_view group) const {
-  const auto it = groups_.find(View(group));
+  const auto it = groups_.find(Absl(group));
   return it == groups_.end() ? nullptr : &it->second;
 }
 
@@ -109,7 +107,7 @@ int64_t GroupStates::Record(std::string_view group, uint32_t aggregate, defs::Re
     case defs::RecordKind::kCount:
       return slot.count;
     case defs::RecordKind::kValue: {
-      const auto it = slot.values.find(View(value));
+      const auto it = slot.values.find(Absl(value));
       return it == slot.values.end() ? 0 : it->second;
     }
     case defs::RecordKind::kRows:
@@ -119,7 +117,7 @@ int64_t GroupStates::Record(std::string_view group, uint32_t aggregate, defs::Re
 }
 
 GroupState& GroupStates::Slot(std::string_view group) {
-  auto [it, inserted] = groups_.try_emplace(View(group));
+  auto [it, inserted] = groups_.try_emplace(Absl(group));
   if (inserted) it->second.aggregates.resize(counter_.aggregates().size());
   return it->second;
 }
@@ -138,7 +136,7 @@ void GroupStates::SetRecord(std::string_view group, uint32_t aggregate, defs::Re
       old_value = std::exchange(slot.count, new_value);
       break;
     case defs::RecordKind::kValue: {
-      auto it = slot.values.find(View(value));
+      auto it = slot.values.find(Absl(value));
       if (it != slot.values.end()) old_value = it->second;
       if (new_value == 0) {
         slot.values.erase(it);
@@ -155,7 +153,7 @@ void GroupStates::SetRecord(std::string_view group, uint32_t aggregate, defs::Re
   }
   state.records += (new_value != 0 ? 1 : 0);
   state.records -= (old_value != 0 ? 1 : 0);
-  if (state.records == 0) groups_.erase(View(group));
+  if (state.records == 0) groups_.erase(Absl(group));
 }
 
 int64_t GroupStates::Present(std::string_view group, uint32_t aggregate) const {
@@ -176,7 +174,7 @@ void GroupStates::RecordKeysOf(std::string_view group, std::vector<std::string>*
   }
 }
 
-void GroupStates::Erase(std::string_view group) { groups_.erase(View(group)); }
+void GroupStates::Erase(std::string_view group) { groups_.erase(Absl(group)); }
 
 void GroupStates::Clear() { groups_.clear(); }
 

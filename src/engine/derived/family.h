@@ -30,14 +30,11 @@
 #include <utility>
 #include <vector>
 
+#include "core/absl_string.h"
 #include "engine/definitions/program.h"
 #include "engine/derived/aggregate_state.h"
 
 namespace tally::derived {
-
-// Debian's Abseil has its own string_view: heterogeneous lookups in Abseil containers need
-// this spelling.
-inline absl::string_view Absl(std::string_view text) { return {text.data(), text.size()}; }
 
 // Family::start of a counter that waits for its backfill: no source transaction moves it.
 inline constexpr int64_t kPendingStart = INT64_MAX;
