@@ -457,7 +457,12 @@ ApiResponse Api::GetRange(const Call& call) {
   auto range = derived_.Range(call.params[0], call.Rest(1), *from, *to);
   if (!range) return Fail(range.error());
   JsonWriter json;
-  json.BeginObject().Key("sum").Int(range->sum).Key("buckets").UInt(range->buckets).EndObject();
+  json.BeginObject();
+  // "sum" came first, when only counts and integer sums had ranges: kept for them.
+  if (range->total.shown.empty()) json.Key("sum").Int(range->total.value);
+  json.Key("value");
+  WriteValue(range->total, range->names, &json);
+  json.Key("buckets").UInt(range->buckets).EndObject();
   return Ok(json.Take(), range->required_epoch);
 }
 
