@@ -19,6 +19,7 @@
 #include "servers/http/openapi.h"
 #include "servers/http/request_target.h"
 #include "servers/http/router.h"
+#include "servers/http/value_json.h"
 
 namespace tally::http {
 
@@ -132,41 +133,6 @@ Result<size_t> CountParameter(std::optional<std::string_view> text, std::string_
         fmt::format("{} must be an integer from 1 to {}, got \"{}\"", name, Api::kMaxLimit, *text));
   }
   return static_cast<size_t>(value);
-}
-
-// One aggregate's value: a number, a decimal or a timestamp as a string ("1234.50",
-// "20240501T134500Z": a JSON number would not keep a decimal exact), NULL as null.
-void WriteAggregate(const definitions::AggregateValue& value, JsonWriter* json) {
-  switch (value.kind) {
-    case definitions::AggregateValue::Kind::kNull:
-      json->Null();
-      return;
-    case definitions::AggregateValue::Kind::kInteger:
-      json->Int(value.integer);
-      return;
-    case definitions::AggregateValue::Kind::kDecimal:
-    case definitions::AggregateValue::Kind::kTimestamp:
-      json->String(value.text);
-      return;
-  }
-}
-
-// A group's value: the integer, the one aggregate's value, or with several aggregates an
-// object of their values by name.
-void WriteValue(const derived::KeyValue& item, const std::vector<std::string>& names,
-                JsonWriter* json) {
-  if (item.shown.empty()) {
-    json->Int(item.value);
-  } else if (names.empty()) {
-    WriteAggregate(item.shown.front(), json);
-  } else {
-    json->BeginObject();
-    for (size_t i = 0; i < names.size(); ++i) {
-      json->Key(names[i]);
-      WriteAggregate(item.shown[i], json);
-    }
-    json->EndObject();
-  }
 }
 
 // {"key": ..., "value": ...}

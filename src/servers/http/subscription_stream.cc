@@ -46,13 +46,18 @@ constexpr std::string_view kEventStreamHead =
     "\r\n"
     "retry: 1000\n\n";
 
-// {"key":"likes:7","value":42}
+// {"key":"likes:7","value":42}; a value shown as more than its integer as reads show it
+// ({"key":"shop_stats:4","value":{"orders":2,"revenue":"12.75"}}).
 void AppendUpdateJson(const engine::SubscriptionUpdate& update, std::string* out) {
   out->append(R"({"key":)");
   AppendJsonString(update.key, out);
   out->append(R"(,"value":)");
-  char digits[24];
-  out->append(digits, FormatInt64(update.value, digits));
+  if (update.shown) {
+    out->append(update.shown->json);
+  } else {
+    char digits[24];
+    out->append(digits, FormatInt64(update.value, digits));
+  }
   out->push_back('}');
 }
 
