@@ -163,15 +163,17 @@ class AggregatesTest : public DerivedStoreTest {
     return keys;
   }
 
-  // The hidden records in the keyspace.
-  size_t HiddenRecords() {
+  // The hidden records in the keyspace, of groups starting with `group_prefix`.
+  size_t HiddenRecords(std::string_view group_prefix = {}) {
     std::vector<std::string> keys;
     uint64_t cursor = 0;
     do {
       cursor = engine_->keyspace().Scan(cursor, 1024, nullptr, &keys);
     } while (cursor != 0);
-    return static_cast<size_t>(std::ranges::count_if(
-        keys, [](const std::string& key) { return key.starts_with(kRecordPrefix); }));
+    return static_cast<size_t>(std::ranges::count_if(keys, [&](const std::string& key) {
+      const std::optional<RecordName> record = ParseRecordKey(key);
+      return record && record->group.starts_with(group_prefix);
+    }));
   }
 };
 
@@ -287,6 +289,34 @@ TEST_F(AggregatesTest, DropsAndTruncatesTakeTheHiddenRecordsWithTheGroups) {
     ASSERT_TRUE(derived_->Drop(name));
   }
   EXPECT_EQ(HiddenRecords(), 0u);
+}
+
+// A time bucket past its retention goes with its hidden records; a late change to it is
+// skipped, as for counts.
+TEST_F(AggregatesTest, TheRetentionSweepTakesTheHiddenRecordsWithTheBuckets) {
+  Define(R"sql(
+    CREATE COUNTER best_per_hour AS
+      SELECT shop, date_trunc('hour', at) AS hour, max(rating) AS best,
+             count(DISTINCT customer) AS buyers
+      FROM orders GROUP BY shop, hour WITH (retention = '2 hours');
+  )sql");
+  constexpr int64_t kMinute = 60'000'000;
+  const int64_t now = clock_.NowMillis() * 1000;
+  const Order a = MakeOrder(1, 7, 100, 100, 5, now - 30 * kMinute);
+  const Order b = MakeOrder(2, 7, 200, 100, 9, now - 30 * kMinute);
+  Push({Insert(a), Insert(b)});
+  EXPECT_EQ(Groups("best_per_hour").size(), 1u);
+  EXPECT_GT(HiddenRecords("best_per_hour:"), 0u);
+  EXPECT_EQ(derived_->SweepRetention(100), 0u);
+  clock_.Set(clock_.NowMillis() + 3 * 60 * 60 * 1000);
+  EXPECT_EQ(derived_->SweepRetention(100), 1u);
+  EXPECT_TRUE(Groups("best_per_hour").empty());
+  EXPECT_EQ(HiddenRecords("best_per_hour:"), 0u);
+  // The other counters of the orders keep theirs.
+  EXPECT_GT(HiddenRecords("best:"), 0u);
+  Push({Delete(b)});  // its bucket is past retention: skipped there
+  EXPECT_TRUE(Groups("best_per_hour").empty());
+  EXPECT_EQ(HiddenRecords("best_per_hour:"), 0u);
 }
 
 // `changes` random inserts, updates and deletes of orders of 12 shops over 1,000 minutes,
