@@ -122,6 +122,31 @@ class AclTest(ServerTestCase):
                          RespError("NOAUTH Authentication required."))
         self.assertEqual(alice.call("AUTH", "alice", "alice-pw"), RespError(WRONGPASS))
 
+    def test_exec_checks_the_permissions_again(self):
+        alice = self.reader()
+        self.assertEqual(alice.call("MULTI"), "OK")
+        self.assertEqual(alice.call("INCR", "likes:3"), "QUEUED")
+        self.assertEqual(alice.call("INCRBY", "likes:4", "2"), "QUEUED")
+        self.assertEqual(alice.call("GET", "posts:3"), "QUEUED")
+        # Meanwhile alice loses INCRBY and her read of posts:*.
+        self.assertEqual(self.admin.call("ACL", "SETUSER", "alice", "-incrby", "resetkeys",
+                                         "~likes:*"), "OK")
+        changed = RespError("NOPERM ACLs rules changed between the moment the transaction was "
+                            "accumulated and its execution")
+        self.assertEqual(alice.call("EXEC"), [1, changed, changed])
+        self.assertEqual((self.r.get("likes:3"), self.r.get("likes:4")), ("1", None))
+        log = [dict(zip(e[::2], e[1::2])) for e in self.admin.call("ACL", "LOG")]
+        self.assertEqual([(e["reason"], e["object"]) for e in log[:2]],
+                         [("key", "posts:3"), ("command", "incrby")])
+        # Deleted meanwhile: the transaction is discarded.
+        self.assertEqual(alice.call("MULTI"), "OK")
+        self.assertEqual(alice.call("INCR", "likes:3"), "QUEUED")
+        self.assertEqual(self.admin.call("ACL", "DELUSER", "alice"), 1)
+        self.assertEqual(alice.call("EXEC"),
+                         RespError("EXECABORT Transaction discarded because of: NOAUTH "
+                                   "Authentication required."))
+        self.assertEqual(self.r.get("likes:3"), "1")
+
     def test_acl_introspection(self):
         self.reader()
         self.assertEqual(sorted(self.admin.call("ACL", "USERS")), ["alice", "default"])
