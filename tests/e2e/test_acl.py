@@ -147,6 +147,34 @@ class AclTest(ServerTestCase):
                                    "Authentication required."))
         self.assertEqual(self.r.get("likes:3"), "1")
 
+    def test_dryrun_and_genpass(self):
+        self.reader()
+        self.assertEqual(self.admin.call("ACL", "DRYRUN", "alice", "INCR", "likes:1"), "OK")
+        self.assertEqual(self.admin.call("ACL", "DRYRUN", "alice", "GET", "posts:1"), "OK")
+        self.assertEqual(self.admin.call("ACL", "DRYRUN", "alice", "INCR", "posts:1"),
+                         "User alice has no permissions to access the 'posts:1' key")
+        self.assertEqual(self.admin.call("ACL", "DRYRUN", "alice", "DEL", "likes:1"),
+                         "User alice has no permissions to run the 'del' command")
+        self.assertEqual(self.admin.call("ACL", "DRYRUN", "alice", "SUBSCRIBE", "users:1"),
+                         "User alice has no permissions to access the 'users:1' channel")
+        self.assertEqual(self.admin.call("ACL", "DRYRUN", "bob", "GET", "x"),
+                         RespError("ERR User 'bob' not found"))
+        self.assertEqual(self.admin.call("ACL", "DRYRUN", "alice", "NOPE"),
+                         RespError("ERR Command 'NOPE' not found"))
+        self.assertEqual(self.admin.call("ACL", "DRYRUN", "alice", "GET"),
+                         RespError("ERR wrong number of arguments for 'get' command"))
+        self.assertEqual(self.r.get("likes:1"), None)  # nothing ran
+        self.assertEqual(self.admin.call("ACL", "LOG"), [])  # nor was anything refused
+        first, second = self.admin.call("ACL", "GENPASS"), self.admin.call("ACL", "GENPASS")
+        self.assertRegex(first, "^[0-9a-f]{64}$")
+        self.assertNotEqual(first, second)
+        self.assertRegex(self.admin.call("ACL", "GENPASS", "5"), "^[0-9a-f]{2}$")
+        self.assertRegex(self.admin.call("ACL", "GENPASS", "4096"), "^[0-9a-f]{1024}$")
+        for bad in ("0", "4097", "x"):
+            self.assertEqual(self.admin.call("ACL", "GENPASS", bad),
+                             RespError("ERR ACL GENPASS argument must be the number of bits for "
+                                       "the output password, a positive number up to 4096"))
+
     def test_acl_introspection(self):
         self.reader()
         self.assertEqual(sorted(self.admin.call("ACL", "USERS")), ["alice", "default"])
