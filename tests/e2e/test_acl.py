@@ -287,6 +287,12 @@ class AclTest(ServerTestCase):
         self.assertTrue(wait_until(lambda: "likes:7" in ws.values(), 10), ws.errors)
         self.assertEqual(ws.errors, ["NOPERM No permissions to access a key"])
         self.assertEqual(ws.values(), {"blog_posts:7": 3, "likes:7": 0})
+        # ... and its refusal is in ACL LOG like the route's.
+        log = self.admin.call("ACL", "LOG", "1")[0]
+        entry = dict(zip(log[::2], log[1::2]))
+        self.assertEqual((entry["reason"], entry["object"], entry["username"]),
+                         ("key", "blog_posts:*", "alice"))
+        self.assertIn("http=GET /v1/subscribe", entry["client-info"])
 
     def test_http_users(self):
         self.reader()

@@ -617,7 +617,11 @@ ApiResponse Api::Subscribe(const Call& call, bool websocket) {
     if (auto refused = RefuseRead(call.request, prefix, /*prefix=*/true))
       return std::move(*refused);
   }
-  if (user_ != nullptr && !user_->unrestricted()) subscription.restricted_to = user_;
+  if (user_ != nullptr && !user_->unrestricted()) {
+    subscription.restricted_to = user_;
+    subscription.log_refusal = [log = RefusalLogger(call.request, user_->name())](
+                                   std::string object) { log("key", std::move(object)); };
+  }
   ApiResponse response;
   response.subscription = std::move(subscription);
   return response;
