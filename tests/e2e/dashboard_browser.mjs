@@ -99,7 +99,10 @@ async function signIn(page) {
   await page.fill('#login-password', 'not-the-password');
   await page.press('#login-password', 'Enter');
   await page.waitForSelector('#login-error:not([hidden])');
-  await page.fill('#login-password', PAGE_TOKEN);
+  // "user:password" goes in the two fields, a password alone in its own.
+  const colon = PAGE_TOKEN.indexOf(':');
+  await page.fill('#login-user', colon < 0 ? '' : PAGE_TOKEN.slice(0, colon));
+  await page.fill('#login-password', colon < 0 ? PAGE_TOKEN : PAGE_TOKEN.slice(colon + 1));
   await page.press('#login-password', 'Enter');
   await page.waitForSelector('#login:not([open])', { state: 'attached' });
   check(await page.evaluate(() => sessionStorage.getItem('tally.token')) === PAGE_TOKEN,
