@@ -243,8 +243,11 @@ void FinishTallydOptions(const CLI::App& app, TallydOptions* options) {
   node.source.ack_interval = std::chrono::milliseconds(options->source_ack_interval_ms);
   if (node.http.bind.empty()) node.http.bind = node.redis.bind;
   node.http.password = node.redis.requirepass;  // one password for both protocols
-  // Checked by IsMember while parsing.
-  node.tls.auth_clients = *tls::ParseClientAuth(options->tls_auth_clients);
+  // Checked by IsMember while parsing. Client certificates are asked on the Redis TLS port
+  // only: with HTTPS alone there is none to check, and no CA file is needed.
+  node.tls.auth_clients = node.redis.tls_port == 0
+                              ? tls::ClientAuth::kNo
+                              : *tls::ParseClientAuth(options->tls_auth_clients);
   node.redis.plain = node.http.plain = options->plain_ports == "yes";
   node.redis.protected_mode = node.http.protected_mode = options->protected_mode == "yes";
 }

@@ -23,6 +23,7 @@ import time
 import unittest
 
 from harness import TallyServer, blog_posts_schema, free_port, tally_only
+from tls_certs import Certificates
 
 HOST = "127.0.0.1"
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -150,9 +151,12 @@ class DashboardFilesTest(unittest.TestCase):
 
 @tally_only
 class DashboardBrowserTest(unittest.TestCase):
-    def run_browser(self, tally, scenario, screenshot="", page_token=PASSWORD):
-        """Runs dashboard_browser.mjs's `scenario` against `tally`, the page signed in with
-        `page_token`; returns its summary."""
+    def run_browser(self, tally, scenario, screenshot="", page_token=PASSWORD, url=None,
+                    ca_file=None):
+        """Runs dashboard_browser.mjs's `scenario` against `tally` (at `url`, by default its
+        plain HTTP port), the page signed in with `page_token`; returns its summary. With
+        `ca_file`, the CA of an HTTPS `url`: node trusts it, chromium takes the page's
+        certificate as it is."""
         for path, what in ((CHROMIUM, "chromium (make deps installs it)"),
                            (os.path.join(DASHBOARD_DIR, "node_modules", "playwright-core"),
                             "playwright-core (make deps runs npm ci in dashboard/)")):
@@ -161,11 +165,13 @@ class DashboardBrowserTest(unittest.TestCase):
         node = shutil.which("node") or shutil.which("nodejs")
         self.assertIsNotNone(node, "node is missing (make deps installs nodejs)")
         env = dict(os.environ,
-                   DASHBOARD_URL="http://%s:%d/" % (HOST, tally.http_port),
+                   DASHBOARD_URL=url or "http://%s:%d/" % (HOST, tally.http_port),
                    TALLY_PORT=str(tally.server.port), TALLY_PASSWORD=PASSWORD,
                    TALLY_PAGE_TOKEN=page_token,
                    SCREENSHOT=screenshot, SCENARIO=scenario, TALLY_DASHBOARD_DIR=DASHBOARD_DIR,
                    CHROMIUM=CHROMIUM)
+        if ca_file:
+            env.update(NODE_EXTRA_CA_CERTS=ca_file, DASHBOARD_SELF_SIGNED="1")
         # Its own process group, so that a timeout stops chromium with it.
         proc = subprocess.Popen([node, os.path.join(HERE, "dashboard_browser.mjs")], env=env,
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -205,6 +211,28 @@ class DashboardBrowserTest(unittest.TestCase):
         self.assertEqual(summary["live"], "live")  # values came over GET /v1/events
         self.assertTrue(os.path.getsize(screenshot) > 10000, screenshot)
         print("dashboard screenshot: %s" % screenshot)
+
+    def test_page_over_https(self):
+        # The same scenario over tallyd's --http-tls-port, with a certificate of a CA made
+        # here: the page, its data calls and its live stream (SSE over TLS) all work.
+        certs = Certificates()
+        self.addCleanup(certs.cleanup)
+        https_port = free_port()
+        tally = DashboardServer(self.addCleanup, extra_args=[
+            "--http-tls-port", str(https_port), "--tls-cert-file", certs.path("server.crt"),
+            "--tls-key-file", certs.path("server.key")])
+        os.makedirs(ARTIFACTS, exist_ok=True)
+        summary = self.run_browser(tally, "main", os.path.join(ARTIFACTS, "dashboard-https.png"),
+                                   url="https://%s:%d/" % (HOST, https_port),
+                                   ca_file=certs.path("ca.crt"))
+        self.assertEqual(summary["protocol"], "https:")
+        r = tally.server.client()
+        self.addCleanup(r.close)
+        self.assertEqual(summary["displayed"], {
+            "likes:post:7": int(r.get("likes:post:7")),
+            "blog_posts:7:3": int(r.get("blog_posts:7:3")),
+        })
+        self.assertEqual(summary["live"], "live")
 
     def first_view_after_a_restart(self, extra_args=(), before_restart=None,
                                    page_token=PASSWORD):
