@@ -200,6 +200,14 @@ Result<uint64_t> DerivedCounters::Repair(std::string_view counter,
   return keyspace_.SetGroups(**family, values);
 }
 
+Result<uint64_t> DerivedCounters::RepairStates(std::string_view counter,
+                                               std::span<const GroupStateValue> states) {
+  std::shared_lock apply(apply_mutex_);
+  auto family = catalog_.Snapshot()->Counter(counter);
+  if (!family) return tl::unexpected(family.error());
+  return keyspace_.SetGroupStates(**family, states);
+}
+
 // ---- Source positions and verification holds -------------------------------------------
 
 int64_t DerivedCounters::SourcePosition(std::string_view source) {
