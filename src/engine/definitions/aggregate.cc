@@ -145,8 +145,9 @@ Status CheckRecordTag(const CompiledCounter& counter, const RecordTag& tag) {
       break;
   }
   return InvalidArgument(fmt::format(
-      "aggregate {} of counter {} ({}): {} bytes are not the value bytes of its {} argument",
-      tag.aggregate, counter.name(), column.sql, tag.value.size(), TypeName(column.type)));
+      "aggregate {} of counter {} ({}): the value bytes of its {} argument are {}, not these {}",
+      tag.aggregate, counter.name(), column.sql, TypeName(column.type),
+      column.type == Type::kBool ? "one byte, 0 or 1" : "8 bytes", tag.value.size()));
 }
 
 Result<std::string> ValueBytes(const AggregateColumn& column, const Value& value) {

@@ -519,7 +519,7 @@ TEST_F(RepairStatesTest, ABadStateIsRefusedAndChangesNothing) {
       {with({{"9n", 1}}), "counter shop_all has no aggregate 9"},
       {with({{"0n", 1}}), "keeps no record of kind n"},
       {with({{Tag(3, Kind::kValue, "abc"), 1}}),
-       "3 bytes are not the value bytes of its int64 argument"},
+       "the value bytes of its int64 argument are 8 bytes, not these 3"},
       {with({{"1n", 0}}), "a record is never 0"},
       {with({{"1n", -1}}), "a record of rows must be above 0"},
       {with({{"1n", 2}}), "a record counts 2 rows, more than the group's 1"},
