@@ -41,6 +41,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <shared_mutex>
@@ -278,6 +279,10 @@ class DerivedCounters {
                                  std::string_view only_counter);
   // Adds an applied outcome to the totals; `from_source`: of a source stream, else pushed.
   void Count(const PushOutcome& outcome, bool from_source);
+  // Repair and RepairStates: `set` on the family of `counter`, under the apply lock held
+  // shared. kNotFound when there is no such counter.
+  Result<uint64_t> RepairFamily(std::string_view counter,
+                                const std::function<Result<uint64_t>(Family&)>& set);
 
   const DerivedOptions options_;
   // Pushes, source transactions, sweeps and reads of starts shared; DDL and changes of
