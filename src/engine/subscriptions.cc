@@ -457,6 +457,7 @@ void SubscriptionHub::Flush() {
     if (!dropped.empty()) {
       sink->Disconnect(std::move(dropped));
     } else if (delivery) {
+      if (options_.shower) options_.shower->Show(delivery->updates());
       sink->Deliver(std::move(*delivery));
     }
   }
@@ -477,10 +478,11 @@ std::optional<SubscriptionDelivery> SubscriptionHub::TakeDue(Subscriber& subscri
     }
     const auto sent = subscriber.sent.find(it->first);
     const int64_t last = sent == subscriber.sent.end() ? 0 : sent->second;
-    if (pending.value != last) {
-      updates.push_back(SubscriptionUpdate{it->first, pending.value, std::nullopt});
+    // A key shown as more than its integer may have changed with its integer unchanged.
+    if (pending.value != last || ShowsMore(it->first)) {
+      updates.push_back(SubscriptionUpdate{it->first, pending.value, std::nullopt, std::nullopt});
       if (pending.value == 0) {
-        subscriber.sent.erase(sent);  // `last` was not 0: it was there
+        if (sent != subscriber.sent.end()) subscriber.sent.erase(sent);
       } else if (sent != subscriber.sent.end()) {
         sent->second = pending.value;
       } else {
@@ -488,7 +490,8 @@ std::optional<SubscriptionDelivery> SubscriptionHub::TakeDue(Subscriber& subscri
       }
     } else if (pending.asked) {
       // Unchanged: only the subscriptions that asked for it want it again.
-      updates.push_back(SubscriptionUpdate{it->first, pending.value, std::move(pending.asked)});
+      updates.push_back(
+          SubscriptionUpdate{it->first, pending.value, std::move(pending.asked), std::nullopt});
     }
     it = subscriber.pending.erase(it);
     --pending_keys_;

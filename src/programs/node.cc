@@ -10,6 +10,7 @@
 #include "engine/engine_metrics.h"
 #include "programs/monitoring.h"
 #include "servers/http/server.h"
+#include "servers/http/shown_values.h"
 #include "servers/redis/acl_commands.h"
 #include "servers/redis/server.h"
 #include "servers/services.h"
@@ -128,8 +129,11 @@ void Node::PrepareSource() {
 }
 
 void Node::PrepareSubscriptions() {
-  // Fed by every durable commit; tally's own records are never sent.
+  // Fed by every durable commit; tally's own records are never sent; a derived group whose
+  // value is more than its key's integer is sent as reads show it.
   options_.subscriptions.hidden = derived::IsInternalKey;
+  options_.subscriptions.shower =
+      std::make_shared<http::DerivedValueShower>(*derived_, engine_->committer());
   subscriptions_ =
       std::make_unique<engine::SubscriptionHub>(&engine_->keyspace(), options_.subscriptions);
   subscriptions_->Attach(engine_->committer());

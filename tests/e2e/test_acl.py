@@ -122,6 +122,59 @@ class AclTest(ServerTestCase):
                          RespError("NOAUTH Authentication required."))
         self.assertEqual(alice.call("AUTH", "alice", "alice-pw"), RespError(WRONGPASS))
 
+    def test_exec_checks_the_permissions_again(self):
+        alice = self.reader()
+        self.assertEqual(alice.call("MULTI"), "OK")
+        self.assertEqual(alice.call("INCR", "likes:3"), "QUEUED")
+        self.assertEqual(alice.call("INCRBY", "likes:4", "2"), "QUEUED")
+        self.assertEqual(alice.call("GET", "posts:3"), "QUEUED")
+        # Meanwhile alice loses INCRBY and her read of posts:*.
+        self.assertEqual(self.admin.call("ACL", "SETUSER", "alice", "-incrby", "resetkeys",
+                                         "~likes:*"), "OK")
+        changed = RespError("NOPERM ACLs rules changed between the moment the transaction was "
+                            "accumulated and its execution")
+        self.assertEqual(alice.call("EXEC"), [1, changed, changed])
+        self.assertEqual((self.r.get("likes:3"), self.r.get("likes:4")), ("1", None))
+        log = [dict(zip(e[::2], e[1::2])) for e in self.admin.call("ACL", "LOG")]
+        self.assertEqual([(e["reason"], e["object"]) for e in log[:2]],
+                         [("key", "posts:3"), ("command", "incrby")])
+        # Deleted meanwhile: the transaction is discarded.
+        self.assertEqual(alice.call("MULTI"), "OK")
+        self.assertEqual(alice.call("INCR", "likes:3"), "QUEUED")
+        self.assertEqual(self.admin.call("ACL", "DELUSER", "alice"), 1)
+        self.assertEqual(alice.call("EXEC"),
+                         RespError("EXECABORT Transaction discarded because of: NOAUTH "
+                                   "Authentication required."))
+        self.assertEqual(self.r.get("likes:3"), "1")
+
+    def test_dryrun_and_genpass(self):
+        self.reader()
+        self.assertEqual(self.admin.call("ACL", "DRYRUN", "alice", "INCR", "likes:1"), "OK")
+        self.assertEqual(self.admin.call("ACL", "DRYRUN", "alice", "GET", "posts:1"), "OK")
+        self.assertEqual(self.admin.call("ACL", "DRYRUN", "alice", "INCR", "posts:1"),
+                         "User alice has no permissions to access the 'posts:1' key")
+        self.assertEqual(self.admin.call("ACL", "DRYRUN", "alice", "DEL", "likes:1"),
+                         "User alice has no permissions to run the 'del' command")
+        self.assertEqual(self.admin.call("ACL", "DRYRUN", "alice", "SUBSCRIBE", "users:1"),
+                         "User alice has no permissions to access the 'users:1' channel")
+        self.assertEqual(self.admin.call("ACL", "DRYRUN", "bob", "GET", "x"),
+                         RespError("ERR User 'bob' not found"))
+        self.assertEqual(self.admin.call("ACL", "DRYRUN", "alice", "NOPE"),
+                         RespError("ERR Command 'NOPE' not found"))
+        self.assertEqual(self.admin.call("ACL", "DRYRUN", "alice", "GET"),
+                         RespError("ERR wrong number of arguments for 'get' command"))
+        self.assertEqual(self.r.get("likes:1"), None)  # nothing ran
+        self.assertEqual(self.admin.call("ACL", "LOG"), [])  # nor was anything refused
+        first, second = self.admin.call("ACL", "GENPASS"), self.admin.call("ACL", "GENPASS")
+        self.assertRegex(first, "^[0-9a-f]{64}$")
+        self.assertNotEqual(first, second)
+        self.assertRegex(self.admin.call("ACL", "GENPASS", "5"), "^[0-9a-f]{2}$")
+        self.assertRegex(self.admin.call("ACL", "GENPASS", "4096"), "^[0-9a-f]{1024}$")
+        for bad in ("0", "4097", "x"):
+            self.assertEqual(self.admin.call("ACL", "GENPASS", bad),
+                             RespError("ERR ACL GENPASS argument must be the number of bits for "
+                                       "the output password, a positive number up to 4096"))
+
     def test_acl_introspection(self):
         self.reader()
         self.assertEqual(sorted(self.admin.call("ACL", "USERS")), ["alice", "default"])
@@ -234,6 +287,12 @@ class AclTest(ServerTestCase):
         self.assertTrue(wait_until(lambda: "likes:7" in ws.values(), 10), ws.errors)
         self.assertEqual(ws.errors, ["NOPERM No permissions to access a key"])
         self.assertEqual(ws.values(), {"blog_posts:7": 3, "likes:7": 0})
+        # ... and its refusal is in ACL LOG like the route's.
+        log = self.admin.call("ACL", "LOG", "1")[0]
+        entry = dict(zip(log[::2], log[1::2]))
+        self.assertEqual((entry["reason"], entry["object"], entry["username"]),
+                         ("key", "blog_posts:*", "alice"))
+        self.assertIn("http=GET /v1/subscribe", entry["client-info"])
 
     def test_http_users(self):
         self.reader()

@@ -93,7 +93,7 @@ class KeyPartsTest(HttpCase):
                 self.assertEqual(self.conn.call("COUNTER.RANGE", "tag_days", "2024-05-01T00:00:00Z",
                                                 "2024-05-02T00:00:00Z", tag), value)
                 self.assertEqual(self.get(path("/v1/range/", "tag_days", [tag], DAY)),
-                                 (200, {"sum": value, "buckets": 1}))
+                                 (200, {"sum": value, "value": value, "buckets": 1}))
 
     def test_null_and_the_text_backslash_n_are_two_groups(self):
         self.assertEqual(self.conn.call("COUNTER.GET", "by_tag", "\\N", "1"), 1)

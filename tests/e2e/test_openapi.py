@@ -57,8 +57,14 @@ CREATE COUNTER likes_per_day AS
   GROUP BY post_id, day;
 CREATE COUNTER likes_by_day AS
   SELECT date_trunc('day', created_at) AS day, sum(n) FROM likes GROUP BY day;
+CREATE COUNTER like_stats_per_day AS
+  SELECT post_id, date_trunc('day', created_at) AS day, count(*) AS likes, max(n) AS most,
+         count(DISTINCT n) AS sizes
+  FROM likes GROUP BY post_id, day;
 CREATE SOURCE orders (id bigint, shop bigint, total numeric(12,2), at timestamptz);
 CREATE COUNTER revenue AS SELECT shop, sum(total) FROM orders GROUP BY shop;
+CREATE COUNTER revenue_per_day AS
+  SELECT date_trunc('day', at) AS day, sum(total) FROM orders GROUP BY day;
 CREATE COUNTER shop_stats AS
   SELECT shop, count(*) AS orders, sum(total) AS revenue, max(at) AS latest, avg(total) AS mean
   FROM orders GROUP BY shop;
@@ -402,7 +408,7 @@ class OpenApiServerTest(unittest.TestCase):
     def definitions(self):
         results = self.ok("POST", "/v1/definitions", SCHEMA, "application/sql")["results"]
         self.assertEqual(results[0], "CREATE SOURCE posts")
-        self.assertEqual(len(results), 10)
+        self.assertEqual(len(results), 12)
         self.error(400, "line 1, column", "POST", "/v1/definitions", "CREATE COUNTER x AS",
                    content_type="application/sql")
         self.error(404, "counter nope does not exist", "POST", "/v1/definitions",
@@ -491,9 +497,10 @@ class OpenApiServerTest(unittest.TestCase):
         self.error(404, "does not exist", "GET", "/v1/top/nope")
         window = "from=2024-05-01T00:00:00Z&to=2024-05-03T00:00:00Z"
         self.assertEqual(self.ok("GET", "/v1/range/likes_per_day/9?" + window),
-                         {"sum": 10, "buckets": 2})
+                         {"sum": 10, "value": 10, "buckets": 2})
         self.assertEqual(self.ok("GET", "/v1/range/likes_by_day?from=2024-05-01&to=2024-05-02"),
-                         {"sum": 5 + INT64_MAX // 2 + 1, "buckets": 1})
+                         {"sum": 5 + INT64_MAX // 2 + 1, "value": 5 + INT64_MAX // 2 + 1,
+                          "buckets": 1})
         self.error(409, "out of the int64 range", "GET", "/v1/range/likes_by_day?" + window)
         self.error(400, "a range needs", "GET", "/v1/range/likes_per_day/9")
         self.error(400, "has no time bucket", "GET", "/v1/range/blog_posts?" + window)
@@ -510,7 +517,18 @@ class OpenApiServerTest(unittest.TestCase):
                          {"orders": 1, "revenue": None, "latest": None, "mean": None})
         self.assertEqual(self.ok("GET", "/v1/value/shop_stats/9")["value"],
                          {"orders": 0, "revenue": None, "latest": None, "mean": None})
-        self.error(400, "not a count or an integer sum", "GET",
+        # Ranges of other kinds: the buckets' rows as one group, in the group's value's form.
+        self.assertEqual(self.ok("GET", "/v1/range/like_stats_per_day/9?" + window),
+                         {"value": {"likes": 2, "most": 5, "sizes": 1}, "buckets": 2})
+        self.assertEqual(self.ok("GET", "/v1/range/like_stats_per_day/10?" + window),
+                         {"value": {"likes": 2, "most": INT64_MAX // 2 + 1, "sizes": 1},
+                          "buckets": 2})
+        self.assertEqual(self.ok("GET", "/v1/range/like_stats_per_day/9?from=2025-01-01&to="
+                                        "2025-02-01"),
+                         {"value": {"likes": 0, "most": None, "sizes": 0}, "buckets": 0})
+        self.assertEqual(self.ok("GET", "/v1/range/revenue_per_day?from=2024-05-01&to=2024-05-02"),
+                         {"value": "12.50", "buckets": 1})
+        self.error(400, "has no time bucket", "GET",
                    "/v1/range/revenue?from=2024-05-01&to=2024-05-02")
         self.assertEqual(self.ok("POST", "/v1/values", {"counter": "revenue", "keys": [[4], [6]]}),
                          {"values": [{"key": "revenue:4", "value": "12.75"},
@@ -523,7 +541,7 @@ class OpenApiServerTest(unittest.TestCase):
         status = self.ok("GET", "/v1/status")
         self.assertEqual(status["version"], self.api.doc["info"]["version"])
         self.assertEqual((status["durability"], status["counters"], status["source"]),
-                         ("sync", 7, None))
+                         ("sync", 9, None))
         with self.server.raw() as conn:
             conn.call("AUTH", PASSWORD)
             info = conn.call("INFO", "server")

@@ -7,6 +7,7 @@
 
 #include "core/absl_string.h"
 #include "core/escape.h"
+#include "core/integer.h"
 #include "engine/definitions/numeric.h"
 
 namespace tally::derived {
@@ -217,12 +218,16 @@ void GroupStates::Erase(std::string_view group) { groups_.erase(Absl(group)); }
 void GroupStates::Clear() { groups_.clear(); }
 
 defs::GroupValue GroupStates::Show(std::string_view group, int64_t k_value) const {
-  const std::vector<defs::AggregateColumn>& columns = counter_.aggregates();
-  if (counter_.layout() == defs::Layout::kDistinct) {
+  return ShowGroup(counter_, Find(group), k_value);
+}
+
+defs::GroupValue ShowGroup(const defs::CompiledCounter& counter, const GroupState* state,
+                           int64_t k_value) {
+  const std::vector<defs::AggregateColumn>& columns = counter.aggregates();
+  if (counter.layout() == defs::Layout::kDistinct) {
     return {defs::AggregateValue::Integer(k_value)};
   }
   static const AggregateState kEmpty;
-  const GroupState* state = Find(group);
   defs::GroupValue out;
   out.reserve(columns.size());
   for (size_t i = 0; i < columns.size(); ++i) {
@@ -255,6 +260,54 @@ defs::GroupValue GroupStates::Show(std::string_view group, int64_t k_value) cons
     }
   }
   return out;
+}
+
+GroupCombination::GroupCombination(const defs::CompiledCounter& counter) : counter_(counter) {
+  combined_.aggregates.resize(counter.aggregates().size());
+}
+
+bool GroupCombination::Add(const GroupStates& states, std::string_view group, int64_t k_value) {
+  // Marks `value` present in `into` (its rows do not matter once combined: 1).
+  auto unite = [](AggregateState& into, const std::string& value) {
+    if (into.values.emplace(value, 1).second) ++into.present;
+  };
+  const std::optional<int64_t> rows = CheckedAdd(k_value_, k_value);
+  if (!rows) return false;
+  k_value_ = *rows;
+  const GroupState* state = states.Find(group);
+  if (state == nullptr) return true;
+  const std::vector<defs::AggregateColumn>& columns = counter_.aggregates();
+  for (size_t i = 0; i < columns.size(); ++i) {
+    const AggregateState& slot = state->aggregates[i];
+    AggregateState& into = combined_.aggregates[i];
+    const std::optional<int64_t> sum = CheckedAdd(into.sum, slot.sum);
+    const std::optional<int64_t> count = CheckedAdd(into.count, slot.count);
+    if (!sum || !count) return false;
+    into.sum = *sum;
+    into.count = *count;
+    switch (columns[i].kind) {
+      case defs::Aggregate::kCountDistinct:
+        for (const auto& [value, value_rows] : slot.values) {
+          if (value_rows > 0) unite(into, value);
+        }
+        break;
+      case defs::Aggregate::kMin:
+      case defs::Aggregate::kMax:
+        if (const std::string* extreme = Extreme(slot, columns[i].kind == defs::Aggregate::kMax)) {
+          unite(into, *extreme);
+        }
+        break;
+      default:
+        break;
+    }
+  }
+  return true;
+}
+
+defs::GroupValue GroupCombination::Show() const {
+  const bool distinct = counter_.layout() == defs::Layout::kDistinct;
+  return ShowGroup(counter_, &combined_,
+                   distinct ? combined_.aggregates.front().present : k_value_);
 }
 
 }  // namespace tally::derived

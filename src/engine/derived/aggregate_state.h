@@ -102,6 +102,11 @@ struct GroupState {
   size_t records = 0;  // its records (non-zero sums, counts and values)
 };
 
+// The value of a group in `state` (nullptr: no record) whose K holds `k_value`, each
+// aggregate shown from its state (an aggregate without a value, NULL); kDistinct shows K.
+definitions::GroupValue ShowGroup(const definitions::CompiledCounter& counter,
+                                  const GroupState* state, int64_t k_value);
+
 // One group's whole state as a repair sets it (tally verify --repair; DerivedKeyspace::
 // SetGroupStates): what its key K holds and every record it keeps; a record it does not
 // list is 0 (deleted).
@@ -159,6 +164,31 @@ class GroupStates {
 
   const definitions::CompiledCounter& counter_;
   absl::flat_hash_map<std::string, GroupState> groups_;
+};
+
+// Groups of one family taken together as if their rows were one group's: the time buckets
+// of a group in a range read. Rows, counts and sums add up, distinct values unite (a value
+// counts when some group has rows of it), a min or a max is the extreme of the groups' own;
+// so the combination of a group's buckets is the group's value over their rows. Each group
+// adds O(log n) per value it brings: one for a min or a max, every value it has for a
+// count(DISTINCT). Not thread-safe; Add reads the mirror as GroupStates' methods do.
+class GroupCombination {
+ public:
+  // `counter` must outlive this object.
+  explicit GroupCombination(const definitions::CompiledCounter& counter);
+
+  // Adds `group` of `states`, whose K holds `k_value`. False, the combination then
+  // unspecified, when a count or a sum leaves the int64 range. REQUIRES: the family's index
+  // mutex.
+  bool Add(const GroupStates& states, std::string_view group, int64_t k_value);
+
+  // The combined value, as GroupStates::Show shows a group.
+  definitions::GroupValue Show() const;
+
+ private:
+  const definitions::CompiledCounter& counter_;
+  GroupState combined_;
+  int64_t k_value_ = 0;  // kComposite: the rows added up
 };
 
 }  // namespace tally::derived

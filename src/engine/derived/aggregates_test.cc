@@ -1,11 +1,13 @@
 // The aggregates beyond count and sum, kept by DerivedCounters over a real RocksDbStore:
 // exact numeric sums, count(DISTINCT x), min/max falling back when their value goes, avg,
 // several aggregates in one counter; their hidden records across restarts, drops and
-// truncates; and a property test of 100,000 random changes against a recount.
+// truncates; a property test of 100,000 random changes against a recount; range reads; and
+// repairs setting whole groups (RepairStates) that the formula then keeps exact.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <limits>
 #include <map>
 #include <optional>
 #include <random>
@@ -119,8 +121,11 @@ struct Recount {
   }
 };
 
+// The first minute of PushRandomChanges' orders: 2024-05-01T00:00:00Z.
+constexpr int64_t kRandomStart = 1'714'521'600'000'000;
+
 class AggregatesTest : public DerivedStoreTest {
- protected:
+ public:
   AggregatesTest() : DerivedStoreTest("tally_aggregates_test_", 1'700'000'000'000, {}) {}
 
   void SetUp() override {
@@ -134,6 +139,9 @@ class AggregatesTest : public DerivedStoreTest {
     engine_->committer().WaitDurable(outcome->required_epoch);
   }
 
+  using DerivedStoreTest::Restart;
+
+ protected:
   // The value of `counter`'s group `shop` as GroupText spells it.
   std::string Shown(std::string_view counter, int64_t shop) {
     const std::string part = std::to_string(shop);
@@ -156,15 +164,17 @@ class AggregatesTest : public DerivedStoreTest {
     return keys;
   }
 
-  // The hidden records in the keyspace.
-  size_t HiddenRecords() {
+  // The hidden records in the keyspace, of groups starting with `group_prefix`.
+  size_t HiddenRecords(std::string_view group_prefix = {}) {
     std::vector<std::string> keys;
     uint64_t cursor = 0;
     do {
       cursor = engine_->keyspace().Scan(cursor, 1024, nullptr, &keys);
     } while (cursor != 0);
-    return static_cast<size_t>(std::ranges::count_if(
-        keys, [](const std::string& key) { return key.starts_with(kRecordPrefix); }));
+    return static_cast<size_t>(std::ranges::count_if(keys, [&](const std::string& key) {
+      const std::optional<RecordName> record = ParseRecordKey(key);
+      return record && record->group.starts_with(group_prefix);
+    }));
   }
 };
 
@@ -282,10 +292,39 @@ TEST_F(AggregatesTest, DropsAndTruncatesTakeTheHiddenRecordsWithTheGroups) {
   EXPECT_EQ(HiddenRecords(), 0u);
 }
 
-// 100,000 random inserts, updates and deletes, NULLs among them, pushed in batches, with
-// restarts between: every kind ends equal to a recount of the rows, group by group.
-TEST_F(AggregatesTest, RandomChangesEqualARecount) {
-  std::mt19937_64 rng(17);
+// A time bucket past its retention goes with its hidden records; a late change to it is
+// skipped, as for counts.
+TEST_F(AggregatesTest, TheRetentionSweepTakesTheHiddenRecordsWithTheBuckets) {
+  Define(R"sql(
+    CREATE COUNTER best_per_hour AS
+      SELECT shop, date_trunc('hour', at) AS hour, max(rating) AS best,
+             count(DISTINCT customer) AS buyers
+      FROM orders GROUP BY shop, hour WITH (retention = '2 hours');
+  )sql");
+  constexpr int64_t kMinute = 60'000'000;
+  const int64_t now = clock_.NowMillis() * 1000;
+  const Order a = MakeOrder(1, 7, 100, 100, 5, now - 30 * kMinute);
+  const Order b = MakeOrder(2, 7, 200, 100, 9, now - 30 * kMinute);
+  Push({Insert(a), Insert(b)});
+  EXPECT_EQ(Groups("best_per_hour").size(), 1u);
+  EXPECT_GT(HiddenRecords("best_per_hour:"), 0u);
+  EXPECT_EQ(derived_->SweepRetention(100), 0u);
+  clock_.Set(clock_.NowMillis() + 3 * 60 * 60 * 1000);
+  EXPECT_EQ(derived_->SweepRetention(100), 1u);
+  EXPECT_TRUE(Groups("best_per_hour").empty());
+  EXPECT_EQ(HiddenRecords("best_per_hour:"), 0u);
+  // The other counters of the orders keep theirs.
+  EXPECT_GT(HiddenRecords("best:"), 0u);
+  Push({Delete(b)});  // its bucket is past retention: skipped there
+  EXPECT_TRUE(Groups("best_per_hour").empty());
+  EXPECT_EQ(HiddenRecords("best_per_hour:"), 0u);
+}
+
+// `changes` random inserts, updates and deletes of orders of 12 shops over 1,000 minutes,
+// NULLs among them, pushed in batches of 500, with a restart halfway and one at the end.
+// Returns the rows left.
+std::map<int64_t, Order> PushRandomChanges(AggregatesTest& test, uint64_t seed, int changes) {
+  std::mt19937_64 rng(seed);
   std::map<int64_t, Order> rows;
   int64_t next_id = 1;
   auto maybe = [&](int64_t range) -> std::optional<int64_t> {
@@ -294,12 +333,11 @@ TEST_F(AggregatesTest, RandomChangesEqualARecount) {
   };
   auto random_order = [&](int64_t id) {
     return MakeOrder(id, static_cast<int64_t>(rng() % 12), maybe(40), maybe(100'000), maybe(11),
-                     1'714'521'600'000'000 + static_cast<int64_t>(rng() % 1000) * 60'000'000);
+                     kRandomStart + static_cast<int64_t>(rng() % 1000) * 60'000'000);
   };
-  constexpr int kChanges = 100'000;
-  constexpr int kBatch = 500;
+  constexpr size_t kBatch = 500;
   std::vector<std::string> batch;
-  for (int i = 0; i < kChanges; ++i) {
+  for (int i = 0; i < changes; ++i) {
     const uint64_t what = rows.empty() ? 0 : rng() % 3;
     if (what == 0 || rows.size() < 50) {
       const Order order = random_order(next_id++);
@@ -318,14 +356,19 @@ TEST_F(AggregatesTest, RandomChangesEqualARecount) {
       }
     }
     if (batch.size() == kBatch) {
-      Push(batch);
+      test.Push(batch);
       batch.clear();
     }
-    if (i == kChanges / 2) Restart();
+    if (i == changes / 2) test.Restart();
   }
-  if (!batch.empty()) Push(batch);
-  Restart();
+  if (!batch.empty()) test.Push(batch);
+  test.Restart();
+  return rows;
+}
 
+// 100,000 random changes: every kind ends equal to a recount of the rows, group by group.
+TEST_F(AggregatesTest, RandomChangesEqualARecount) {
+  const std::map<int64_t, Order> rows = PushRandomChanges(*this, 17, 100'000);
   std::map<int64_t, Recount> shops;
   for (const auto& [id, order] : rows) shops[order.shop].Add(order, +1);
   std::set<std::string> composite;
@@ -340,6 +383,73 @@ TEST_F(AggregatesTest, RandomChangesEqualARecount) {
     composite.insert(fmt::format("shop_all:{}", shop));
   }
   EXPECT_EQ(Groups("shop_all"), composite);
+}
+
+// Range reads of every kind per hour: the hours of a shop taken together equal a recount of
+// the rows of those hours, for random ranges after random changes (distinct values of
+// several hours united, min and max over all of them, sums and avg exact).
+TEST_F(AggregatesTest, RangesOfEveryKindEqualARecountOfTheirRows) {
+  Define(R"sql(
+    CREATE COUNTER revenue_hours AS
+      SELECT shop, date_trunc('hour', at) AS hour, sum(total) FROM orders GROUP BY shop, hour;
+    CREATE COUNTER buyers_hours AS
+      SELECT shop, date_trunc('hour', at) AS hour, count(DISTINCT customer) FROM orders
+      GROUP BY shop, hour;
+    CREATE COUNTER shop_hours AS
+      SELECT shop, date_trunc('hour', at) AS hour, count(*) AS orders, count(rating) AS rated,
+             sum(total) AS revenue, min(rating) AS worst, max(at) AS latest,
+             avg(rating) AS mean_rating, count(DISTINCT customer) AS buyers
+      FROM orders GROUP BY shop, hour;
+  )sql");
+  const std::map<int64_t, Order> rows = PushRandomChanges(*this, 29, 20'000);
+  constexpr int64_t kHour = 3'600'000'000;
+  std::mt19937_64 rng(31);
+  int with_rows = 0;
+  for (int i = 0; i < 200; ++i) {
+    const int64_t shop = static_cast<int64_t>(rng() % 13);  // 12: no rows
+    const int64_t from = kRandomStart + static_cast<int64_t>(rng() % 20) * kHour - kHour;
+    const int64_t to = from + static_cast<int64_t>(rng() % 8) * kHour;
+    Recount recount;
+    for (const auto& [id, order] : rows) {
+      const int64_t hour = *order.at - *order.at % kHour;
+      if (order.shop == shop && hour >= from && hour < to) recount.Add(order, +1);
+    }
+    with_rows += recount.rows > 0 ? 1 : 0;
+    SCOPED_TRACE(
+        fmt::format("shop {} from {} to {}", shop, FormatTimestamp(from), FormatTimestamp(to)));
+    auto range = [&](std::string_view counter) {
+      const std::string part = std::to_string(shop);
+      const std::string_view parts[] = {part};
+      auto read = derived_->Range(counter, parts, FormatTimestamp(from), FormatTimestamp(to));
+      EXPECT_TRUE(read) << read.error().message;
+      return read ? defs::GroupText(read->total.shown) : std::string();
+    };
+    EXPECT_EQ(range("revenue_hours"), recount.Revenue());
+    EXPECT_EQ(range("buyers_hours"), recount.Buyers());
+    EXPECT_EQ(range("shop_hours"), recount.All());
+  }
+  EXPECT_GT(with_rows, 100);  // most ranges hold rows: the recount is not of nothing
+}
+
+// A range's counts and sums are checked as they add up; a min or max never overflows.
+TEST_F(AggregatesTest, RangesRefuseASumPastInt64) {
+  Define(R"sql(
+    CREATE SOURCE big (id bigint, day timestamptz, n bigint);
+    CREATE COUNTER big_days AS
+      SELECT date_trunc('day', day) AS d, sum(n) AS total, max(n) AS most FROM big GROUP BY d;
+  )sql");
+  const int64_t half = std::numeric_limits<int64_t>::max() / 2 + 1;
+  Push({fmt::format(R"({{"source":"big","new":{{"id":1,"day":"2024-05-01T10:00:00Z","n":{}}}}})",
+                    half),
+        fmt::format(R"({{"source":"big","new":{{"id":2,"day":"2024-05-02T10:00:00Z","n":{}}}}})",
+                    half)});
+  auto one = derived_->Range("big_days", {}, "2024-05-01", "2024-05-02");
+  ASSERT_TRUE(one) << one.error().message;
+  EXPECT_EQ(defs::GroupText(one->total.shown), fmt::format("({}, {})", half, half));
+  EXPECT_EQ(one->names, (std::vector<std::string>{"total", "most"}));
+  auto both = derived_->Range("big_days", {}, "2024-05-01", "2024-05-03");
+  ASSERT_FALSE(both);
+  EXPECT_EQ(both.error().code, ErrorCode::kOverflow);
 }
 
 // ---- Repairs: whole groups set with their records (RepairStates) --------------------------

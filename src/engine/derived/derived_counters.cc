@@ -120,6 +120,12 @@ std::optional<defs::SourceSchema> DerivedCounters::SourceSchemaOf(std::string_vi
   return catalog_.SourceSchemaOf(source);
 }
 
+bool DerivedCounters::ShowsMore(std::string_view key) const {
+  const std::shared_ptr<const CatalogSnapshot> catalog = catalog_.Snapshot();
+  const Family* family = catalog->FindCounter(FamilyName(key));
+  return family != nullptr && !definitions::ShowsInteger(family->counter);
+}
+
 bool DerivedCounters::IsProtectedKey(std::string_view key) const {
   return catalog_.IsProtectedKey(key);
 }

@@ -250,6 +250,11 @@ class DerivedCounters {
   // Stops and joins the sweeper; before the engine stops. Idempotent.
   void StopRetentionSweeper();
 
+  // True when `key` is a group of a counter whose value is not one integer (definitions::
+  // ShowsInteger false: min, max, avg, count(DISTINCT), a numeric sum, several aggregates):
+  // what its key holds is only a part of its value. Any thread; takes the catalog's leaf
+  // lock only.
+  bool ShowsMore(std::string_view key) const;
   // True for a key plain writes must not touch: a derived counter's or an id marker.
   bool IsProtectedKey(std::string_view key) const;
   // The error a plain write to a protected key gets.

@@ -95,22 +95,29 @@ std::vector<KeyValue> DerivedKeyspace::ReadGroups(Family& family, std::span<cons
   const bool integer = definitions::ShowsInteger(family.counter);
   std::vector<KeyValue> groups;
   groups.reserve(keys.size());
+  VisitGroups(family, keys, required_epoch,
+              [&](size_t i, int64_t value, const GroupStates* states) {
+                KeyValue& group = groups.emplace_back();
+                group.key = keys[i];
+                group.value = value;
+                if (integer) return;
+                group.shown = states == nullptr ? definitions::ShowPlain(family.counter, value)
+                                                : states->Show(group.key, value);
+              });
+  return groups;
+}
+
+void DerivedKeyspace::VisitGroups(Family& family, std::span<const std::string> keys,
+                                  uint64_t* required_epoch, const GroupVisit& visit) {
   size_t i = 0;
   const uint64_t epoch =
       VisitInChunks(keyspace(), keys, [&](engine::View& view, const engine::HashedKey& key) {
-        KeyValue& group = groups.emplace_back();
-        group.key = keys[i++];
-        group.value = view.Get(key).value_or(0);
-        if (integer) return;
-        if (family.states == nullptr) {
-          group.shown = definitions::ShowPlain(family.counter, group.value);
-          return;
-        }
+        const int64_t value = view.Get(key).value_or(0);
+        if (family.states == nullptr) return visit(i++, value, nullptr);
         std::lock_guard lock(family.mutex);
-        group.shown = family.states->Show(group.key, group.value);
+        visit(i++, value, family.states.get());
       });
   *required_epoch = std::max(*required_epoch, epoch);
-  return groups;
 }
 
 void DerivedKeyspace::DeleteKeys(std::span<const std::string> keys) {

@@ -20,6 +20,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -83,6 +84,14 @@ class DerivedKeyspace {
   // and the family's index mutex. `required_epoch` is raised as by Get.
   std::vector<KeyValue> ReadGroups(Family& family, std::span<const std::string> keys,
                                    uint64_t* required_epoch);
+
+  // Calls visit(i, value, states) for each group keys[i] of `family` (missing = 0), in
+  // order, under the key's stripe; for a counter with hidden records `states` is the
+  // family's mirror, read under its index mutex, held during the call (so it shows the
+  // group as of the key's epoch), else nullptr. `required_epoch` is raised as by Get.
+  using GroupVisit = std::function<void(size_t i, int64_t value, const GroupStates* states)>;
+  void VisitGroups(Family& family, std::span<const std::string> keys, uint64_t* required_epoch,
+                   const GroupVisit& visit);
 
   // Deletes `keys`; durable when it returns.
   void DeleteKeys(std::span<const std::string> keys);

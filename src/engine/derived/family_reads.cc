@@ -197,14 +197,6 @@ Result<RangeSum> FamilyReads::Range(Family& family, std::span<const std::string_
                                     std::string_view from_text, std::string_view to_text) {
   const defs::CompiledCounter& compiled = family.counter;
   const std::string& counter = compiled.name();
-  if (!defs::ShowsInteger(compiled)) {
-    // A sum of buckets is a count or an integer sum; min, max, avg and distinct counts do not
-    // add up across buckets, and a numeric sum is shown as a decimal.
-    return InvalidArgument(fmt::format(
-        "counter {} is not a count or an integer sum: a range read adds up the buckets of "
-        "count(*), count(x) and sum(x) of integers only (read the buckets with /v1/list)",
-        counter));
-  }
   const std::optional<defs::TimeBucket>& bucket = compiled.time_bucket();
   if (!bucket) {
     return InvalidArgument(fmt::format(
@@ -267,18 +259,33 @@ Result<RangeSum> FamilyReads::Range(Family& family, std::span<const std::string_
     }
   }
   RangeSum out;
-  const std::vector<int64_t> found = keyspace_.Get(keys, &out.required_epoch);
-  for (const int64_t value : found) {
-    if (value == 0) continue;
-    const std::optional<int64_t> sum = CheckedAdd(out.sum, value);
-    if (!sum) {
-      return MakeError(ErrorCode::kOverflow,
-                       fmt::format("the sum of counter {} from {} to {} is out of the int64 range",
-                                   counter, FormatTimestamp(*from), FormatTimestamp(*to)));
+  out.names = Names(family);
+  auto overflow = [&] {
+    return MakeError(ErrorCode::kOverflow,
+                     fmt::format("the sum of counter {} from {} to {} is out of the int64 range",
+                                 counter, FormatTimestamp(*from), FormatTimestamp(*to)));
+  };
+  if (family.states == nullptr) {
+    for (const int64_t value : keyspace_.Get(keys, &out.required_epoch)) {
+      if (value == 0) continue;
+      const std::optional<int64_t> sum = CheckedAdd(out.total.value, value);
+      if (!sum) return overflow();
+      out.total.value = *sum;
+      ++out.buckets;
     }
-    out.sum = *sum;
-    ++out.buckets;
+    if (!defs::ShowsInteger(compiled)) out.total.shown = defs::ShowPlain(compiled, out.total.value);
+    return out;
   }
+  GroupCombination combined(compiled);
+  bool fits = true;
+  keyspace_.VisitGroups(family, keys, &out.required_epoch,
+                        [&](size_t i, int64_t value, const GroupStates* states) {
+                          if (value == 0) return;  // a group at 0 is no group (a read's rule)
+                          ++out.buckets;
+                          fits = combined.Add(*states, keys[i], value) && fits;
+                        });
+  if (!fits) return overflow();
+  out.total.shown = combined.Show();
   return out;
 }
 

@@ -1,6 +1,7 @@
 // FamilyReads: the reads of a derived counter's groups — a group's key from its parts
 // (KeyOf, PrefixOf), a page of groups in key order (List), the k largest (Top) and the sum
-// of a group's time buckets between two instants (Range).
+// of a group's time buckets between two instants, or their min, max, avg or distinct values
+// (Range).
 //
 // Keys come from the family's index (family.h), values from the keyspace, a chunk of keys
 // per View (DerivedKeyspace::Get); each answer carries the commit epoch it depends on, to
@@ -18,8 +19,8 @@
 //
 // Errors: kInvalidArgument for parts that do not fit the counter's key columns (the
 // message names the part and its type), a cursor of another listing, a range read's bad
-// instants or a counter without a single time bucket; kOverflow when a range's sum leaves
-// the int64 range.
+// instants or a counter without a single time bucket; kOverflow when a range's count or
+// sum leaves the int64 range.
 #pragma once
 
 #include <cstdint>
@@ -33,10 +34,14 @@
 
 namespace tally::derived {
 
-// The outcome of a range read: the sum of a group's time buckets between two instants.
+// The outcome of a range read: a group's time buckets taken together.
 struct RangeSum {
-  int64_t sum = 0;
-  size_t buckets = 0;  // the buckets summed (those holding a value)
+  // key: empty. value: the buckets' values added up (for a count or an integer sum, the
+  // answer). shown: for a counter whose value is not that integer (ShowsInteger false), the
+  // value of the buckets' rows as one group (GroupCombination, aggregate_state.h).
+  KeyValue total;
+  std::vector<std::string> names;  // as Page::names
+  size_t buckets = 0;              // the buckets taken (those holding a value)
   uint64_t required_epoch = 0;
 };
 
@@ -68,7 +73,8 @@ class FamilyReads {
   // value of its first aggregate for a counter that is not one integer (NULL lowest).
   Result<Page> Top(Family& family, std::string_view prefix, size_t k);
 
-  // The sum of the time buckets of one group of `family` whose start lies in [from, to):
+  // The time buckets of one group of `family` whose start lies in [from, to), taken together
+  // as RangeSum says (counts and sums added, distinct values united, min and max over all):
   // `parts` are the values of every key column but the time bucket, in order (spelled as
   // key_part.h says); `from` and `to` are instants written as ISO 8601 ("2024-05-01T00:00:00Z",
   // with an offset or none for UTC), the key spelling ("20240501T000000Z") or Unix seconds

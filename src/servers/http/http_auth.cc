@@ -117,14 +117,23 @@ std::optional<ApiResponse> Api::Authenticate(const ApiRequest& request,
 
 void Api::LogRefusal(const ApiRequest& request, std::string_view reason, std::string object,
                      std::string_view username) {
-  auth::AclLogEntry entry;
-  entry.reason = std::string(reason);
-  entry.context = "toplevel";
-  entry.object = std::move(object);
-  entry.username = std::string(username.empty() ? user_->name() : username);
+  RefusalLogger(request, username.empty() ? user_->name() : username)(reason, std::move(object));
+}
+
+std::function<void(std::string_view reason, std::string object)> Api::RefusalLogger(
+    const ApiRequest& request, std::string_view username) {
   const std::string_view path = request.target.substr(0, request.target.find('?'));
-  entry.client = fmt::format("addr={} http={} {}", request.client_address, request.method, path);
-  acl_->Log(std::move(entry), engine_.keyspace().clock()->NowMillis());
+  return [acl = acl_, clock = engine_.keyspace().clock(), username = std::string(username),
+          client = fmt::format("addr={} http={} {}", request.client_address, request.method, path)](
+             std::string_view reason, std::string object) {
+    auth::AclLogEntry entry;
+    entry.reason = std::string(reason);
+    entry.context = "toplevel";
+    entry.object = std::move(object);
+    entry.username = username;
+    entry.client = client;
+    acl->Log(std::move(entry), clock->NowMillis());
+  };
 }
 
 bool Api::MayRead(std::string_view key) const {

@@ -19,6 +19,7 @@
 #include "servers/http/openapi.h"
 #include "servers/http/request_target.h"
 #include "servers/http/router.h"
+#include "servers/http/value_json.h"
 
 namespace tally::http {
 
@@ -132,41 +133,6 @@ Result<size_t> CountParameter(std::optional<std::string_view> text, std::string_
         fmt::format("{} must be an integer from 1 to {}, got \"{}\"", name, Api::kMaxLimit, *text));
   }
   return static_cast<size_t>(value);
-}
-
-// One aggregate's value: a number, a decimal or a timestamp as a string ("1234.50",
-// "20240501T134500Z": a JSON number would not keep a decimal exact), NULL as null.
-void WriteAggregate(const definitions::AggregateValue& value, JsonWriter* json) {
-  switch (value.kind) {
-    case definitions::AggregateValue::Kind::kNull:
-      json->Null();
-      return;
-    case definitions::AggregateValue::Kind::kInteger:
-      json->Int(value.integer);
-      return;
-    case definitions::AggregateValue::Kind::kDecimal:
-    case definitions::AggregateValue::Kind::kTimestamp:
-      json->String(value.text);
-      return;
-  }
-}
-
-// A group's value: the integer, the one aggregate's value, or with several aggregates an
-// object of their values by name.
-void WriteValue(const derived::KeyValue& item, const std::vector<std::string>& names,
-                JsonWriter* json) {
-  if (item.shown.empty()) {
-    json->Int(item.value);
-  } else if (names.empty()) {
-    WriteAggregate(item.shown.front(), json);
-  } else {
-    json->BeginObject();
-    for (size_t i = 0; i < names.size(); ++i) {
-      json->Key(names[i]);
-      WriteAggregate(item.shown[i], json);
-    }
-    json->EndObject();
-  }
 }
 
 // {"key": ..., "value": ...}
@@ -457,7 +423,12 @@ ApiResponse Api::GetRange(const Call& call) {
   auto range = derived_.Range(call.params[0], call.Rest(1), *from, *to);
   if (!range) return Fail(range.error());
   JsonWriter json;
-  json.BeginObject().Key("sum").Int(range->sum).Key("buckets").UInt(range->buckets).EndObject();
+  json.BeginObject();
+  // "sum" came first, when only counts and integer sums had ranges: kept for them.
+  if (range->total.shown.empty()) json.Key("sum").Int(range->total.value);
+  json.Key("value");
+  WriteValue(range->total, range->names, &json);
+  json.Key("buckets").UInt(range->buckets).EndObject();
   return Ok(json.Take(), range->required_epoch);
 }
 
@@ -646,7 +617,11 @@ ApiResponse Api::Subscribe(const Call& call, bool websocket) {
     if (auto refused = RefuseRead(call.request, prefix, /*prefix=*/true))
       return std::move(*refused);
   }
-  if (user_ != nullptr && !user_->unrestricted()) subscription.restricted_to = user_;
+  if (user_ != nullptr && !user_->unrestricted()) {
+    subscription.restricted_to = user_;
+    subscription.log_refusal = [log = RefusalLogger(call.request, user_->name())](
+                                   std::string object) { log("key", std::move(object)); };
+  }
   ApiResponse response;
   response.subscription = std::move(subscription);
   return response;

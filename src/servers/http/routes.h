@@ -110,6 +110,9 @@ struct SubscriptionRequest {
   // The user whose key patterns a WebSocket's later {"subscribe": ...} must pass; null when
   // it may read every key.
   std::shared_ptr<const auth::User> restricted_to;
+  // With restricted_to: logs a later refusal of `object` (a key, or a prefix and '*') in ACL
+  // LOG, as the route's own refusals are (the user, the client, the route).
+  std::function<void(std::string object)> log_refusal;
 };
 
 struct ApiResponse {
@@ -178,6 +181,10 @@ class Api {
   // Adds a refusal to ACL LOG; `username` empty: user_'s.
   void LogRefusal(const ApiRequest& request, std::string_view reason, std::string object,
                   std::string_view username = {});
+  // What LogRefusal does for `request` and `username`, kept for later (a WebSocket's own
+  // subscribe messages): it holds copies and the node's Acl and clock, which outlive it.
+  std::function<void(std::string_view reason, std::string object)> RefusalLogger(
+      const ApiRequest& request, std::string_view username);
   // Whether the request's user may read `key`, or every key that starts with `prefix`.
   bool MayRead(std::string_view key) const;
   bool MayReadPrefix(std::string_view prefix) const;

@@ -46,13 +46,18 @@ constexpr std::string_view kEventStreamHead =
     "\r\n"
     "retry: 1000\n\n";
 
-// {"key":"likes:7","value":42}
+// {"key":"likes:7","value":42}; a value shown as more than its integer as reads show it
+// ({"key":"shop_stats:4","value":{"orders":2,"revenue":"12.75"}}).
 void AppendUpdateJson(const engine::SubscriptionUpdate& update, std::string* out) {
   out->append(R"({"key":)");
   AppendJsonString(update.key, out);
   out->append(R"(,"value":)");
-  char digits[24];
-  out->append(digits, FormatInt64(update.value, digits));
+  if (update.shown) {
+    out->append(update.shown->json);
+  } else {
+    char digits[24];
+    out->append(digits, FormatInt64(update.value, digits));
+  }
   out->push_back('}');
 }
 
@@ -157,6 +162,7 @@ SubscriptionStream::~SubscriptionStream() {
 
 void SubscriptionStream::Start(Request request, const SubscriptionRequest& subscription) {
   restricted_to_ = subscription.restricted_to;
+  log_refusal_ = subscription.log_refusal;
   if (const auto origin = request.find(beast::http::field::origin);
       subscription.websocket && origin != request.end() &&
       !OriginAllowed(View(origin->value()), View(request[beast::http::field::host]),
@@ -406,16 +412,22 @@ void SubscriptionStream::OnWebSocketMessage() {
     hub_.Unsubscribe(subscriber_, request->keys, request->prefixes);
     return;
   }
-  // As the route: only keys the user may read, every key under each prefix (ACL).
-  const auth::User* user = restricted_to_.get();
-  if (user != nullptr && (!std::ranges::all_of(request->keys, [&](const auto& key) {
-        return user->CanAccess(key, auth::kReadKey);
-      }) || !std::ranges::all_of(request->prefixes, [&](const auto& prefix) {
-        return user->CanReadPrefix(prefix);
-      }))) {
-    Queue(ErrorJson("NOPERM No permissions to access a key"));
-    Write();
-    return;
+  // As the route: only keys the user may read, every key under each prefix (ACL), the first
+  // refused one logged in ACL LOG.
+  if (const auth::User* user = restricted_to_.get()) {
+    std::optional<std::string> refused;
+    for (const std::string& key : request->keys) {
+      if (!refused && !user->CanAccess(key, auth::kReadKey)) refused = key;
+    }
+    for (const std::string& prefix : request->prefixes) {
+      if (!refused && !user->CanReadPrefix(prefix)) refused = prefix + "*";
+    }
+    if (refused) {
+      if (log_refusal_) log_refusal_(std::move(*refused));
+      Queue(ErrorJson("NOPERM No permissions to access a key"));
+      Write();
+      return;
+    }
   }
   if (const Status status = hub_.Subscribe(subscriber_, request->keys, request->prefixes);
       !status) {

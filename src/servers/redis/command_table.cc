@@ -50,7 +50,7 @@ constexpr CommandSpec kCommands[] = {
   {"counter.get",   -2, kReadOnly | kNoMulti,            0, 0, 0, CounterGet,    "derived", "Returns one group of a derived counter by its key parts (tally).", "tally 0.2"},
   {"counter.scan",  -4, kReadOnly | kNoMulti,            0, 0, 0, CounterScan,   "derived", "Lists the groups of a derived counter under a key prefix, a page at a time (tally).", "tally 0.2"},
   {"counter.top",   -3, kReadOnly | kNoMulti,            0, 0, 0, CounterTop,    "derived", "Returns the k largest groups of a derived counter under a key prefix (tally).", "tally 0.2"},
-  {"counter.range", -4, kReadOnly | kNoMulti,           0, 0, 0, CounterRange,  "derived", "Sums the time buckets of one group of a derived counter from one instant to another (tally).", "tally 0.4"},
+  {"counter.range", -4, kReadOnly | kNoMulti,           0, 0, 0, CounterRange,  "derived", "The time buckets of one group of a derived counter from one instant to another, taken together (tally).", "tally 0.4"},
   {"expire",     -3, kWrite | kFast,                       1, 1, 1, Expire,    "keyspace", "Sets a counter's time to live in seconds.", "1.0.0"},
   {"pexpire",    -3, kWrite | kFast,                       1, 1, 1, PExpire,   "keyspace", "Sets a counter's time to live in milliseconds.", "2.6.0"},
   {"expireat",   -3, kWrite | kFast,                       1, 1, 1, ExpireAt,  "keyspace", "Sets a counter's expiry to a Unix time in seconds.", "1.2.0"},

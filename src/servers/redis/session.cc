@@ -34,6 +34,13 @@ void Session::set_user(std::shared_ptr<const auth::User> user) {
   acl_checks_ = user_ != nullptr && !user_->unrestricted();
 }
 
+void Session::RefreshUser() {
+  if (user_ == nullptr || acl_version_ == core_.acl().version()) return;
+  // A user changed: this session's is looked up again (gone or off: it must AUTH again).
+  auto current = core_.acl().Find(user_->name());
+  set_user(current != nullptr && current->enabled() ? std::move(current) : nullptr);
+}
+
 void Session::LogAcl(std::string_view reason, std::string object, std::string_view username) {
   auth::AclLogEntry entry;
   entry.reason = std::string(reason);
@@ -121,11 +128,7 @@ void Session::Execute(std::span<const std::string_view> args) {
     Reject(*spec, fmt::format("ERR wrong number of arguments for '{}' command", spec->name));
     return;
   }
-  if (user_ != nullptr && acl_version_ != core_.acl().version()) {
-    // A user changed: this session's is looked up again (gone or off: it must AUTH again).
-    auto current = core_.acl().Find(user_->name());
-    set_user(current != nullptr && current->enabled() ? std::move(current) : nullptr);
-  }
+  RefreshUser();
   if (user_ == nullptr && !(spec->flags & kNoAuth)) {
     Reject(*spec, "NOAUTH Authentication required.");
     return;
@@ -314,6 +317,17 @@ void Session::RunExec() {
   for (const QueuedCommand& queued : queue) {
     args.assign(queued.args.begin(), queued.args.end());
     KeyPositions(*queued.spec, args.size(), &key_positions_);
+    // As Redis: the permissions are checked again (Execute looked the user up again for
+    // EXEC), in case they changed since the command was queued.
+    if (acl_checks_ && (queued.spec->flags & kNoAuth) == 0) {
+      if (const auto refusal = CheckPermission(*user_, *queued.spec, args, key_positions_)) {
+        LogAcl(refusal->reason, refusal->object, user_->name());
+        writer_.Error(
+            "NOPERM ACLs rules changed between the moment the transaction was accumulated and "
+            "its execution");
+        continue;
+      }
+    }
     // The database may differ from the one checked at queueing (a SELECT that failed).
     if (const std::string refusal = KeyRefusal(*queued.spec, args, key_positions_, db_);
         !refusal.empty()) {

@@ -120,6 +120,9 @@ class Session {
   void Run(const CommandSpec& spec, std::span<const std::string_view> args, engine::View* held);
   // Queues a plain increment in the worker's buffer (or replies why the amount is bad).
   void QueueIncrement(const CommandSpec& spec, std::span<const std::string_view> args);
+  // Looks the session's user up again when the users changed since (ACL SETUSER, DELUSER,
+  // LOAD): one deleted or turned off leaves the session signed out.
+  void RefreshUser();
   // True, after refusing the command with -NOPERM (and logging it), when the user may not
   // run it on these keys.
   bool RefusedByAcl(const CommandSpec& spec, std::span<const std::string_view> args,

@@ -1,6 +1,8 @@
-// ACL SETUSER GETUSER DELUSER LIST USERS WHOAMI CAT LOG SAVE LOAD, over the node's Acl
+// ACL SETUSER GETUSER DELUSER LIST USERS WHOAMI CAT DRYRUN GENPASS LOG SAVE LOAD, over the
+// node's Acl
 // (servers/auth/acl.h), and the categories of the command table.
 #include <fmt/format.h>
+#include <openssl/rand.h>
 
 #include <algorithm>
 
@@ -17,6 +19,57 @@ bool ReadsWhatItWrites(const CommandSpec& spec) {
   static constexpr std::string_view kNames[] = {"incr",     "decr",   "incrby", "decrby",
                                                 "incrbyex", "getset", "getdel", "getex"};
   return std::ranges::find(kNames, spec.name) != std::end(kNames);
+}
+
+// ACL DRYRUN user command [arg ...]: whether `user` may run the command, nothing run; as
+// Redis 7 answers it (+OK, or the refusal as a bulk string).
+void DryRun(CommandContext& ctx) {
+  const auto user = ctx.server.acl().Find(ctx.args[2]);
+  if (user == nullptr) return ctx.reply.Error(fmt::format("ERR User '{}' not found", ctx.args[2]));
+  const CommandSpec* spec = FindCommand(ctx.args[3]);
+  if (spec == nullptr) {
+    return ctx.reply.Error(fmt::format("ERR Command '{}' not found", ctx.args[3]));
+  }
+  const std::span<const std::string_view> args = ctx.args.subspan(3);
+  const int argc = static_cast<int>(args.size());
+  if ((spec->arity > 0 && argc != spec->arity) || (spec->arity < 0 && argc < -spec->arity)) {
+    return ctx.reply.Error(
+        fmt::format("ERR wrong number of arguments for '{}' command", spec->name));
+  }
+  std::vector<size_t> positions;
+  KeyPositions(*spec, args.size(), &positions);
+  const std::optional<Refusal> refusal = CheckPermission(*user, *spec, args, positions);
+  if (!refusal) return ctx.reply.SimpleString("OK");
+  if (refusal->reason == "command") {
+    return ctx.reply.Bulk(fmt::format("User {} has no permissions to run the '{}' command",
+                                      user->name(), spec->name));
+  }
+  ctx.reply.Bulk(fmt::format("User {} has no permissions to access the '{}' {}", user->name(),
+                             refusal->object, spec->name == "subscribe" ? "channel" : "key"));
+}
+
+// ACL GENPASS [bits]: a random password of `bits` (256 by default) from OpenSSL's CSPRNG,
+// in hexadecimal, as Redis spells it.
+void GenPass(CommandContext& ctx) {
+  int64_t bits = 256;
+  if (ctx.args.size() == 3) {
+    const std::optional<int64_t> asked = ParseInt64(ctx.args[2]);
+    if (!asked || *asked < 1 || *asked > 4096) {
+      return ctx.reply.Error(
+          "ERR ACL GENPASS argument must be the number of bits for the output password, a "
+          "positive number up to 4096");
+    }
+    bits = *asked;
+  }
+  const size_t digits = static_cast<size_t>((bits + 3) / 4);
+  std::vector<unsigned char> random((digits + 1) / 2);
+  if (RAND_bytes(random.data(), static_cast<int>(random.size())) != 1) {
+    return ctx.reply.Error("ERR no random bytes for a password (OpenSSL's RAND_bytes failed)");
+  }
+  std::string password;
+  for (const unsigned char byte : random) password += fmt::format("{:02x}", byte);
+  password.resize(digits);
+  ctx.reply.Bulk(password);
 }
 
 }  // namespace
@@ -229,6 +282,10 @@ void AclCommand(CommandContext& ctx) {
     }
     ctx.reply.ArrayHeader(names.size());
     for (const auto name : names) ctx.reply.Bulk(name);
+  } else if (EqualsIgnoreCase(sub, "DRYRUN") && argc >= 4) {
+    DryRun(ctx);
+  } else if (EqualsIgnoreCase(sub, "GENPASS") && argc <= 3) {
+    GenPass(ctx);
   } else if (EqualsIgnoreCase(sub, "LOG") && argc <= 3) {
     Log(ctx);
   } else if ((EqualsIgnoreCase(sub, "SAVE") || EqualsIgnoreCase(sub, "LOAD")) && argc == 2) {
@@ -241,6 +298,10 @@ void AclCommand(CommandContext& ctx) {
         "    when no category is specified.",
         "DELUSER <username> [<username> ...]",
         "    Delete a list of users.",
+        "DRYRUN <username> <command> [<arg> ...]",
+        "    Test whether the user could run the command, without running it.",
+        "GENPASS [<bits>]",
+        "    Generate a secure password of <bits> bits (256 by default), in hex.",
         "GETUSER <username>",
         "    Get the user's details.",
         "LIST",

@@ -190,8 +190,9 @@ void CounterTop(CommandContext& ctx) {
   ReplyPairs(ctx, *page);
 }
 
-// COUNTER.RANGE counter from to [part ...]: the sum of the group's time buckets whose start
-// lies in [from, to); the parts are the group's values but the time bucket. The instants
+// COUNTER.RANGE counter from to [part ...]: the group's time buckets whose start lies in
+// [from, to) taken together (their sum for a count, replied as COUNTER.GET replies); the
+// parts are the group's values but the time bucket. The instants
 // come before the parts so that the parts may be any number (the counter decides).
 void CounterRange(CommandContext& ctx) {
   derived::DerivedCounters* derived = Derived(ctx);
@@ -203,7 +204,7 @@ void CounterRange(CommandContext& ctx) {
   auto range = derived->Range(ctx.args[1], ctx.args.subspan(4), ctx.args[2], ctx.args[3]);
   if (!range) return ReplyError(ctx, range.error());
   ctx.session.RaiseRequiredEpoch(range->required_epoch);
-  ctx.reply.Integer(range->sum);
+  ReplyValue(ctx, range->total, range->names);
 }
 
 // COUNTER.HOLD <lsn> sets a verification hold; COUNTER.HOLD alone reports it as

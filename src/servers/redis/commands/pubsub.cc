@@ -167,7 +167,9 @@ void Session::PushUpdates(const engine::SubscriptionDelivery& delivery) {
   for (const engine::SubscriptionUpdate& update : delivery.updates()) {
     const engine::DatabaseKey key = engine::SplitStoredKey(update.key);
     if (!MayRead(key.name)) continue;  // the user's key patterns (ACL), on the key's name
-    const std::string_view value(digits, FormatInt64(update.value, digits));
+    const std::string_view value =
+        update.shown ? std::string_view(update.shown->text)
+                     : std::string_view(digits, FormatInt64(update.value, digits));
     const std::optional<engine::AskedBy>& only_for = update.only_for;
     if (pubsub_.channels.contains(update.key) && (!only_for || only_for->key)) {
       writer_.PushHeader(3);
