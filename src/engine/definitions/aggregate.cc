@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <charconv>
+#include <iterator>
 
 #include "core/timestamp.h"
 #include "engine/definitions/numeric.h"
@@ -52,6 +54,100 @@ int CompareValues(const AggregateValue& a, const AggregateValue& b) {
   }
   if (a.kind == Kind::kDecimal && b.kind == Kind::kDecimal) return CompareDecimals(a.text, b.text);
   return a.integer < b.integer ? -1 : (a.integer > b.integer ? 1 : 0);
+}
+
+void AppendRecordTag(uint32_t aggregate, RecordKind kind, std::string_view value,
+                     std::string* out) {
+  fmt::format_to(std::back_inserter(*out), "{}", aggregate);
+  switch (kind) {
+    case RecordKind::kSum:
+      out->push_back('s');
+      return;
+    case RecordKind::kCount:
+      out->push_back('n');
+      return;
+    case RecordKind::kValue:
+      out->push_back('v');
+      out->append(value);
+      return;
+    case RecordKind::kRows:
+      break;
+  }
+}
+
+std::optional<RecordTag> ParseRecordTag(std::string_view tag) {
+  RecordTag out;
+  const auto [end, error] = std::from_chars(tag.data(), tag.data() + tag.size(), out.aggregate);
+  if (error != std::errc() || end == tag.data() || end == tag.data() + tag.size()) {
+    return std::nullopt;
+  }
+  tag.remove_prefix(static_cast<size_t>(end - tag.data()));
+  switch (tag.front()) {
+    case 's':
+      out.kind = RecordKind::kSum;
+      break;
+    case 'n':
+      out.kind = RecordKind::kCount;
+      break;
+    case 'v':
+      out.kind = RecordKind::kValue;
+      break;
+    default:
+      return std::nullopt;
+  }
+  out.value = tag.substr(1);
+  if (out.kind != RecordKind::kValue && !out.value.empty()) return std::nullopt;
+  return out;
+}
+
+Status CheckRecordTag(const CompiledCounter& counter, const RecordTag& tag) {
+  const std::vector<AggregateColumn>& columns = counter.aggregates();
+  if (tag.aggregate >= columns.size()) {
+    return InvalidArgument(fmt::format("counter {} has no aggregate {} (it has {}, from 0)",
+                                       counter.name(), tag.aggregate, columns.size()));
+  }
+  const AggregateColumn& column = columns[tag.aggregate];
+  bool kept = false;  // the formula's rule (formula.cc: AppendSide)
+  switch (column.kind) {
+    case Aggregate::kCountStar:
+      break;
+    case Aggregate::kCount:
+      kept = tag.kind == RecordKind::kCount;
+      break;
+    case Aggregate::kSum:
+    case Aggregate::kAvg:
+      kept = tag.kind == RecordKind::kSum || tag.kind == RecordKind::kCount;
+      break;
+    case Aggregate::kCountDistinct:
+    case Aggregate::kMin:
+    case Aggregate::kMax:
+      kept = tag.kind == RecordKind::kValue;
+      break;
+  }
+  if (!kept) {
+    return InvalidArgument(fmt::format("aggregate {} of counter {} ({}) keeps no record of kind {}",
+                                       tag.aggregate, counter.name(), column.sql,
+                                       tag.kind == RecordKind::kSum     ? "s (a sum)"
+                                       : tag.kind == RecordKind::kCount ? "n (a count)"
+                                                                        : "v (a value)"));
+  }
+  if (tag.kind != RecordKind::kValue) return OkStatus();
+  switch (column.type) {
+    case Type::kText:
+      return OkStatus();
+    case Type::kBool:
+      if (tag.value.size() == 1 && (tag.value[0] == '\0' || tag.value[0] == '\1')) {
+        return OkStatus();
+      }
+      break;
+    default:
+      if (tag.value.size() == 8) return OkStatus();
+      break;
+  }
+  return InvalidArgument(fmt::format(
+      "aggregate {} of counter {} ({}): the value bytes of its {} argument are {}, not these {}",
+      tag.aggregate, counter.name(), column.sql, TypeName(column.type),
+      column.type == Type::kBool ? "one byte, 0 or 1" : "8 bytes", tag.value.size()));
 }
 
 Result<std::string> ValueBytes(const AggregateColumn& column, const Value& value) {

@@ -54,6 +54,31 @@ struct RecordDelta {
   bool operator==(const RecordDelta&) const = default;
 };
 
+// The name of one record of a group's state, as the record keys of the derived layer end
+// (engine/derived/aggregate_state.h) and as COUNTER.REPAIRSTATE spells a record:
+//
+//   tag := <i> "s"                 the sum of aggregate i's argument
+//        | <i> "n"                 its rows whose argument is not NULL
+//        | <i> "v" <ValueBytes>    its rows whose argument is that value
+//
+// where i is the aggregate's index in the select list, from 0, in decimal. (A composite
+// group's rows have no tag: its key holds them.)
+struct RecordTag {
+  uint32_t aggregate = 0;
+  RecordKind kind = RecordKind::kSum;  // kSum, kCount or kValue
+  std::string_view value;              // kValue's ValueBytes
+};
+// Appends the tag of a record to `out`. REQUIRES: kind is not kRows.
+void AppendRecordTag(uint32_t aggregate, RecordKind kind, std::string_view value, std::string* out);
+// nullopt for bytes that are not a well-formed tag; `value` views `tag`.
+std::optional<RecordTag> ParseRecordTag(std::string_view tag);
+// Whether `counter` keeps record `tag` (the formula's rule: count(x) a count; sum(x) and
+// avg(x) a sum and a count; count(DISTINCT x), min(x) and max(x) values, whose ValueBytes
+// must be what ValueBytes makes of the argument's type: 8 bytes for an int64, numeric or
+// timestamp, one byte 0 or 1 for a bool, any bytes for a text). kInvalidArgument saying
+// why not. REQUIRES: `counter` is not plain.
+Status CheckRecordTag(const CompiledCounter& counter, const RecordTag& tag);
+
 // The ValueBytes of a non-NULL argument `value` of aggregate `column`; kOverflow when a
 // numeric does not fit the aggregate's scale.
 Result<std::string> ValueBytes(const AggregateColumn& column, const Value& value);

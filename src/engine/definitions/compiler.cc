@@ -333,6 +333,7 @@ class Compiler {
         if (auto s = CheckAggregateArgument(*item.expr, column.kind, *type); !s) return s;
         column.type = type->type;
         column.scale = type->type == Type::kNumeric ? type->scale : 0;
+        column.argument_sql = ToSql(*item.expr->args[0]);
         if (!plain) {
           Add(Op::kArgument, static_cast<int32_t>(i));
         } else if (column.kind == Aggregate::kCount) {

@@ -94,6 +94,9 @@ struct AggregateColumn {
   Type type = Type::kNull;  // of its argument; kNull for count(*)
   int scale = 0;            // a numeric argument's: its sum, min, max and avg keep this scale
   std::string sql;          // as the plan shows it: "sum(price)"
+  // Its argument as PostgreSQL reads it, fully parenthesised ("price", "(price * 2)");
+  // empty for count(*). What `tally verify --repair` reads a group's records by.
+  std::string argument_sql;
 };
 
 // How a counter keeps its groups in the keyspace (the storage is described in
@@ -192,6 +195,8 @@ class CompiledCounter {
   Aggregate aggregate() const { return aggregates_.front().kind; }
   Layout layout() const { return layout_; }
   const std::string& sql() const { return sql_; }
+  // The WHERE condition as PostgreSQL reads it, fully parenthesised; empty without one.
+  const std::string& filter_sql() const { return filter_sql_; }
   // The indexes in source() of the columns the program reads, ascending.
   const std::vector<int32_t>& columns_used() const { return columns_used_; }
   // The time bucket, when exactly one key column is a date_trunc(...) select item: what

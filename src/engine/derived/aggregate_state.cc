@@ -1,10 +1,12 @@
 #include "engine/derived/aggregate_state.h"
 
+#include <absl/container/flat_hash_set.h>
 #include <fmt/format.h>
 
 #include <charconv>
 
 #include "core/absl_string.h"
+#include "core/escape.h"
 #include "core/integer.h"
 #include "engine/definitions/numeric.h"
 
@@ -13,20 +15,6 @@ namespace tally::derived {
 namespace defs = tally::definitions;
 
 namespace {
-
-char TagOf(defs::RecordKind kind) {
-  switch (kind) {
-    case defs::RecordKind::kSum:
-      return 's';
-    case defs::RecordKind::kCount:
-      return 'n';
-    case defs::RecordKind::kValue:
-      return 'v';
-    case defs::RecordKind::kRows:
-      break;
-  }
-  return '?';
-}
 
 // The first value with rows above 0, from the front (min) or the back (max); nullptr when
 // none. Values with rows at or below 0 exist only between changes that do not add up.
@@ -50,9 +38,7 @@ std::string RecordKey(std::string_view group, uint32_t aggregate, defs::RecordKi
   std::string key(kRecordPrefix);
   key += fmt::format("{}:", group.size());
   key.append(group);
-  key += fmt::format("{}", aggregate);
-  key.push_back(TagOf(kind));
-  key.append(value);
+  defs::AppendRecordTag(aggregate, kind, value, &key);
   return key;
 }
 
@@ -66,30 +52,82 @@ std::optional<RecordName> ParseRecordKey(std::string_view key) {
   }
   rest.remove_prefix(static_cast<size_t>(end - rest.data()) + 1);
   if (length > rest.size()) return std::nullopt;
-  RecordName name;
-  name.group = rest.substr(0, length);
-  rest.remove_prefix(length);
-  auto [tag, ec2] = std::from_chars(rest.data(), rest.data() + rest.size(), name.aggregate);
-  if (ec2 != std::errc() || tag == rest.data() || tag == rest.data() + rest.size()) {
-    return std::nullopt;
+  const std::optional<defs::RecordTag> tag = defs::ParseRecordTag(rest.substr(length));
+  if (!tag) return std::nullopt;
+  return RecordName{rest.substr(0, length), tag->aggregate, tag->kind, tag->value};
+}
+
+namespace {
+
+// A tag for a message: its first 64 bytes, binary bytes as \xNN.
+std::string Printable(std::string_view tag) {
+  std::string out;
+  AppendPrintable(tag.substr(0, 64), KeepUtf8::kYes, &out);
+  return out;
+}
+
+}  // namespace
+
+Status CheckGroupState(const defs::CompiledCounter& counter, const GroupStateValue& state) {
+  const auto refused = [&](std::string_view why) {
+    return InvalidArgument(
+        fmt::format("counter {}, group {}: {}", counter.name(), state.key.substr(0, 128), why));
+  };
+  const bool composite = counter.layout() == defs::Layout::kComposite;
+  // Per aggregate: whether it has a sum and a count, and the rows of its values (each at
+  // most K's, so their sum is checked without overflow).
+  struct Seen {
+    bool sum = false;
+    bool count = false;
+    int64_t value_rows = 0;
+  };
+  if (composite && state.value < 0) return refused("a group's rows are never below 0");
+  if (composite && state.value == 0 && !state.records.empty()) {
+    return refused("a group without rows has no records");
   }
-  rest.remove_prefix(static_cast<size_t>(tag - rest.data()));
-  switch (rest.front()) {
-    case 's':
-      name.kind = defs::RecordKind::kSum;
-      break;
-    case 'n':
-      name.kind = defs::RecordKind::kCount;
-      break;
-    case 'v':
-      name.kind = defs::RecordKind::kValue;
-      break;
-    default:
-      return std::nullopt;
+  std::vector<Seen> seen(counter.aggregates().size());
+  absl::flat_hash_set<absl::string_view> tags;
+  for (const GroupStateValue::Record& record : state.records) {
+    const std::optional<defs::RecordTag> tag = defs::ParseRecordTag(record.tag);
+    if (!tag) {
+      return refused(fmt::format("'{}' is not a record tag (<i>s, <i>n or <i>v<value bytes>)",
+                                 Printable(record.tag)));
+    }
+    if (auto s = defs::CheckRecordTag(counter, *tag); !s) return refused(s.error().message);
+    if (!tags.insert(Absl(record.tag)).second) {
+      return refused(fmt::format("record {} is given twice", Printable(record.tag)));
+    }
+    if (record.value == 0) return refused("a record is never 0 (leave it out)");
+    Seen& slot = seen[tag->aggregate];
+    if (tag->kind == defs::RecordKind::kSum) {
+      slot.sum = true;
+      continue;
+    }
+    if (record.value < 0) return refused("a record of rows must be above 0");
+    if (composite && record.value > state.value) {
+      return refused(fmt::format("a record counts {} rows, more than the group's {}", record.value,
+                                 state.value));
+    }
+    if (tag->kind == defs::RecordKind::kCount) {
+      slot.count = true;
+    } else {
+      slot.value_rows += record.value;
+      if (composite && slot.value_rows > state.value) {
+        return refused(fmt::format("the values of aggregate {} count more rows than the group's {}",
+                                   tag->aggregate, state.value));
+      }
+    }
   }
-  name.value = rest.substr(1);
-  if (name.kind != defs::RecordKind::kValue && !name.value.empty()) return std::nullopt;
-  return name;
+  for (size_t i = 0; i < seen.size(); ++i) {
+    if (seen[i].sum && !seen[i].count) {
+      return refused(fmt::format("aggregate {} has a sum without its count", i));
+    }
+  }
+  if (!composite && state.value != static_cast<int64_t>(state.records.size())) {
+    return refused(fmt::format("its value {} is not its number of distinct values, {}", state.value,
+                               state.records.size()));
+  }
+  return OkStatus();
 }
 
 const GroupState* GroupStates::Find(std::string_view group) const {

@@ -17,7 +17,8 @@
 //           | <i> "v" <ValueBytes>    its rows whose argument is that value
 //                                     (count(DISTINCT x), min, max)
 //
-// where i is the aggregate's index in the select list, from 0, in decimal. The length
+// where i is the aggregate's index in the select list, from 0, in decimal (the tag is
+// definitions::RecordTag, spelled by AppendRecordTag, read by ParseRecordTag). The length
 // prefix makes the record's group readable back whatever bytes K holds. A record is never
 // 0: a record back at 0 is deleted. K holds what plain reads (GET, SCAN, subscriptions,
 // the hot keys) see of the group:
@@ -105,6 +106,28 @@ struct GroupState {
 // aggregate shown from its state (an aggregate without a value, NULL); kDistinct shows K.
 definitions::GroupValue ShowGroup(const definitions::CompiledCounter& counter,
                                   const GroupState* state, int64_t k_value);
+
+// One group's whole state as a repair sets it (tally verify --repair; DerivedKeyspace::
+// SetGroupStates): what its key K holds and every record it keeps; a record it does not
+// list is 0 (deleted).
+struct GroupStateValue {
+  struct Record {
+    std::string tag;    // definitions::RecordTag's spelling: "0s", "1n", "2v<ValueBytes>"
+    int64_t value = 0;  // never 0
+  };
+  std::string key;  // the group's canonical key
+  // What K holds: the group's rows (kComposite) or its number of distinct values, the "v"
+  // records (kDistinct). 0 with no records: the group goes.
+  int64_t value = 0;
+  std::vector<Record> records;
+};
+
+// Checks that `state` is a state a group of `counter` can have (kInvalidArgument naming the
+// group and saying why not): every tag well-formed, kept by its aggregate (CheckRecordTag)
+// and given once; counts of rows above 0, sums not 0; a sum with its count; kDistinct: K is
+// the number of values; kComposite: K is the group's rows, above 0 when it has records, and
+// no aggregate counts more rows than that. REQUIRES: `counter` is not plain.
+Status CheckGroupState(const definitions::CompiledCounter& counter, const GroupStateValue& state);
 
 // The records of one family, mirrored (see above). One per family of layout kDistinct or
 // kComposite; Family::states.

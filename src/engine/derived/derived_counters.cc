@@ -200,10 +200,21 @@ Result<PushOutcome> DerivedCounters::ApplyParts(std::span<const SourceTransactio
 
 Result<uint64_t> DerivedCounters::Repair(std::string_view counter,
                                          std::span<const KeyValue> values) {
+  return RepairFamily(counter, [&](Family& family) { return keyspace_.SetGroups(family, values); });
+}
+
+Result<uint64_t> DerivedCounters::RepairStates(std::string_view counter,
+                                               std::span<const GroupStateValue> states) {
+  return RepairFamily(counter,
+                      [&](Family& family) { return keyspace_.SetGroupStates(family, states); });
+}
+
+Result<uint64_t> DerivedCounters::RepairFamily(
+    std::string_view counter, const std::function<Result<uint64_t>(Family&)>& set) {
   std::shared_lock apply(apply_mutex_);
   auto family = catalog_.Snapshot()->Counter(counter);
   if (!family) return tl::unexpected(family.error());
-  return keyspace_.SetGroups(**family, values);
+  return set(**family);
 }
 
 // ---- Source positions and verification holds -------------------------------------------

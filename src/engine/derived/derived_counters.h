@@ -24,8 +24,8 @@
 // Thread-safety. Every method may be called from any thread, concurrently, except Load
 // (once, before any other) and OnFlushAll (REQUIRES: every stripe held). One lock orders
 // the parts, the apply lock (a shared mutex): held shared by every apply (Push,
-// ApplyTransaction, ApplyBackfill, Repair), by retention sweeps and by the reads of a
-// counter's start (Counters, PendingCounters, CounterStart); held exclusively by DDL
+// ApplyTransaction, ApplyBackfill, Repair, RepairStates), by retention sweeps and by the
+// reads of a counter's start (Counters, PendingCounters, CounterStart); held exclusively by DDL
 // (Execute, Drop), by the backfill state changes (MarkStreamed, MarkEverySourceStreamed,
 // ActivateCounter, ResetCounter, ResetSource) and by Load; FinishBackfill needs neither
 // (it clears an atomic flag once its record is durable). So a definition appears or
@@ -41,6 +41,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <shared_mutex>
@@ -153,6 +154,12 @@ class DerivedCounters {
   // the repair of tally verify. Returns the epoch to wait for. kNotFound (no such counter),
   // kInvalidArgument (a key that is not one of its groups; nothing is written).
   Result<uint64_t> Repair(std::string_view counter, std::span<const KeyValue> values);
+  // The same for a counter that is not plain (count(DISTINCT), min, max, avg, several
+  // aggregates): sets whole groups, each its key and every hidden record
+  // (DerivedKeyspace::SetGroupStates), all in one commit. kNotFound (no such counter),
+  // kInvalidArgument (a plain counter, a key that is not one of its groups, a state no group
+  // can have; nothing is written).
+  Result<uint64_t> RepairStates(std::string_view counter, std::span<const GroupStateValue> states);
   // The stored position of `source`; 0 when none (never streamed, or reset).
   int64_t SourcePosition(std::string_view source);
   // Deletes every group of every counter on `source`, and its position (a backfill that
@@ -277,6 +284,10 @@ class DerivedCounters {
                                  std::string_view only_counter);
   // Adds an applied outcome to the totals; `from_source`: of a source stream, else pushed.
   void Count(const PushOutcome& outcome, bool from_source);
+  // Repair and RepairStates: `set` on the family of `counter`, under the apply lock held
+  // shared. kNotFound when there is no such counter.
+  Result<uint64_t> RepairFamily(std::string_view counter,
+                                const std::function<Result<uint64_t>(Family&)>& set);
 
   const DerivedOptions options_;
   // Pushes, source transactions, sweeps and reads of starts shared; DDL and changes of

@@ -55,7 +55,8 @@ inline constexpr size_t kChunk = 1024;
 
 // DerivedKeyspace: the bulk operations of the derived layer on the engine's keyspace. It
 // reads and deletes many keys a chunk (kChunk keys) at a time, one View per chunk; sets a
-// family's groups to given values in one View (the repair of tally verify); reads and
+// family's groups to given values, or to given states with their hidden records, in one
+// View (the repair of tally verify); reads and
 // forgets position records; and waits for durability. The apply path (apply.h) writes
 // through Views of its own, since a batch must be one View.
 //
@@ -100,8 +101,15 @@ class DerivedKeyspace {
   // Sets groups of `family` to the given values (0 deletes the group), all in one View,
   // keeping the index in step. kInvalidArgument, nothing written, when a key is not a
   // group of `family`, or when `family` is not a plain counter (its groups are not one
-  // number each). Returns the epoch to wait for.
+  // number each: SetGroupStates). Returns the epoch to wait for.
   Result<uint64_t> SetGroups(Family& family, std::span<const KeyValue> values);
+  // Sets whole groups of `family`, a counter that is not plain: each group's key and every
+  // record of it (a record the new state does not list is deleted; a state of value 0
+  // without records deletes the group), all in one View, keeping the index and the mirror
+  // (GroupStates) in step, as the apply path does. kInvalidArgument, nothing written, when
+  // `family` is plain, a key is not a group of it or is given twice, or a state is not one
+  // a group can have (CheckGroupState). Returns the epoch to wait for.
+  Result<uint64_t> SetGroupStates(Family& family, std::span<const GroupStateValue> states);
 
   // The position recorded under `name`; 0 when none.
   int64_t Position(std::string_view name);

@@ -94,16 +94,15 @@ void Hold::TakeSignals(sigset_t set) {
   int sig = 0;
   if (sigwait(&set, &sig) != 0) return;
   std::string note;
-  {
-    std::lock_guard lock(mutex_);
-    if (ours_) {
-      if (auto released = ReleaseOnFreshConnection(); released) {
-        ours_ = false;
-        note = "; the hold was released";
-      } else {
-        note =
-            "; releasing the hold failed: " + released.error().message + " (send COUNTER.RELEASE)";
-      }
+  // Held until the process exits: the main thread, which may be about to move the hold
+  // (Move sends COUNTER.HOLD anew), must not set one after it is released here.
+  mutex_.lock();
+  if (ours_) {
+    if (auto released = ReleaseOnFreshConnection(); released) {
+      ours_ = false;
+      note = "; the hold was released";
+    } else {
+      note = "; releasing the hold failed: " + released.error().message + " (send COUNTER.RELEASE)";
     }
   }
   std::fflush(stdout);

@@ -15,6 +15,7 @@
 #include "engine/definitions/time_util.h"
 #include "programs/verify/compare.h"
 #include "programs/verify/progress.h"
+#include "programs/verify/repair.h"
 #include "programs/verify/resp_client.h"
 #include "programs/verify/source_side.h"
 #include "programs/verify/tally_side.h"
@@ -26,8 +27,6 @@ using Clock = std::chrono::steady_clock;
 
 // How many snapshots verify takes before it gives up on one that tallyd has not run past.
 constexpr int kMostAttempts = 5;
-// Groups per COUNTER.REPAIR: each batch is one atomic commit.
-constexpr size_t kRepairBatch = 1000;
 
 // The source at one position: a transaction that sees the rows exactly as of the
 // consistent point `at` of a temporary slot, and tallyd held there with everything up to
@@ -44,7 +43,6 @@ struct Outcome {
   uint64_t repaired = 0;
   uint64_t still_different = 0;
   uint64_t not_compared = 0;
-  uint64_t not_repairable = 0;  // differing counters that --repair does not repair
 };
 
 Error Failed(std::string message) { return Error{ErrorCode::kUnavailable, std::move(message)}; }
@@ -156,25 +154,6 @@ void PrintDifferences(const Counter& counter, const std::vector<Difference>& dif
   }
 }
 
-// COUNTER.REPAIR of every difference, a batch at a time. REQUIRES: a plain counter.
-Status RepairGroups(const Counter& counter, RespClient& tally,
-                    const std::vector<Difference>& diffs) {
-  for (size_t begin = 0; begin < diffs.size(); begin += kRepairBatch) {
-    std::vector<std::string> args = {"COUNTER.REPAIR", counter.name};
-    for (size_t i = begin; i < std::min(diffs.size(), begin + kRepairBatch); ++i) {
-      auto value = RepairValue(*counter.compiled, diffs[i].source);
-      if (!value) {
-        return InvalidArgument(fmt::format("counter {}: group {}: {}", counter.name, diffs[i].key,
-                                           value.error().message));
-      }
-      args.push_back(diffs[i].key);
-      args.push_back(std::to_string(*value));
-    }
-    if (auto repaired = tally.Check(args); !repaired) return tl::unexpected(repaired.error());
-  }
-  return OkStatus();
-}
-
 // Compares one whole counter at the snapshot, repairs it with --repair, and prints its
 // lines; adds up in `outcome`.
 Status VerifyCounter(const Counter& counter, RespClient& tally, Source& source,
@@ -203,25 +182,12 @@ Status VerifyCounter(const Counter& counter, RespClient& tally, Source& source,
   }
   ++outcome.differing_counters;
   outcome.differences += diffs.size();
-  const bool repairable = counter.compiled->layout() == definitions::Layout::kPlain;
-  if (!repairable) ++outcome.not_repairable;
   fmt::print("{}: {} ({} at the source, {} in tally)\n", counter.name,
              Plural(diffs.size(), "difference", "differences"), Thousands(theirs->size()),
              Thousands(mine->size()));
   std::fflush(stdout);
   if (!options.repair) return OkStatus();
-  if (!repairable) {
-    // Its groups are more than one number each (hidden records): only a backfill rebuilds
-    // them.
-    outcome.still_different += diffs.size();
-    fmt::print(
-        "{}: not repaired: its groups keep more than one number each; drop and create it "
-        "again to count the source's rows again (a backfill)\n",
-        counter.name);
-    std::fflush(stdout);
-    return OkStatus();
-  }
-  if (auto s = RepairGroups(counter, tally, diffs); !s) return s;
+  if (auto s = RepairCounter(counter, tally, source, diffs); !s) return s;
   Progress again(show, counter.name, static_cast<int64_t>(theirs->size()));
   mine = TallyGroups(tally, counter, again);
   if (!mine) return tl::unexpected(mine.error());
@@ -245,13 +211,8 @@ Status VerifyCounter(const Counter& counter, RespClient& tally, Source& source,
 }
 
 // What the last line says of repairs after its differences.
-std::string_view RepairHint(const Outcome& outcome, const VerifyOptions& options) {
-  if (options.repair) return " after the repair";
-  if (outcome.not_repairable == 0) return " (--repair fixes them)";
-  if (outcome.not_repairable == outcome.differing_counters) {
-    return " (--repair does not fix these counters: drop and create them again)";
-  }
-  return " (--repair fixes those of plain counters)";
+std::string_view RepairHint(const VerifyOptions& options) {
+  return options.repair ? " after the repair" : " (--repair fixes them)";
 }
 
 // Prints the last line and returns the exit status.
@@ -282,7 +243,7 @@ int Summarize(const Outcome& outcome, size_t chosen, const VerifyOptions& option
              Plural(options.repair ? outcome.still_different : outcome.differences, "difference",
                     "differences"),
              Thousands(outcome.differing_counters), Plural(compared, "counter", "counters"),
-             FormatLsn(at), RepairHint(outcome, options), skipped);
+             FormatLsn(at), RepairHint(options), skipped);
   return kExitDifferent;
 }
 

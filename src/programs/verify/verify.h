@@ -16,11 +16,11 @@
 //      the SELECT's rows, keyed as tally keys them (compare.h). A counter with a retention
 //      is compared on its groups within retention only, by tallyd's clock read after both
 //      sides. Counters not whole yet (pending, backfilling) are not compared.
-//   5. With --repair, COUNTER.REPAIR sets every differing group to the source's value
-//      (batches of 1000 groups, each one atomic commit), still held; then the counter is
-//      read again and must be equal. A counter of count(DISTINCT), min, max, avg or several
-//      aggregates is not repaired (its groups are hidden records too): its differences
-//      stay, and the line says to drop and create it again.
+//   5. With --repair, every differing group is set to the source's (repair.h: batches of
+//      1000 groups, each one atomic commit), still held: a plain counter's value with
+//      COUNTER.REPAIR; any other counter's whole state (its key and hidden records, read in
+//      the same snapshot, source_states.h) with COUNTER.REPAIRSTATE. Then the counter is
+//      read again and must be equal.
 //   6. COUNTER.RELEASE, always: also on errors, and on signals (Hold::ReleaseOnSignals).
 //
 // Output (stdout): one line per difference, "<key>: tally <X>, source <Y>", values as

@@ -10,6 +10,7 @@
 #include "engine/definitions/value.h"
 #include "programs/verify/compare.h"
 #include "programs/verify/progress.h"
+#include "programs/verify/source_states.h"
 
 namespace tally::verify {
 namespace {
@@ -118,6 +119,42 @@ TEST(DropExpired, CutsTheBucketsPastRetentionOnly) {
   Groups kept = {{key(0), Int(1)}};
   EXPECT_EQ(DropExpired(forever, now, kept), 0u);
   EXPECT_EQ(kept.size(), 1u);
+}
+
+// The queries that read the records of a counter that keeps hidden records: built from the
+// compiled counter's key columns, source, WHERE and arguments, grouped by position.
+TEST(RecordQueries, ReadEveryRecordOfTheCountersGroups) {
+  const defs::CompiledCounter all = defs::testing::MustCompile(
+      "CREATE COUNTER a AS SELECT blog_id, date_trunc('day', created_at) AS day, count(*) AS n, "
+      "sum(rating) AS total, count(title) AS titled, max(rating + 1) AS best, "
+      "avg(rating) AS mean, count(DISTINCT user_id) AS authors FROM posts "
+      "WHERE is_published AND NOT is_deleted GROUP BY blog_id, day");
+  const std::vector<RecordQuery> queries = RecordQueries(all);
+  ASSERT_EQ(queries.size(), 3u);
+  EXPECT_EQ(queries[0].sql,
+            "SELECT blog_id, date_trunc('day', created_at), count(*), sum(rating), count(rating), "
+            "count(title), sum(rating), count(rating) FROM posts WHERE ((is_published AND (NOT "
+            "is_deleted))) GROUP BY 1, 2");
+  EXPECT_EQ(queries[0].values_of, -1);
+  using Kind = defs::RecordKind;
+  EXPECT_EQ(queries[0].columns, (std::vector<std::pair<uint32_t, Kind>>{{1, Kind::kSum},
+                                                                        {1, Kind::kCount},
+                                                                        {2, Kind::kCount},
+                                                                        {4, Kind::kSum},
+                                                                        {4, Kind::kCount}}));
+  EXPECT_EQ(queries[1].sql,
+            "SELECT blog_id, date_trunc('day', created_at), (rating + 1), count(*) FROM posts "
+            "WHERE ((is_published AND (NOT is_deleted))) AND ((rating + 1)) IS NOT NULL GROUP BY "
+            "1, 2, 3");
+  EXPECT_EQ(queries[1].values_of, 3);
+  EXPECT_EQ(queries[2].values_of, 5);
+
+  // count(DISTINCT x) alone, without GROUP BY or WHERE: the values only.
+  const std::vector<RecordQuery> distinct = RecordQueries(
+      defs::testing::MustCompile("CREATE COUNTER d AS SELECT count(DISTINCT status) FROM posts"));
+  ASSERT_EQ(distinct.size(), 1u);
+  EXPECT_EQ(distinct[0].sql,
+            "SELECT status, count(*) FROM posts WHERE (status) IS NOT NULL GROUP BY 1");
 }
 
 TEST(Thousands, SeparatesEveryThreeDigits) {

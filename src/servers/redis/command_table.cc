@@ -46,6 +46,7 @@ constexpr CommandSpec kCommands[] = {
   {"counter.hold",  -1, kAdmin | kNoMulti,               0, 0, 0, CounterHold,   "derived", "Holds source streams at a position for verification, or reports the hold (tally).", "tally 0.3"},
   {"counter.release", 1, kAdmin | kNoMulti,              0, 0, 0, CounterRelease, "derived", "Releases a verification hold (tally).", "tally 0.3"},
   {"counter.repair", -4, kWrite | kAdmin | kNoMulti,     0, 0, 0, CounterRepair, "derived", "Sets groups of a derived counter to given values in one commit: tally verify --repair (tally).", "tally 0.3"},
+  {"counter.repairstate", -5, kWrite | kAdmin | kNoMulti, 0, 0, 0, CounterRepairState, "derived", "Sets whole groups of a derived counter that keeps hidden records (count(DISTINCT), min, max, avg, several aggregates) in one commit: tally verify --repair (tally).", "tally 0.4"},
   {"counter.get",   -2, kReadOnly | kNoMulti,            0, 0, 0, CounterGet,    "derived", "Returns one group of a derived counter by its key parts (tally).", "tally 0.2"},
   {"counter.scan",  -4, kReadOnly | kNoMulti,            0, 0, 0, CounterScan,   "derived", "Lists the groups of a derived counter under a key prefix, a page at a time (tally).", "tally 0.2"},
   {"counter.top",   -3, kReadOnly | kNoMulti,            0, 0, 0, CounterTop,    "derived", "Returns the k largest groups of a derived counter under a key prefix (tally).", "tally 0.2"},

@@ -119,6 +119,7 @@ void CounterRange(CommandContext& ctx);
 void CounterHold(CommandContext& ctx);
 void CounterRelease(CommandContext& ctx);
 void CounterRepair(CommandContext& ctx);
+void CounterRepairState(CommandContext& ctx);
 // connection.cc
 void Ping(CommandContext& ctx);
 void Echo(CommandContext& ctx);

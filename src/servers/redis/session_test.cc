@@ -333,6 +333,56 @@ TEST_F(SessionTest, DerivedCountersAreReadOnlyToPlainCommands) {
   EXPECT_EQ(Call({"GET", "blog_posts:7"}), "$1\r\n1\r\n");
 }
 
+TEST_F(SessionTest, CounterRepairStateSetsWholeGroupsWithTheirRecords) {
+  Define(
+      "CREATE SOURCE orders (id bigint, shop bigint, customer bigint);"
+      "CREATE COUNTER buyers AS SELECT shop, count(DISTINCT customer) FROM orders GROUP BY shop;"
+      "CREATE COUNTER shops AS SELECT shop, count(*) FROM orders GROUP BY shop;");
+  const auto push = [&](std::string_view side, int id, int shop, int customer) {
+    return Call({"COUNTER.PUSH", fmt::format(R"({{"source":"orders","{}":{{"id":{},"shop":{},)"
+                                             R"("customer":{}}}}})",
+                                             side, id, shop, customer)});
+  };
+  push("new", 1, 7, 1);
+  push("new", 2, 7, 2);
+  push("new", 3, 9, 2);
+  EXPECT_EQ(Call({"COUNTER.GET", "buyers", "7"}), ":2\r\n");
+  // Shop 7 has 3 rows of customer 5 (the value bytes of an int64: 8 bytes, big-endian, the
+  // sign bit flipped), shop 9 none.
+  const std::string five("0v\x80\0\0\0\0\0\0\x05", 10);
+  EXPECT_EQ(Call({"COUNTER.REPAIRSTATE", "buyers", "buyers:7", "1", "1", five, "3", "buyers:9", "0",
+                  "0"}),
+            ":2\r\n");
+  EXPECT_EQ(Call({"COUNTER.GET", "buyers", "7"}), ":1\r\n");
+  EXPECT_EQ(Call({"COUNTER.GET", "buyers", "9"}), ":0\r\n");
+  EXPECT_EQ(Call({"COUNTER.SCAN", "buyers", "0", "10"}),
+            "*2\r\n$1\r\n0\r\n*2\r\n$8\r\nbuyers:7\r\n:1\r\n");
+  // The formula goes on from there: customer 5 keeps rows after one goes; customer 1 was
+  // dropped by the repair, so its row counts anew.
+  push("old", 4, 7, 5);
+  push("new", 5, 7, 1);
+  EXPECT_EQ(Call({"COUNTER.GET", "buyers", "7"}), ":2\r\n");
+
+  // Errors change nothing.
+  EXPECT_EQ(Call({"COUNTER.REPAIRSTATE", "buyers", "buyers:7", "1", "2", five, "3"}),
+            "-ERR group buyers:7 announces 2 records; 2 arguments follow it\r\n");
+  EXPECT_EQ(Call({"COUNTER.REPAIRSTATE", "buyers", "buyers:7", "1", "1", five}),
+            "-ERR group buyers:7 announces 1 records; 1 arguments follow it\r\n");
+  EXPECT_EQ(Call({"COUNTER.REPAIRSTATE", "buyers", "buyers:7", "one", "0"}),
+            "-ERR value is not an integer or out of range\r\n");
+  EXPECT_EQ(Call({"COUNTER.REPAIRSTATE", "buyers", "buyers:7", "1", "1", "0v\x80", "3"}),
+            "-ERR counter buyers, group buyers:7: aggregate 0 of counter buyers (count(DISTINCT "
+            "customer)): the value bytes of its int64 argument are 8 bytes, not these 1\r\n");
+  EXPECT_EQ(Call({"COUNTER.REPAIRSTATE", "shops", "shops:7", "1", "0"}),
+            "-ERR counter shops keeps one number per group, no records: COUNTER.REPAIR sets its "
+            "groups\r\n");
+  EXPECT_EQ(Call({"COUNTER.REPAIRSTATE", "none", "none:7", "1", "0"}),
+            "-ERR counter none does not exist\r\n");
+  EXPECT_EQ(Call({"COUNTER.REPAIRSTATE", "buyers", "buyers:7", "1"}),
+            WrongArity("counter.repairstate"));
+  EXPECT_EQ(Call({"COUNTER.GET", "buyers", "7"}), ":2\r\n");
+}
+
 TEST_F(SessionTest, AUserRunsOnlyWhatItsRulesAllow) {
   Define(
       "CREATE SOURCE posts (id bigint, blog_id bigint);"

@@ -1,5 +1,6 @@
-// Derived counter commands: COUNTER.DEFINE, DROP, LIST, PUSH, GET, SCAN, TOP, RANGE. Thin
-// adapters over derived::DerivedCounters; replies wait for durability like any other.
+// Derived counter commands: COUNTER.DEFINE, DROP, LIST, PUSH, BACKFILL, GET, SCAN, TOP, RANGE,
+// HOLD, RELEASE, REPAIR, REPAIRSTATE. Thin adapters over derived::DerivedCounters; replies wait
+// for durability like any other.
 #include <fmt/format.h>
 
 #include <vector>
@@ -252,6 +253,42 @@ void CounterRepair(CommandContext& ctx) {
   if (!epoch) return ReplyError(ctx, epoch.error());
   ctx.session.RaiseRequiredEpoch(*epoch);
   ctx.reply.Integer(static_cast<int64_t>(values.size()));
+}
+
+// COUNTER.REPAIRSTATE counter key value records [tag number ...] [key value records ...]:
+// sets whole groups of a counter that keeps hidden records, in one commit. Each group is its
+// key, what the key holds (a composite group's rows, a distinct count's number of values),
+// how many records follow, and each record as its tag (definitions::RecordTag: "0s", "1n",
+// "2v" and the value's bytes) and its number; the group's other records are deleted.
+void CounterRepairState(CommandContext& ctx) {
+  derived::DerivedCounters* derived = Derived(ctx);
+  if (derived == nullptr) return;
+  std::vector<derived::GroupStateValue> states;
+  for (size_t i = 2; i < ctx.args.size();) {
+    if (i + 3 > ctx.args.size()) return ctx.reply.Error(kSyntaxError);
+    derived::GroupStateValue& state = states.emplace_back();
+    state.key = ctx.args[i];
+    const std::optional<int64_t> value = IntegerArgument(ctx, ctx.args[i + 1]);
+    if (!value) return;
+    const std::optional<int64_t> records = IntegerArgument(ctx, ctx.args[i + 2]);
+    if (!records) return;
+    i += 3;
+    if (*records < 0 || static_cast<uint64_t>(*records) > (ctx.args.size() - i) / 2) {
+      return ctx.reply.Error(
+          fmt::format("ERR group {} announces {} records; {} arguments follow it",
+                      state.key.substr(0, 128), *records, ctx.args.size() - i));
+    }
+    state.value = *value;
+    for (int64_t r = 0; r < *records; ++r, i += 2) {
+      const std::optional<int64_t> number = IntegerArgument(ctx, ctx.args[i + 1]);
+      if (!number) return;
+      state.records.push_back({std::string(ctx.args[i]), *number});
+    }
+  }
+  auto epoch = derived->RepairStates(ctx.args[1], states);
+  if (!epoch) return ReplyError(ctx, epoch.error());
+  ctx.session.RaiseRequiredEpoch(*epoch);
+  ctx.reply.Integer(static_cast<int64_t>(states.size()));
 }
 
 }  // namespace tally::redis::commands
