@@ -97,6 +97,10 @@ class VerifyTest(unittest.TestCase):
                            stdin=subprocess.DEVNULL, timeout=timeout)
         return r.returncode, r.stdout.decode(), r.stderr.decode()
 
+    def delete_user(self, name):
+        with RespConn(self.server.port) as c:
+            c.call("ACL", "DELUSER", name)
+
     def assert_released(self, port=None):
         with RespConn(port or self.server.port) as c:
             self.assertEqual(c.call("COUNTER.HOLD")[0], 0, "a hold was left behind")
@@ -209,6 +213,20 @@ class VerifyTest(unittest.TestCase):
         self.assertRegex(out, r"(?m)^rated_posts: equal")
         self.assertRegex(out, r"(?m)^blog_sentiment: equal")
         self.assertNotIn("blog_posts", out)
+        self.assert_released()
+
+        # As a named user of tallyd's ACL; a wrong password is an error, the hold untouched.
+        with RespConn(self.server.port) as c:
+            self.assertEqual(c.call("ACL", "SETUSER", "verifier", "on", ">verify-pw", "~*",
+                                    "+@all"), "OK")
+        self.addCleanup(self.delete_user, "verifier")
+        code, out, err = self.verify("--user", "verifier", "--password", "verify-pw",
+                                     "rated_posts")
+        self.assertEqual(code, 0, out + err)
+        self.assertRegex(out, r"(?m)^rated_posts: equal")
+        code, out, err = self.verify("--user", "verifier", "--password", "nope", "rated_posts")
+        self.assertEqual(code, 2, out + err)
+        self.assertIn("AUTH: WRONGPASS", err)
         self.assert_released()
 
         # An unknown counter.

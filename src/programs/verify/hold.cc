@@ -24,8 +24,8 @@ Result<HoldReport> ReadHold(RespClient& tally) {
                     reply->items[2].AsInteger().value_or(0) != 0};
 }
 
-Hold::Hold(std::string server, std::string password)
-    : server_(std::move(server)), password_(std::move(password)) {}
+Hold::Hold(std::string server, Credentials credentials)
+    : server_(std::move(server)), credentials_(std::move(credentials)) {}
 
 Status Hold::Set(RespClient& tally, Lsn lsn) {
   std::lock_guard lock(mutex_);
@@ -70,7 +70,7 @@ Status Hold::Release(RespClient* tally) {
 
 Status Hold::ReleaseOnFreshConnection() {
   RespClient client;
-  if (auto s = client.Connect(server_, password_, std::chrono::milliseconds(3000),
+  if (auto s = client.Connect(server_, credentials_, std::chrono::milliseconds(3000),
                               std::chrono::milliseconds(3000));
       !s) {
     return s;

@@ -316,7 +316,7 @@ Result<int> Verify(const VerifyOptions& options, Hold& hold) {
   const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(options.timeout * 1000));
   const auto io_timeout = std::max(timeout, std::chrono::milliseconds(30'000));
   RespClient tally;
-  if (auto s = tally.Connect(options.server, options.password, std::chrono::milliseconds(5000),
+  if (auto s = tally.Connect(options.server, options.tallyd, std::chrono::milliseconds(5000),
                              io_timeout);
       !s) {
     return tl::unexpected(s.error());

@@ -48,7 +48,7 @@ constexpr int kExitNotCompared = 3;  // nothing differs, but some counters were 
 struct VerifyOptions {
   std::string source;                     // libpq connection string; the role needs REPLICATION
   std::string server = "127.0.0.1:6380";  // tallyd's Redis address
-  std::string password;                   // tallyd's --requirepass
+  Credentials tallyd;                     // --user and --password: who signs in to tallyd
   bool repair = false;                    // set differing groups to the source's values
   double timeout = 60;                // seconds for the slot's creation and for tallyd to reach C
   bool progress = false;              // progress on stderr even when it is no terminal
