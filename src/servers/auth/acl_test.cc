@@ -130,24 +130,16 @@ TEST(AclTest, TheFileRoundTripsAndABadLineChangesNothing) {
 
 TEST(AclTest, TheLogCountsRepeatsAndKeepsTheNewestFirst) {
   Acl acl(Commands(), "");
-  acl.Log({.reason = "auth",
-           .context = "toplevel",
-           .object = "AUTH",
-           .username = "x",
-           .client = "id=1"},
-          1000);
-  acl.Log({.reason = "command",
-           .context = "toplevel",
-           .object = "del",
-           .username = "a",
-           .client = "id=1"},
-          2000);
-  acl.Log({.reason = "auth",
-           .context = "toplevel",
-           .object = "AUTH",
-           .username = "x",
-           .client = "id=1"},
-          3000);
+  auto entry = [](std::string reason, std::string object, std::string username) {
+    return AclLogEntry{.reason = std::move(reason),
+                       .context = "toplevel",
+                       .object = std::move(object),
+                       .username = std::move(username),
+                       .client = "id=1"};
+  };
+  acl.Log(entry("auth", "AUTH", "x"), 1000);
+  acl.Log(entry("command", "del", "a"), 2000);
+  acl.Log(entry("auth", "AUTH", "x"), 3000);  // a repeat of the first
   auto entries = acl.LogEntries(10);
   ASSERT_EQ(entries.size(), 2u);
   EXPECT_EQ(entries[0].reason, "auth");
