@@ -117,7 +117,12 @@ std::optional<ApiResponse> Api::Authenticate(const ApiRequest& request,
 
 void Api::LogRefusal(const ApiRequest& request, std::string_view reason, std::string object,
                      std::string_view username) {
-  RefusalLogger(request, username.empty() ? user_->name() : username)(reason, std::move(object));
+  // A refused password names no user when the credentials gave none (Bearer ":pw"): then
+  // it was the default user's, and user_ is null.
+  const std::string_view name = !username.empty()  ? username
+                                : user_ != nullptr ? std::string_view(user_->name())
+                                                   : std::string_view("default");
+  RefusalLogger(request, name)(reason, std::move(object));
 }
 
 std::function<void(std::string_view reason, std::string object)> Api::RefusalLogger(
