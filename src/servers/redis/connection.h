@@ -1,16 +1,16 @@
 // Connection: one client's socket. Reads requests, hands them to its Session, and writes
 // the replies the worker releases. Lives on its worker's thread only.
 //
-// Reading starts with one async_read_some into at least 16 KiB of room; once it completes,
-// non-blocking reads continue until the socket would block or a read comes back short (the
-// socket is empty), so a burst of pipelined requests is read in as few system calls as the
-// kernel allows. Writing is non-blocking, with async_wait(wait_write) only when the socket's
-// send buffer is full.
+// The socket is a plain non-blocking descriptor in its worker's Poller (level-triggered
+// epoll, see servers/poller.h): when it is readable, reads go on into at least 16 KiB of
+// room until one comes back short (the socket is empty) or this turn's share is used, so a
+// burst of pipelined requests is read in as few system calls as the kernel allows and a
+// request at pipeline depth 1 costs one read and one send. Writing is non-blocking; only when
+// the socket's send buffer is full is the socket watched for room to write.
 #pragma once
 
 #include <boost/asio/ip/tcp.hpp>
 #include <memory>
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -26,13 +26,20 @@ class Worker;
 class Connection final : public std::enable_shared_from_this<Connection>,
                          public servers::DurabilityWaiter {
  public:
-  // `peer`: where the client is (the socket may be a TLS tunnel's inner end).
+  // `peer`: where the client is (the socket may be a TLS tunnel's inner end). The connection
+  // takes the socket's descriptor out of Asio's hands.
   Connection(Worker& worker, boost::asio::ip::tcp::socket socket, const servers::Peer& peer);
   ~Connection();
 
+  // Joins the worker's poller; a connection that cannot is closed.
   void Start();
   void Close();
   bool closed() const { return closed_; }
+  // The client's id (CLIENT ID), which is also its token in the worker's poller.
+  uint64_t id() const { return session_->info().id; }
+
+  // The poller found the socket ready: `events` are epoll's bits.
+  void OnReady(uint32_t events);
 
   Session& session() { return *session_; }
 
@@ -55,18 +62,10 @@ class Connection final : public std::enable_shared_from_this<Connection>,
   void TimeOutRequest(int64_t seconds);
 
  private:
-  // The outcome of one read of the socket.
-  struct ReadResult {
-    boost::system::error_code error;
-    size_t bytes = 0;
-  };
-  // Hands the reactor a read into input_: it reads when the socket becomes readable, with
-  // no system call to re-arm the descriptor (a wait-only operation costs an epoll_ctl each
-  // time; a read that found the socket drained does not).
-  void WaitReadable();
-  // Takes the reactor's read (`first`), or none when continuing a turn, then reads on until
-  // the socket is drained or this turn's share is used, and runs the requests.
-  void OnReadable(std::optional<ReadResult> first);
+  // Reads until the socket is drained or this turn's share is used, and runs the requests.
+  void OnReadable();
+  // Stops reading: the client closed its end, sent QUIT, or broke the protocol.
+  void StopReading();
   // Makes at least kReadChunk bytes of room after input_end_.
   void MakeRoomToRead();
   // Parses and runs every whole request in the input. False when the connection must stop
@@ -79,10 +78,13 @@ class Connection final : public std::enable_shared_from_this<Connection>,
   void AppendUnrequested(Write&& write);
   void TryWrite();
   void WaitWritable();
+  // Tells the poller what the socket waits for now (reading unless stopped; writing while
+  // the send buffer is full).
+  void UpdateWatch();
   void CompactOutput();
 
   Worker& worker_;
-  boost::asio::ip::tcp::socket socket_;
+  int fd_ = -1;  // the socket; owned, closed by Close()
   std::unique_ptr<Session> session_;
   RequestParser parser_;
   std::vector<std::string_view> args_;

@@ -17,6 +17,7 @@ Worker::Worker(ServerCore& core, int index)
       index_(index),
       shard_(&core.engine().keyspace()),
       gate_(core.engine(), [this] { boost::asio::post(io_, [this] { ScheduleEndOfTurn(); }); }),
+      poller_(io_, [this](uint64_t id, uint32_t events) { OnSocketReady(id, events); }),
       housekeeping_(io_) {}
 
 Worker::~Worker() { Stop(); }
@@ -26,6 +27,7 @@ void Worker::Start() {
       std::make_unique<boost::asio::executor_work_guard<boost::asio::io_context::executor_type>>(
           io_.get_executor());
   StartHousekeeping();
+  poller_.Start();
   thread_ = servers::RunEventLoop(io_, fmt::format("worker {}", index_));
 }
 
@@ -38,6 +40,7 @@ void Worker::Stop() {
     for (const auto& [raw, connection] : connections_) all.push_back(connection);
     for (const auto& connection : all) connection->Close();
     tunnels_.CloseAll();
+    poller_.Stop();
     gate_.Clear();
     guard_.reset();
   });
@@ -57,12 +60,21 @@ void Worker::Adopt(boost::asio::ip::tcp::socket socket, servers::Peer peer) {
       return;
     }
     auto connection = std::make_shared<Connection>(*this, std::move(socket), peer);
-    connections_.emplace(connection.get(), connection);
+    connections_.emplace(connection->id(), connection);
     connection->Start();
   });
 }
 
-void Worker::Forget(Connection* connection) { connections_.erase(connection); }
+void Worker::Forget(uint64_t id) { connections_.erase(id); }
+
+void Worker::OnSocketReady(uint64_t id, uint32_t events) {
+  const auto found = connections_.find(id);
+  // Closed by an earlier socket of the same batch.
+  if (found == connections_.end()) return;
+  // Held for the call: the connection may close (and be forgotten) while it runs.
+  const std::shared_ptr<Connection> connection = found->second;
+  connection->OnReady(events);
+}
 
 void Worker::Touch(const std::shared_ptr<Connection>& connection) {
   touched_.push_back(connection);
