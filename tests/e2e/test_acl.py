@@ -384,6 +384,29 @@ class AuthLimitTest(ServerTestCase):
 
 
 @tally_only
+class NamelessCredentialsTest(ServerTestCase):
+    http_port = free_port()
+    server_options = {"requirepass": "root-pw"}
+    server_args = ("--http-port", str(http_port))
+
+    def test_credentials_naming_no_user_are_the_default_users(self):
+        # "Bearer :pw" once crashed tallyd (a refusal logged for a null user, b670ade).
+        self.assertEqual(http_call(self.http_port, "GET", "/v1/status",
+                                   {"Authorization": "Bearer :wrong"})[0], 401)
+        admin = self.raw()
+        self.assertEqual(admin.call("AUTH", "root-pw"), "OK")
+        entry = admin.call("ACL", "LOG", "1")[0]
+        entry = dict(zip(entry[::2], entry[1::2]))
+        self.assertEqual((entry["reason"], entry["username"]), ("auth", "default"))
+        # An empty user name is no user's: only the whole token as the default user's
+        # password, or the password alone, let it in.
+        self.assertEqual(http_call(self.http_port, "GET", "/v1/status",
+                                   {"Authorization": "Bearer :root-pw"})[0], 401)
+        self.assertEqual(http_call(self.http_port, "GET", "/v1/status",
+                                   {"Authorization": "Bearer root-pw"})[0], 200)
+
+
+@tally_only
 class AclFileTest(ServerTestCase):
     server_options = {"requirepass": "root-pw"}
 
