@@ -27,7 +27,7 @@ DEPS_PACKAGES := \
 	libcli11-dev libexpected-dev libgtest-dev libgmock-dev libbenchmark-dev libxxhash-dev \
 	libsimdjson-dev libpq-dev libssl-dev openssl \
 	postgresql-15 redis-server redis-tools python3 python3-redis \
-	util-linux procps nodejs chromium python3-matplotlib \
+	util-linux procps linux-perf nodejs chromium python3-matplotlib \
 	$(CLIENT_PACKAGES) $(PACKAGING_PACKAGES)
 
 # The dashboard (dashboard/) is built with node and tested in chromium. npm comes from
