@@ -98,6 +98,7 @@ void Committer::CommitWrittenInline() {
 }
 
 bool Committer::TryCommitNow() {
+  if (options_.durability == Durability::kSync && LeaveToSyncThread()) return true;
   std::unique_lock lock(commit_mutex_, std::try_to_lock);
   if (!lock.owns_lock()) return false;
   CommitOnce(options_.durability == Durability::kSync);
@@ -152,7 +153,7 @@ void Committer::Run() {
     }
 
     const bool sync_now = options_.durability == Durability::kSync || stopping;
-    {
+    if (stopping || !sync_now || !LeaveToSyncThread()) {
       std::lock_guard commit(commit_mutex_);
       CommitOnce(sync_now);
     }
@@ -305,7 +306,8 @@ void Committer::Failed(std::string_view what, uint64_t epoch, int attempt, const
     stats_.healthy = false;
   }
   spdlog::error("{} of epoch {} failed (attempt {}): {}", what, epoch, attempt, error.message);
-  std::this_thread::sleep_for(std::chrono::milliseconds(std::min(1000, 10 << std::min(attempt, 6))));
+  std::this_thread::sleep_for(
+      std::chrono::milliseconds(std::min(1000, 10 << std::min(attempt, 6))));
 }
 
 bool Committer::HandToSyncThread(Clock::time_point drained) {
@@ -326,11 +328,30 @@ bool Committer::HandToSyncThread(Clock::time_point drained) {
   return true;
 }
 
+bool Committer::LeaveToSyncThread() {
+  std::lock_guard lock(sync_mutex_);
+  if (!sync_running_ || sync_idle_) return false;
+  commit_wanted_ = true;
+  return true;
+}
+
 void Committer::RunSyncs() {
   std::vector<Pending> durable;
   int attempt = 0;
   std::unique_lock lock(sync_mutex_);
   for (;;) {
+    if (commit_wanted_) {
+      // Written while an fdatasync ran, it would have waited for the next one anyway: write
+      // it now, as one batch, just before that next one begins.
+      commit_wanted_ = false;
+      lock.unlock();
+      {
+        std::lock_guard commit(commit_mutex_);
+        CommitOnce(/*sync=*/true);  // queues the batch (no wake: this thread is not idle)
+      }
+      lock.lock();
+      continue;
+    }
     if (pending_.empty()) {
       if (sync_stopping_) break;
       sync_idle_ = true;

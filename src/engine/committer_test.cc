@@ -413,7 +413,7 @@ TEST_F(CommitterTest, WaitDurableReturnsWhenStopped) {
 
 // ---- The sync thread: the fsync of commit N overlaps the writing of N+1 -----------------
 
-TEST_F(CommitterTest, TheNextCommitIsWrittenWhileTheLastFsyncRuns) {
+TEST_F(CommitterTest, TheNextCommitGoesOnWhileTheLastFsyncRuns) {
   MakeCommitter(kTimerOff);
   ListenForEpochs();
   WatchAnnouncements();
@@ -421,8 +421,13 @@ TEST_F(CommitterTest, TheNextCommitIsWrittenWhileTheLastFsyncRuns) {
   store_.SetSyncHeld(true);
   const uint64_t first = WriteAndCommit("k", 1);
   ASSERT_TRUE(store_.WaitForBlockedSync());  // the sync thread's fsync of `first` waits
-  // The writer did not wait for that fsync: the next commit is written meanwhile.
-  const uint64_t second = WriteAndCommit("k", 2);
+  // Neither the writer of `first` nor the next committer waits for that fsync: the next
+  // commit is left to the sync thread (TryCommitNow returns at once, true).
+  const uint64_t second = IncrBy("k", 2);
+  const uint64_t other_epoch = IncrBy("other", 4);
+  EXPECT_EQ(other_epoch, second);
+  EXPECT_TRUE(committer_->TryCommitNow());
+  EXPECT_TRUE(committer_->TryCommitNow());
   EXPECT_GT(second, first);
   EXPECT_LT(committer_->durable_epoch(), first);
   EXPECT_TRUE(announced().empty());
@@ -436,11 +441,16 @@ TEST_F(CommitterTest, TheNextCommitIsWrittenWhileTheLastFsyncRuns) {
   EXPECT_EQ(announced(), (std::vector<uint64_t>{first, second}));
   EXPECT_EQ(observed(), (std::vector<uint64_t>{first, second}));
   EXPECT_EQ(premature_.load(), 0);
-  // The blocked fsync began before `second` was written, so a second one covered it.
+  // The blocked fsync began before `second` was written, so a second one covered it; both
+  // requests for `second` made one write.
+  std::vector<uint64_t> written;
+  for (const auto& commit : store_.commits()) written.push_back(commit.epoch);
+  EXPECT_EQ(written, (std::vector<uint64_t>{first, second}));
   EXPECT_EQ(committer_->stats().syncs, 2u);
   EXPECT_EQ(committer_->stats().commits, 2u);
   EXPECT_TRUE(store_.all_synced());
   EXPECT_EQ(store_.Stored("k")->value, 3);
+  EXPECT_EQ(store_.Stored("other")->value, 4);
 }
 
 TEST_F(CommitterTest, AFailedFsyncAnnouncesNothingAndIsRetriedAfterWritingAgain) {
@@ -482,8 +492,9 @@ TEST_F(CommitterTest, StopDuringAnFsyncLeavesEverythingDurableAndAnnounced) {
   store_.SetSyncHeld(true);
   WriteAndCommit("a", 1);
   ASSERT_TRUE(store_.WaitForBlockedSync());
-  WriteAndCommit("b", 2);
-  IncrBy("c", 3);  // not written yet: Stop writes it
+  IncrBy("b", 2);
+  EXPECT_TRUE(committer_->TryCommitNow());  // left to the sync thread
+  IncrBy("c", 3);                           // nobody asked for it: Stop writes it
   std::thread stopper([&] { committer_->Stop(); });
   store_.SetSyncHeld(false);
   stopper.join();
