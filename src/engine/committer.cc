@@ -394,8 +394,10 @@ void Committer::RunSyncs() {
 
 void Committer::WritePendingAgain() {
   // In epoch order and after every other record, so that replay ends with their values.
+  // Without sync_mutex_, so that loop threads asking for a commit meanwhile are not held up
+  // by a failing store: with commit_mutex_ held nobody adds to pending_, and only this
+  // thread removes from it.
   std::lock_guard commit(commit_mutex_);
-  std::lock_guard lock(sync_mutex_);
   for (const Pending& pending : pending_) {
     if (!pending.batch.empty()) Write(pending.batch);
   }

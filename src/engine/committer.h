@@ -210,7 +210,9 @@ class Committer {
   };
   std::mutex sync_mutex_;
   std::condition_variable sync_wake_;
-  std::deque<Pending> pending_;     // written, not yet announced, in epoch order
+  // Written, not yet announced, in epoch order. Added to under commit_mutex_ and sync_mutex_,
+  // removed from by the sync thread under sync_mutex_.
+  std::deque<Pending> pending_;
   std::vector<CommitBatch> spare_;  // announced batches, kept for their capacity
   bool sync_running_ = false;       // between Start() and the sync thread's exit
   bool sync_idle_ = false;          // the sync thread waits for sync_wake_

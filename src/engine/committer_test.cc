@@ -71,6 +71,13 @@ class CommitterTest : public ::testing::Test {
       }
     });
   }
+  // Starts a committer whose announcements are recorded and checked (above).
+  void StartWatched(CommitterOptions options = {}) {
+    MakeCommitter(options);
+    ListenForEpochs();
+    WatchAnnouncements();
+    committer_->Start();
+  }
   std::vector<uint64_t> observed() {
     std::lock_guard lock(listened_mutex_);
     return observed_;
@@ -414,10 +421,7 @@ TEST_F(CommitterTest, WaitDurableReturnsWhenStopped) {
 // ---- The sync thread: the fsync of commit N overlaps the writing of N+1 -----------------
 
 TEST_F(CommitterTest, TheNextCommitGoesOnWhileTheLastFsyncRuns) {
-  MakeCommitter(kTimerOff);
-  ListenForEpochs();
-  WatchAnnouncements();
-  committer_->Start();
+  StartWatched(kTimerOff);
   store_.SetSyncHeld(true);
   const uint64_t first = WriteAndCommit("k", 1);
   ASSERT_TRUE(store_.WaitForBlockedSync());  // the sync thread's fsync of `first` waits
@@ -454,10 +458,7 @@ TEST_F(CommitterTest, TheNextCommitGoesOnWhileTheLastFsyncRuns) {
 }
 
 TEST_F(CommitterTest, AFailedFsyncAnnouncesNothingAndIsRetriedAfterWritingAgain) {
-  MakeCommitter(kTimerOff);
-  ListenForEpochs();
-  WatchAnnouncements();
-  committer_->Start();
+  StartWatched(kTimerOff);
   store_.SetSyncFailing(true);
   const uint64_t epoch = WriteAndCommit("k", 5);
   ASSERT_TRUE(store_.WaitForSyncFailures(2));
@@ -485,10 +486,7 @@ TEST_F(CommitterTest, AFailedFsyncAnnouncesNothingAndIsRetriedAfterWritingAgain)
 }
 
 TEST_F(CommitterTest, StopDuringAnFsyncLeavesEverythingDurableAndAnnounced) {
-  MakeCommitter(kTimerOff);
-  ListenForEpochs();
-  WatchAnnouncements();
-  committer_->Start();
+  StartWatched(kTimerOff);
   store_.SetSyncHeld(true);
   WriteAndCommit("a", 1);
   ASSERT_TRUE(store_.WaitForBlockedSync());
@@ -510,10 +508,7 @@ TEST_F(CommitterTest, StopDuringAnFsyncLeavesEverythingDurableAndAnnounced) {
 }
 
 TEST_F(CommitterTest, ThreadsCommittingAtOnceHaveEveryEpochAnnouncedOnceInOrder) {
-  MakeCommitter();
-  ListenForEpochs();
-  WatchAnnouncements();
-  committer_->Start();
+  StartWatched();
   const int rounds = kSanitized ? 100 : 500;
   std::vector<std::thread> threads;
   for (int t = 0; t < 4; ++t) {
