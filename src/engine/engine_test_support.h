@@ -50,8 +50,9 @@ inline void ApplyBatch(const CommitBatch& batch, std::map<std::string, CounterRe
 
 // An in-memory store laid out like the real one: tables as of the last finished checkpoint,
 // plus a log of the operations committed since. Load replays both, as recovery does.
-// Commits can be made to fail or to wait at a gate, and what was committed, with or
-// without fsync, is recorded.
+// Commits and syncs can be made to fail or to wait at a gate, and what was committed, with or
+// without fsync, is recorded. Like the real store, a Sync covers the commits that returned
+// before it began, and a Commit may run while a Sync waits.
 class FakePersistence final : public Persistence {
  public:
   struct LoggedOp {
@@ -61,7 +62,8 @@ class FakePersistence final : public Persistence {
   };
   struct CommitRecord {
     uint64_t epoch;
-    bool sync;
+    bool sync;            // Commit was called with sync
+    bool synced = false;  // on stable storage by now (with sync, or by a later Sync)
   };
 
   Status Commit(const CommitBatch& batch, bool sync) override {
@@ -81,15 +83,26 @@ class FakePersistence final : public Persistence {
       Log({LoggedOp::kPut, std::string(batch.put_key(i)), batch.put_record(i)});
     }
     commits_.push_back(CommitRecord{batch.epoch(), sync});
-    unsynced_ = !sync;
+    if (sync) MarkSynced(commits_.size());
     changed_.notify_all();
     return OkStatus();
   }
 
   Status Sync() override {
-    std::lock_guard lock(mutex_);
+    std::unique_lock lock(mutex_);
+    const size_t covered = commits_.size();  // what was written before the call
+    ++syncs_blocked_;
+    changed_.notify_all();
+    changed_.wait(lock, [&] { return !sync_held_; });
+    --syncs_blocked_;
+    if (sync_failing_) {
+      ++sync_failures_;
+      changed_.notify_all();
+      return IOError("injected fsync failure");
+    }
     ++syncs_;
-    unsynced_ = false;
+    MarkSynced(covered);
+    changed_.notify_all();
     return OkStatus();
   }
 
@@ -143,7 +156,7 @@ class FakePersistence final : public Persistence {
   }
   Status FinishCheckpoint(uint64_t token) override {
     std::lock_guard lock(mutex_);
-    if (unsynced_) return IOError("checkpoint finished over unsynced commits");
+    if (synced_ != commits_.size()) return IOError("checkpoint finished over unsynced commits");
     tables_ = pending_tables_;
     log_.erase(log_.begin(), log_.begin() + static_cast<ptrdiff_t>(token - log_base_));
     log_base_ = token;
@@ -173,6 +186,33 @@ class FakePersistence final : public Persistence {
     std::lock_guard lock(mutex_);
     held_ = held;
     changed_.notify_all();
+  }
+  // Syncs wait at a gate of their own (commits go on meanwhile), or fail.
+  void SetSyncHeld(bool held) {
+    std::lock_guard lock(mutex_);
+    sync_held_ = held;
+    changed_.notify_all();
+  }
+  void SetSyncFailing(bool failing) {
+    std::lock_guard lock(mutex_);
+    sync_failing_ = failing;
+  }
+  // Waits until a Sync is blocked at the gate.
+  bool WaitForBlockedSync() {
+    std::unique_lock lock(mutex_);
+    return changed_.wait_for(lock, kPatience, [&] { return syncs_blocked_ > 0; });
+  }
+  bool WaitForSyncFailures(uint64_t n) {
+    std::unique_lock lock(mutex_);
+    return changed_.wait_for(lock, kPatience, [&] { return sync_failures_ >= n; });
+  }
+  // Waits until a commit of `epoch` was written.
+  bool WaitForCommit(uint64_t epoch) {
+    std::unique_lock lock(mutex_);
+    return changed_.wait_for(lock, kPatience, [&] {
+      return std::any_of(commits_.begin(), commits_.end(),
+                         [&](const CommitRecord& commit) { return commit.epoch == epoch; });
+    });
   }
   bool WaitForFailures(uint64_t n) {
     std::unique_lock lock(mutex_);
@@ -228,10 +268,16 @@ class FakePersistence final : public Persistence {
   // True when everything committed has been fsync'd.
   bool all_synced() const {
     std::lock_guard lock(mutex_);
-    return !unsynced_;
+    return synced_ == commits_.size();
   }
 
  private:
+  // The first `count` commits are on stable storage. REQUIRES: mutex_ held.
+  void MarkSynced(size_t count) {
+    for (size_t i = synced_; i < count; ++i) commits_[i].synced = true;
+    synced_ = std::max(synced_, count);
+  }
+
   // REQUIRES: mutex_ held.
   void Log(LoggedOp op) {
     switch (op.kind) {
@@ -260,7 +306,11 @@ class FakePersistence final : public Persistence {
   bool failing_ = false;
   bool failing_checkpoints_ = false;
   bool held_ = false;
-  bool unsynced_ = false;
+  bool sync_held_ = false;
+  bool sync_failing_ = false;
+  size_t synced_ = 0;  // commits_[0, synced_) are on stable storage
+  int syncs_blocked_ = 0;
+  uint64_t sync_failures_ = 0;
   uint64_t commit_calls_ = 0;
   uint64_t failures_ = 0;
   uint64_t syncs_ = 0;

@@ -96,7 +96,8 @@ void PersistenceSection(CommandContext& ctx, std::string& out) {
       std::back_inserter(out),
       "# Persistence\r\nloading:0\r\nstore:rocksdb+commit-log\r\ndata_dir:{}\r\ndurability:{}\r\n"
       "counters_loaded_at_start:{}\r\ncommits:{}\r\ncommitted_puts:{}\r\ncommitted_deletes:{}\r\n"
-      "commit_failures:{}\r\nlast_commit_usec:{}\r\navg_commit_usec:{}\r\ndurable_epoch:{}\r\n"
+      "commit_failures:{}\r\ncommit_fsyncs:{}\r\nlast_commit_usec:{}\r\navg_commit_usec:{}\r\n"
+      "durable_epoch:{}\r\n"
       "open_epoch:{}\r\nstore_healthy:{}\r\ncheckpoints:{}\r\ncheckpoint_failures:{}\r\n"
       "last_checkpoint_msec:{}\r\ncheckpoint_backlog_counters:{}\r\nlog_bytes_since_checkpoint:{}"
       "\r\n"
@@ -104,9 +105,10 @@ void PersistenceSection(CommandContext& ctx, std::string& out) {
       ctx.server.options().data_dir,
       committer.durability() == engine::Durability::kSync ? "sync" : "async",
       engine.loaded_counters(), stats.commits, stats.puts, stats.deletes, stats.failures,
-      stats.last_commit_micros, stats.commits == 0 ? 0 : stats.total_commit_micros / stats.commits,
-      committer.durable_epoch(), ctx.server.engine().keyspace().open_epoch(), stats.healthy ? 1 : 0,
-      stats.checkpoints, stats.checkpoint_failures, stats.last_checkpoint_ms,
+      stats.syncs, stats.last_commit_micros,
+      stats.commits == 0 ? 0 : stats.total_commit_micros / stats.commits, committer.durable_epoch(),
+      ctx.server.engine().keyspace().open_epoch(), stats.healthy ? 1 : 0, stats.checkpoints,
+      stats.checkpoint_failures, stats.last_checkpoint_ms,
       ctx.server.engine().keyspace().checkpoint_backlog(), store.log_bytes, store.disk_bytes);
 }
 
