@@ -227,6 +227,15 @@ class SocketIoTest(BadClientCase):
     """The server's reads and writes at the socket's edges: replies larger than the send
     buffer, input larger than one turn's share, a client that half-closes its end."""
 
+    def assertReceives(self, sock, expected, chunk_size):
+        """Reads until `expected` has arrived (the server must not close first)."""
+        got = b""
+        while len(got) < len(expected):
+            chunk = sock.recv(chunk_size)
+            self.assertTrue(chunk, "closed after %d of %d bytes" % (len(got), len(expected)))
+            got += chunk
+        self.assertEqual(got, expected)
+
     def test_reply_larger_than_the_send_buffer_read_slowly(self):
         big = self.server.raw_socket()
         payload = bytes(range(256)) * (4 * MIB // 256)
@@ -235,13 +244,7 @@ class SocketIoTest(BadClientCase):
         # clients are served meanwhile.
         time.sleep(0.3)
         self.check_healthy()
-        expected = b"$%d\r\n" % len(payload) + payload + b"\r\n:1\r\n"
-        got = b""
-        while len(got) < len(expected):
-            chunk = big.recv(64 * 1024)
-            self.assertTrue(chunk, "closed after %d of %d bytes" % (len(got), len(expected)))
-            got += chunk
-        self.assertEqual(got, expected)
+        self.assertReceives(big, b"$%d\r\n" % len(payload) + payload + b"\r\n:1\r\n", 64 * 1024)
         big.close()
         self.check_healthy()
 
@@ -250,13 +253,7 @@ class SocketIoTest(BadClientCase):
         count = 100000
         s = self.server.raw_socket()
         s.sendall(encode_command("INCR", "burst") * count)
-        expected = b"".join(b":%d\r\n" % i for i in range(1, count + 1))
-        got = b""
-        while len(got) < len(expected):
-            chunk = s.recv(256 * 1024)
-            self.assertTrue(chunk, "closed after %d of %d bytes" % (len(got), len(expected)))
-            got += chunk
-        self.assertEqual(got, expected)
+        self.assertReceives(s, b"".join(b":%d\r\n" % i for i in range(1, count + 1)), 256 * 1024)
         s.close()
         self.assertEqual(self.good.call("GET", "burst"), str(count))
         self.check_healthy()
@@ -282,13 +279,8 @@ class SocketIoTest(BadClientCase):
             s.sendall(request[:cut])
             time.sleep(0.002)
             s.sendall(request[cut:])
-        expected = b"".join(b":%d\r\n" % (5 * i) for i in range(1, len(request)))
-        got = b""
-        while len(got) < len(expected):
-            chunk = s.recv(1024)
-            self.assertTrue(chunk, "closed after %r" % got)
-            got += chunk
-        self.assertEqual(got, expected)
+        self.assertReceives(s, b"".join(b":%d\r\n" % (5 * i) for i in range(1, len(request))),
+                            1024)
         s.close()
         self.check_healthy()
 
