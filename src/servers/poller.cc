@@ -60,11 +60,6 @@ Status Poller::Watch(int fd, uint64_t token, bool readable, bool writable) {
   return OkStatus();
 }
 
-void Poller::Remove(int fd) {
-  epoll_event ignored{};
-  ::epoll_ctl(set_.native_handle(), EPOLL_CTL_DEL, fd, &ignored);
-}
-
 void Poller::Arm() {
   if (stopped_) return;
   set_.async_wait(boost::asio::posix::stream_descriptor::wait_read,

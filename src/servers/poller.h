@@ -50,9 +50,8 @@ class Poller {
   Status Add(int fd, uint64_t token);
   // Changes what `fd` is watched for: readable, writable, both or neither (a socket that
   // reads no more and has nothing to send; errors and hang-ups are reported regardless).
+  // Closing a socket removes it from the set.
   Status Watch(int fd, uint64_t token, bool readable, bool writable);
-  // Closing a socket removes it from the set; Remove is for a socket that stays open.
-  void Remove(int fd);
 
  private:
   void Arm();
