@@ -51,8 +51,9 @@ class Persistence {
 
   // Threads. Commit() and BeginCheckpoint() run one at a time (the committer's
   // commit_mutex_). Sync() runs one at a time too (the committer's log_sync_mutex_, which
-  // BeginCheckpoint() and a Commit() with `sync` also hold), but may overlap one Commit()
-  // without `sync` on another thread: the committer writes commit N+1 while N is fsync'd.
+  // BeginCheckpoint() also holds), but may overlap one Commit() without `sync` on another
+  // thread: the committer writes commit N+1 while N is fsync'd. The committer never commits
+  // with `sync`; tests do, to write one batch durably.
 
   // Writes the whole batch atomically. With `sync`, returns only once the batch is on
   // stable storage (fsync'd), so that it survives a crash of the machine. The committer
