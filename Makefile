@@ -25,7 +25,7 @@ DEPS_PACKAGES := \
 	build-essential cmake pkg-config ccache clang libclang-rt-14-dev clang-format clang-tidy \
 	librocksdb-dev libboost-dev libboost-system-dev libabsl-dev libfmt-dev libspdlog-dev \
 	libcli11-dev libexpected-dev libgtest-dev libgmock-dev libbenchmark-dev libxxhash-dev \
-	libsimdjson-dev libpq-dev \
+	libsimdjson-dev libpq-dev nats-server libnats-dev \
 	postgresql-15 redis-server redis-tools python3 python3-redis \
 	util-linux procps nodejs chromium \
 	$(CLIENT_PACKAGES) $(PACKAGING_PACKAGES)
