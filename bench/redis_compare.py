@@ -24,90 +24,45 @@ memory row), TALLY_ARGS (extra tallyd arguments), BENCH_TMPDIR (where the server
 
 from __future__ import annotations
 
-import argparse
 import csv
-import dataclasses
-import datetime
 import io
 import os
-import platform
 import random
 import resource
 import shlex
 import shutil
 import signal
 import socket
-import statistics
 import subprocess
 import sys
 import tempfile
 import threading
 import time
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-HOST = "127.0.0.1"
-CLIENTS = 50
-HOT_KEY = "counter:hot"
-MGET_KEYS = [f"counter:mget:{i}" for i in range(10)]
-# A run whose load generator used at least this share of its CPU is limited by the client,
-# not by the server: its ratio understates the faster server.
-CLIENT_BOUND = 0.90
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+from redis_compare_setup import (  # noqa: E402
+    BenchError,
+    CLIENTS,
+    Config,
+    HOST,
+    HOT_KEY,
+    KINDS,
+    Kind,
+    MGET_KEYS,
+    Memory,
+    REDIS_NONE,
+    Row,
+    Run,
+    TALLY,
+    log,
+    parse_args,
+)
 
-@dataclasses.dataclass(frozen=True)
-class Row:
-    """One line of the throughput table: a redis-benchmark command at one pipeline depth."""
-
-    key: str
-    title: str
-    command: tuple[str, ...]
-    pipeline: int
-    requests: int  # -n at BENCH_SCALE=1, sized for about 2-3 s against redis on one core
-    keyspace: int = 0  # -r: __rand_int__ ranges over this many values
-    hot_key_delta: bool = False  # check that HOT_KEY grew by exactly -n
-
-
-ROWS = [
-    Row("incrby-hot-P1", "INCRBY one hot key, -P 1", ("INCRBY", HOT_KEY, "1"), 1, 300_000,
-        hot_key_delta=True),
-    Row("incrby-hot-P16", "INCRBY one hot key, -P 16", ("INCRBY", HOT_KEY, "1"), 16, 3_000_000,
-        hot_key_delta=True),
-    Row("incrby-rand-P1", "INCRBY random of 1M keys, -P 1",
-        ("INCRBY", "counter:__rand_int__", "1"), 1, 300_000, keyspace=1_000_000),
-    Row("incrby-rand-P16", "INCRBY random of 1M keys, -P 16",
-        ("INCRBY", "counter:__rand_int__", "1"), 16, 3_000_000, keyspace=1_000_000),
-    Row("get-hot-P1", "GET one hot key, -P 1", ("GET", HOT_KEY), 1, 300_000),
-    Row("get-hot-P16", "GET one hot key, -P 16", ("GET", HOT_KEY), 16, 4_000_000),
-    Row("mget10-P1", "MGET 10 keys, -P 1", ("MGET", *MGET_KEYS), 1, 300_000),
-    Row("mget10-P16", "MGET 10 keys, -P 16", ("MGET", *MGET_KEYS), 16, 2_000_000),
-]
-
-
-@dataclasses.dataclass(frozen=True)
-class Kind:
-    """A server configuration: tallyd (redis_args is None) or redis-server with redis_args."""
-
-    key: str
-    label: str
-    redis_args: tuple[str, ...] | None
-
-
-TALLY = Kind("tally", "tally", None)
-REDIS_NONE = Kind("redis", "redis", ("--save", "", "--appendonly", "no"))
-REDIS_EVERYSEC = Kind("aof-1s", "redis+aof-1s",
-                      ("--save", "", "--appendonly", "yes", "--appendfsync", "everysec"))
-REDIS_ALWAYS = Kind("aof-always", "redis+aof-always",
-                    ("--save", "", "--appendonly", "yes", "--appendfsync", "always"))
-KINDS = [TALLY, REDIS_NONE, REDIS_EVERYSEC, REDIS_ALWAYS]
-REDIS_KINDS = KINDS[1:]
-
-
-class BenchError(Exception):
-    """A failure that ends the run with a message instead of a traceback."""
-
-
-def log(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
+from redis_compare_report import (  # noqa: E402
+    filesystem_of,
+    report,
+)
 
 
 # ----------------------------------------------------------------------------- RESP client
@@ -269,144 +224,6 @@ class Server:
         except OSError:
             return "(no log)"
 
-
-# ----------------------------------------------------------------------------- configuration
-
-
-@dataclasses.dataclass
-class Config:
-    tally_binary: str
-    tally_is_redis: bool
-    tally_args: list[str]
-    redis_binary: str
-    benchmark_binary: str
-    quick: bool
-    scale: float
-    repeats: int
-    mem_keys: int
-    rows: list[Row]
-    server_cpu: int
-    client_cpu: int
-    pinned: bool
-    start_timeout: float
-    row_timeout: float
-    out: str
-    work_base: str
-    keep: bool
-
-    def pin(self, cpu: int) -> list[str]:
-        return ["taskset", "-c", str(cpu)] if self.pinned else []
-
-    def requests(self, row: Row) -> int:
-        # A multiple of the pipeline depth, so that redis-benchmark sends exactly -n commands.
-        n = max(row.pipeline * 100, int(row.requests * self.scale))
-        return n - n % row.pipeline
-
-
-def env_number(name: str, default, kind=int):
-    value = os.environ.get(name, "")
-    if not value:
-        return default
-    try:
-        return kind(value.replace("_", ""))
-    except ValueError:
-        raise BenchError(f"{name}={value!r} is not a number")
-
-
-def parse_args(argv: list[str]) -> Config:
-    p = argparse.ArgumentParser(
-        description="tallyd against redis-server, side by side (see the module docstring).")
-    p.add_argument("--tally-binary", default=os.path.join(REPO, "build", "bin", "tallyd"),
-                   help="tallyd to measure (default: build/bin/tallyd)")
-    p.add_argument("--tally-is-redis", action="store_true", help=argparse.SUPPRESS)
-    p.add_argument("--tally-args", default=os.environ.get("TALLY_ARGS", ""),
-                   help="extra tallyd arguments, e.g. '--workers 1' (env TALLY_ARGS)")
-    p.add_argument("--redis-binary", default="redis-server")
-    p.add_argument("--benchmark-binary", default="redis-benchmark")
-    p.add_argument("--quick", action="store_true",
-                   help="smoke run: BENCH_SCALE 0.1, 1 repeat, 200k counters for memory")
-    p.add_argument("--repeats", type=int, help="runs per row and server (env BENCH_REPEATS; 3)")
-    p.add_argument("--rows", help="comma-separated row keys or their prefixes, e.g. "
-                   "incrby-hot,mget10-P1 (default: all)")
-    p.add_argument("--no-memory", action="store_true", help="skip the memory row")
-    p.add_argument("--memory-only", action="store_true", help="only the memory row")
-    p.add_argument("--server-cpu", type=int, default=1)
-    p.add_argument("--client-cpu", type=int, default=0)
-    p.add_argument("--no-pin", action="store_true", help="do not pin with taskset")
-    p.add_argument("--start-timeout", type=float, default=60.0)
-    p.add_argument("--row-timeout", type=float, default=600.0,
-                   help="seconds one redis-benchmark run may take before it counts as failed")
-    p.add_argument("--out", default=os.path.join(REPO, "bench", "results", "latest.md"),
-                   help="markdown report ('' for none)")
-    p.add_argument("--work-dir", default=os.environ.get("BENCH_TMPDIR", ""),
-                   help="where server directories are created (env BENCH_TMPDIR)")
-    p.add_argument("--keep", action="store_true", help="keep the server directories and logs")
-    a = p.parse_args(argv)
-
-    tally = a.tally_binary
-    if os.sep not in tally and shutil.which(tally):
-        tally = shutil.which(tally)
-    if not (os.path.isfile(tally) and os.access(tally, os.X_OK)):
-        raise BenchError(
-            f"tallyd not found at {tally}.\n"
-            "  Build it first (make build), or pass --tally-binary PATH.\n"
-            "  To check the harness without tallyd, let redis-server stand in for it:\n"
-            "    bench/redis_compare.py --quick --tally-binary $(command -v redis-server)")
-    tally_is_redis = a.tally_is_redis or os.path.basename(tally).startswith("redis-server")
-    for tool in (a.redis_binary, a.benchmark_binary):
-        if not shutil.which(tool):
-            raise BenchError(f"{tool} not found: make deps installs redis-server and redis-tools")
-
-    scale = env_number("BENCH_SCALE", 0.1 if a.quick else 1.0, float)
-    repeats = a.repeats or env_number("BENCH_REPEATS", 1 if a.quick else 3)
-    mem_keys = 0 if a.no_memory else env_number("MEM_KEYS", 200_000 if a.quick else 10_000_000)
-    if scale <= 0 or repeats < 1 or mem_keys < 0:
-        raise BenchError("BENCH_SCALE must be > 0, repeats >= 1, MEM_KEYS >= 0")
-
-    rows = [] if a.memory_only else ROWS
-    if a.memory_only and not mem_keys:
-        raise BenchError("--memory-only with MEM_KEYS=0 or --no-memory measures nothing")
-    if a.rows and not a.memory_only:
-        wanted = [w.strip() for w in a.rows.split(",") if w.strip()]
-        rows = [r for r in ROWS if any(r.key == w or r.key.startswith(w + "-") for w in wanted)]
-        if not rows:
-            raise BenchError(f"--rows {a.rows!r} matches none of: "
-                             + ", ".join(r.key for r in ROWS))
-
-    cpus = os.sched_getaffinity(0)
-    pinned = not a.no_pin
-    if pinned and not ({a.server_cpu, a.client_cpu} <= cpus and a.server_cpu != a.client_cpu
-                       and shutil.which("taskset")):
-        log(f"warning: cannot pin servers to CPU {a.server_cpu} and the load to CPU "
-            f"{a.client_cpu} (allowed CPUs {sorted(cpus)}); running unpinned")
-        pinned = False
-
-    work_base = a.work_dir or (os.path.join(REPO, "build") if os.path.isdir(
-        os.path.join(REPO, "build")) else tempfile.gettempdir())
-    return Config(
-        tally_binary=os.path.abspath(tally) if os.sep in tally else tally,
-        tally_is_redis=tally_is_redis, tally_args=shlex.split(a.tally_args),
-        redis_binary=shutil.which(a.redis_binary), benchmark_binary=shutil.which(
-            a.benchmark_binary), quick=a.quick, scale=scale, repeats=repeats, mem_keys=mem_keys,
-        rows=rows, server_cpu=a.server_cpu, client_cpu=a.client_cpu, pinned=pinned,
-        start_timeout=a.start_timeout, row_timeout=a.row_timeout, out=a.out,
-        work_base=work_base, keep=a.keep)
-
-
-# ----------------------------------------------------------------------------- throughput
-
-
-@dataclasses.dataclass
-class Run:
-    """One redis-benchmark run against one server; error is set when it failed."""
-
-    rps: float = 0.0
-    p50: float = 0.0
-    p99: float = 0.0
-    client_cpu: float = 0.0  # share of one CPU the load generator used
-    server_cpu: float = 0.0  # share of one CPU the server used
-    seconds: float = 0.0
-    error: str = ""
 
 
 def parse_csv(text: str) -> dict[str, str]:
@@ -583,15 +400,6 @@ def check_sample(port: int, count: int) -> int:
     return wrong
 
 
-@dataclasses.dataclass
-class Memory:
-    rss_empty_kb: int = 0
-    rss_kb: int = 0
-    hwm_kb: int = 0
-    load_seconds: float = 0.0
-    error: str = ""
-
-
 def memory(cfg: Config, work_dir: str) -> dict[str, Memory]:
     out: dict[str, Memory] = {}
     for kind in (TALLY, REDIS_NONE):
@@ -624,209 +432,6 @@ def memory(cfg: Config, work_dir: str) -> dict[str, Memory]:
         finally:
             server.stop()
     return out
-
-
-# ----------------------------------------------------------------------------- report
-
-
-def command_output(argv: list[str]) -> str:
-    """The first line a successful command prints, or "" (e.g. for a --version it lacks)."""
-    try:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=10,
-                              stdin=subprocess.DEVNULL)
-    except (OSError, subprocess.TimeoutExpired):
-        return ""
-    lines = (done.stdout.strip() or done.stderr.strip()).splitlines()
-    return lines[0] if done.returncode == 0 and lines else ""
-
-
-def filesystem_of(path: str) -> str:
-    path = os.path.realpath(path)
-    best, fstype = "", "?"
-    with open("/proc/mounts") as f:
-        for line in f:
-            parts = line.split()
-            mount = parts[1].replace("\\040", " ")
-            if (path == mount or path.startswith(mount.rstrip("/") + "/")) and len(mount) > len(
-                    best):
-                best, fstype = mount, parts[2]
-    return fstype
-
-
-def cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "?"
-
-
-def git_revision() -> str:
-    rev = command_output(["git", "-C", REPO, "rev-parse", "--short", "HEAD"])
-    dirty = subprocess.run(["git", "-C", REPO, "status", "--porcelain", "--untracked-files=no"],
-                           capture_output=True, text=True).stdout.strip()
-    return rev + ("+dirty" if dirty else "")
-
-
-def median_run(runs: list[Run]) -> tuple[Run | None, int]:
-    """The median of each figure over the successful runs, and how many runs failed."""
-    ok = [r for r in runs if r.rps and not r.error]
-    if not ok:
-        return None, len(runs)
-    return Run(rps=statistics.median(r.rps for r in ok), p50=statistics.median(r.p50 for r in ok),
-               p99=statistics.median(r.p99 for r in ok),
-               client_cpu=statistics.median(r.client_cpu for r in ok),
-               server_cpu=statistics.median(r.server_cpu for r in ok)), len(runs) - len(ok)
-
-
-def table(header: list[str], rows: list[list[str]]) -> list[str]:
-    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(header)]
-
-    def line(cells: list[str]) -> str:
-        return "| " + " | ".join(
-            c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths))
-        ) + " |"
-
-    sep = "|" + "|".join("-" * (w + 1) + ":" if i else ":" + "-" * (w + 1)
-                         for i, w in enumerate(widths)) + "|"
-    return [line(header), sep] + [line(r) for r in rows]
-
-
-def tally_label(cfg: Config) -> str:
-    return "tally (redis-server stand-in)" if cfg.tally_is_redis else "tally"
-
-
-def header_section(cfg: Config, work_fs: str) -> list[str]:
-    lines = [f"# tally vs redis-server — {datetime.datetime.now():%Y-%m-%d %H:%M}", ""]
-    if cfg.tally_is_redis:
-        lines += ["**SELF-TEST: the tally column is redis-server without persistence, not "
-                  "tallyd.** Its ratio to the `redis` column shows the run-to-run noise.", ""]
-    if cfg.quick:
-        lines += ["**Quick smoke run (small -n, one repeat): not for publishing.**", ""]
-    tally_cmd = ("redis-server --save '' --appendonly no" if cfg.tally_is_redis else
-                 " ".join(["tallyd" if any(a.startswith("--durability") for a in cfg.tally_args)
-                           else "tallyd --durability sync", *cfg.tally_args]))
-    version = command_output([cfg.tally_binary, "--version"])
-    binary = os.path.relpath(cfg.tally_binary, REPO) if cfg.tally_binary.startswith(
-        REPO + os.sep) else cfg.tally_binary
-    return lines + [
-        f"- commit {git_revision()}; {cpu_model()}, {os.cpu_count()} CPUs, Linux "
-        f"{platform.release()}; server data on {work_fs}",
-        f"- tally: `{tally_cmd}` ({version or binary})",
-        f"- redis: {command_output([cfg.redis_binary, '--version']) or cfg.redis_binary}",
-        f"- load: {command_output([cfg.benchmark_binary, '--version']) or 'redis-benchmark'}, "
-        f"{CLIENTS} clients, "
-        + (f"servers pinned to CPU {cfg.server_cpu}, load generator to CPU {cfg.client_cpu}"
-           if cfg.pinned else "not pinned"),
-        f"- each figure is the median of {cfg.repeats} run(s) per server, servers interleaved; "
-        f"BENCH_SCALE={cfg.scale:g}",
-        "",
-    ]
-
-
-def throughput_section(cfg: Config, results) -> tuple[list[str], bool]:
-    """The throughput table, its legend, failures and every run; False if any run failed."""
-    header = ["row"]
-    for kind in KINDS:
-        header += [f"{tally_label(cfg) if kind is TALLY else kind.label} rps", "p50 ms", "p99 ms"]
-    header += [f"tally/{k.label}" for k in REDIS_KINDS]
-    body, failures, client_bound = [], [], False
-    for row in cfg.rows:
-        cells = [row.key]
-        medians = {}
-        for kind in KINDS:
-            runs = results[(row.key, kind.key)]
-            m, failed = median_run(runs)
-            medians[kind.key] = m
-            if failed:
-                errors = sorted({r.error for r in runs if r.error})
-                failures.append(f"- {row.key}, {kind.label}: {failed} of {len(runs)} runs "
-                                f"failed: {'; '.join(errors)}")
-            if m is None:
-                cells += ["failed", "-", "-"]
-                continue
-            mark = ""
-            if m.client_cpu >= CLIENT_BOUND:
-                mark, client_bound = " †", True
-            cells += [f"{m.rps:,.0f}{mark}", f"{m.p50:.3f}", f"{m.p99:.3f}"]
-        for kind in REDIS_KINDS:
-            t, r = medians[TALLY.key], medians[kind.key]
-            cells.append(f"{t.rps / r.rps:.2f}" if t and r else "-")
-        body.append(cells)
-
-    lines = ["## Throughput and latency", ""] + table(header, body) + [""]
-    lines += ["Ratio = tally requests/s ÷ redis requests/s: above 1 tally is faster. "
-              f"Rows (redis-benchmark -c {CLIENTS} -n N -P depth):", ""]
-    for row in cfg.rows:
-        cmd = row.command[:2] + ("...",) if row.command[0] == "MGET" else row.command
-        lines.append(f"- `{row.key}`: {row.title}: `{' '.join(cmd)}`"
-                     + (f" with -r {row.keyspace:,}" if row.keyspace else "")
-                     + f", -n {cfg.requests(row):,}")
-    lines.append("")
-    if client_bound:
-        lines += [f"† the load generator used ≥ {CLIENT_BOUND:.0%} of its CPU: this figure is "
-                  "limited by the client, so the ratio understates the faster server.", ""]
-    if failures:
-        lines += ["Failures:", ""] + failures + [""]
-
-    raw = []
-    for row in cfg.rows:
-        for kind in KINDS:
-            runs = results[(row.key, kind.key)]
-            raw.append([row.key, kind.label,
-                        " ".join(f"{r.rps:,.0f}" if r.rps else "fail" for r in runs),
-                        " ".join(f"{r.client_cpu:.0%}" for r in runs),
-                        " ".join(f"{r.server_cpu:.0%}" for r in runs)])
-    lines += ["<details><summary>Every run</summary>", ""]
-    lines += table(["row", "server", "requests/s per run", "client CPU", "server CPU"], raw)
-    lines += ["", "</details>", ""]
-    return lines, not failures
-
-
-def memory_section(cfg: Config, mem: dict[str, Memory]) -> tuple[list[str], bool]:
-    """The memory row and its notes; False if either load failed or gave wrong values."""
-    t, r = mem[TALLY.key], mem[REDIS_NONE.key]
-
-    def mb(m: Memory) -> str:
-        return f"{m.rss_kb / 1024:,.1f}" if m.rss_kb else "failed"
-
-    def per_counter(m: Memory) -> str:
-        return f"{(m.rss_kb - m.rss_empty_kb) * 1024 / cfg.mem_keys:,.1f}" if m.rss_kb else "-"
-
-    ratio = "-"
-    if t.rss_kb and r.rss_kb and not t.error and not r.error:
-        value = t.rss_kb / r.rss_kb
-        ratio = f"{value:.2f} ({'meets' if value <= 0.5 else 'misses'} ≤ 0.50)"
-    header = ["memory", f"{tally_label(cfg)} RSS MB", "bytes/counter", "redis RSS MB",
-              "bytes/counter", "tally/redis RSS"]
-    lines = ["## Memory", ""]
-    lines += table(header, [[f"{cfg.mem_keys:,} counters", mb(t), per_counter(t), mb(r),
-                             per_counter(r), ratio]])
-    lines += ["", f"VmRSS from /proc/<pid>/status after loading `INCR counter:<i>` for "
-              f"{cfg.mem_keys:,} distinct i on one pipelined connection; bytes/counter is "
-              "(RSS loaded − RSS empty) ÷ counters. redis without persistence.", ""]
-    for kind, m in ((TALLY, t), (REDIS_NONE, r)):
-        if m.error:
-            lines.append(f"- {kind.label}: FAILED: {m.error}")
-        elif m.rss_kb:
-            lines.append(f"- {kind.label}: empty {m.rss_empty_kb / 1024:,.1f} MB, peak "
-                         f"{m.hwm_kb / 1024:,.1f} MB, loaded in {m.load_seconds:.1f} s "
-                         f"({cfg.mem_keys / m.load_seconds:,.0f} INCR/s)")
-    return lines + [""], not (t.error or r.error)
-
-
-def report(cfg: Config, results, mem: dict[str, Memory] | None, work_fs: str) -> tuple[str, bool]:
-    """The whole markdown report, and whether every run succeeded."""
-    lines, ok = header_section(cfg, work_fs), True
-    for section, data in ((throughput_section, results), (memory_section, mem)):
-        if data:
-            more, section_ok = section(cfg, data)
-            lines += more
-            ok = ok and section_ok
-    return "\n".join(lines), ok
 
 
 # ----------------------------------------------------------------------------- main
@@ -887,3 +492,4 @@ def main(argv: list[str]) -> int:
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))
+

@@ -1,10 +1,12 @@
-// tally's dashboard: live values and rates of watched counters, the hottest counters,
-// top-K of a family, the sources and the definitions. Plain modules, no framework: the
+// tally's dashboard: live values and rates of watched counters (the user's, or the hottest
+// counters until the user chooses), the hottest counters, top-K of a family, the sources
+// and the definitions. Plain modules, no framework: the
 // page is a handful of panels refreshed from tallyd's JSON API, which a few DOM helpers
 // (dom.js) handle without one.
 
 import './style.css';
 import { AuthRequired, HttpError, getJson, routePath, setToken, splitKey } from './api.js';
+import { AUTOMATIC_COUNT, pickAutomatic } from './choice.js';
 import { formatInt } from './dom.js';
 import { LiveValues } from './live.js';
 import {
@@ -19,7 +21,8 @@ const $ = (id) => document.getElementById(id);
 const state = {
   status: null,
   definitions: null,
-  counters: new Set(),  // names of derived counters
+  counters: new Map(),  // derived counter name -> how many key columns it has
+  hot: null,            // the latest GET /v1/hot answer (null: none, or no such route)
 };
 
 // --- the password -----------------------------------------------------------------------
@@ -101,17 +104,29 @@ function setReachable(reachable) {
 
 // --- watched counters -------------------------------------------------------------------
 
-// The GET /v1/value path of a derived counter's key, null for a plain key.
+// The GET /v1/value path of a derived counter's key, null for a plain key. A counter without
+// key columns has one group, keyed by its name alone.
 function valuePath(key) {
   const [counter, ...parts] = splitKey(key);
-  if (!state.counters.has(counter) || parts.length === 0) return null;
+  if (state.counters.get(counter) !== parts.length) return null;
   return routePath('/v1/value/', [counter, ...parts]);
+}
+
+// Says whose choice the watched counters are: "automatic: …" with what it follows, or the
+// user's, with the way back to automatic.
+function showMode(text) {
+  $('watch-mode').textContent = watched.automatic ? `automatic: ${text}` : 'your choice';
+  $('watch-auto').hidden = watched.automatic;
 }
 
 const watched = new Watched({
   cards: $('cards'),
   empty: $('cards-empty'),
   onChange: (keys) => live.watch(keys),
+  onMode: () => {
+    showMode('…');
+    guarded(chooseAutomatically);
+  },
 });
 
 const live = new LiveValues({
@@ -119,6 +134,8 @@ const live = new LiveValues({
   onState: setLive,
   valuePath,
 });
+
+$('watch-auto').addEventListener('click', () => watched.chooseAutomatically());
 
 $('watch-form').addEventListener('submit', (event) => {
   event.preventDefault();
@@ -147,14 +164,45 @@ async function refreshHot() {
   } catch (error) {
     if (!(error instanceof HttpError && error.status === 404)) throw error;
   }
+  state.hot = hot;
   renderHot($('hot'), $('hot-window'), hot, (key) => watched.add(key));
+  await chooseAutomatically();
+}
+
+// Until the user chooses, watches the hottest counters (choice.js).
+async function chooseAutomatically() {
+  if (!watched.automatic) return;
+  const { ranked, label } = await automaticRanking();
+  watched.follow(pickAutomatic(watched.keys(), ranked));
+  if (watched.automatic) showMode(label);
+}
+
+// What the automatic choice picks from, best first, and how the page names it: the hottest
+// counters; when nothing was written in the last minute (or this tallyd does not report
+// it), the largest groups of the first derived counter that has any.
+async function automaticRanking() {
+  if (state.hot?.counters.length) {
+    return {
+      ranked: state.hot.counters.map((c) => ({ key: c.key, figure: c.writes_per_second })),
+      label: 'the hottest counters',
+    };
+  }
+  const counter = state.definitions?.counters.find((c) => c.groups > 0);
+  if (!counter) {
+    return { ranked: [], label: 'nothing written in the last minute, no derived counter has groups' };
+  }
+  const top = await getJson(`${routePath('/v1/top/', [counter.name])}?k=${AUTOMATIC_COUNT}`);
+  return {
+    ranked: top.items.map((item) => ({ key: item.key, figure: item.value })),
+    label: `the largest groups of ${counter.name}`,
+  };
 }
 
 async function refreshDefinitions() {
   const definitions = await getJson('/v1/definitions');
   if (JSON.stringify(definitions) === JSON.stringify(state.definitions)) return;
   state.definitions = definitions;
-  state.counters = new Set(state.definitions.counters.map((c) => c.name));
+  state.counters = new Map(definitions.counters.map((c) => [c.name, c.key_columns.length]));
   renderDefinitions($('definitions'), state.definitions, pickTopCounter);
   renderSources($('sources'), state.status, state.definitions);
   const select = $('top-counter');
@@ -204,7 +252,7 @@ async function refreshAll() {
 
 // --- start ------------------------------------------------------------------------------
 
-for (const key of Watched.stored()) watched.add(key, { notify: false });
+showMode('…');
 live.watch(watched.keys());
 refreshAll();
 setInterval(() => {
@@ -219,4 +267,5 @@ setInterval(() => {
 window.tallyDashboard = {
   watched: () => watched.snapshot(),
   watch: (key) => watched.add(key),
+  automatic: () => watched.automatic,
 };

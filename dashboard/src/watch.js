@@ -1,38 +1,81 @@
 // The watched counters: one card per key with its live value, its latest rate and a
-// rate chart. Keys are kept in localStorage, so the page comes back with the same cards.
+// rate chart. The keys are the user's choice, kept in localStorage so that the page comes
+// back with the same cards, or, until the user chooses, an automatic one (choice.js).
 
 import { rateChart } from './chart.js';
+import { loadChoice, saveChoice } from './choice.js';
 import { formatInt, formatRate, h } from './dom.js';
 import { RateSeries } from './rates.js';
 
-const STORAGE_KEY = 'tally.watched';
-
 export class Watched {
   // `cards` holds the cards, `empty` is shown when there are none; onChange(keys) is called
-  // whenever the set of keys changes.
-  constructor({ cards, empty, onChange }) {
+  // whenever the set of keys changes, onMode(automatic) whenever the choice changes hands.
+  // Starts with the user's stored keys, or automatic (and no cards) when there are none.
+  constructor({ cards, empty, onChange, onMode }) {
     this.cards = cards;
     this.empty = empty;
     this.onChange = onChange;
+    this.onMode = onMode;
     this.entries = new Map();  // key -> {value, series, chart, elements}
-  }
-
-  // The keys stored by an earlier visit.
-  static stored() {
-    try {
-      const keys = JSON.parse(localStorage.getItem(STORAGE_KEY) || '[]');
-      return Array.isArray(keys) ? keys.filter((k) => typeof k === 'string') : [];
-    } catch {
-      return [];
-    }
+    const stored = loadChoice(localStorage);
+    this.automatic = stored === null;
+    for (const key of stored ?? []) this.show(key);
+    this.empty.hidden = this.entries.size > 0;
   }
 
   keys() {
     return [...this.entries.keys()];
   }
 
-  add(key, { notify = true } = {}) {
+  // The user watches `key` too: the keys on screen become theirs.
+  add(key) {
     if (!key || this.entries.has(key)) return;
+    this.show(key);
+    this.chosen();
+  }
+
+  // The user stops watching `key`: the keys on screen become theirs.
+  remove(key) {
+    if (!this.entries.has(key)) return;
+    this.hide(key);
+    this.chosen();
+  }
+
+  // The automatic choice: shows exactly `keys` (cards of keys kept stay as they are).
+  // Ignored once the user has chosen.
+  follow(keys) {
+    if (!this.automatic) return;
+    const wanted = new Set(keys);
+    const before = this.keys();
+    for (const key of before) if (!wanted.has(key)) this.hide(key);
+    for (const key of keys) if (!this.entries.has(key)) this.show(key);
+    const after = this.keys();
+    this.empty.hidden = after.length > 0;
+    if (after.length !== before.length || after.some((key, i) => key !== before[i])) {
+      this.onChange(after);
+    }
+  }
+
+  // Forgets the user's choice: the page chooses again (follow) from now on.
+  chooseAutomatically() {
+    if (this.automatic) return;
+    this.automatic = true;
+    saveChoice(localStorage, null);
+    this.onMode(true);
+  }
+
+  chosen() {
+    saveChoice(localStorage, this.keys());
+    this.empty.hidden = this.entries.size > 0;
+    this.onChange(this.keys());
+    if (this.automatic) {
+      this.automatic = false;
+      this.onMode(false);
+    }
+  }
+
+  // A card for `key`.
+  show(key) {
     const value = h('span', { class: 'value', dataset: { value: '' } }, '…');
     const rate = h('span', { class: 'rate' }, '–');
     const chart = h('div', { class: 'chart', dataset: { points: '0' } });
@@ -61,16 +104,13 @@ export class Watched {
       chart: rateChart(chart),
       elements: { card, value, rate, chart },
     });
-    this.changed(notify);
   }
 
-  remove(key) {
+  hide(key) {
     const entry = this.entries.get(key);
-    if (!entry) return;
     entry.chart.destroy();
     entry.elements.card.remove();
     this.entries.delete(key);
-    this.changed(true);
   }
 
   // A new value of `key` (from the live stream).
@@ -102,11 +142,5 @@ export class Watched {
       times: [...entry.series.times],
       rates: [...entry.series.rates],
     }));
-  }
-
-  changed(notify) {
-    localStorage.setItem(STORAGE_KEY, JSON.stringify(this.keys()));
-    this.empty.hidden = this.entries.size > 0;
-    if (notify) this.onChange(this.keys());
   }
 }

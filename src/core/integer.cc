@@ -38,6 +38,20 @@ std::optional<int64_t> ParseInt64(std::string_view text) {
   return static_cast<int64_t>(magnitude);
 }
 
+std::optional<uint64_t> ParseUint64(std::string_view text) {
+  if (text.empty()) return std::nullopt;
+  uint64_t value = 0;
+  for (const char c : text) {
+    const auto digit = static_cast<uint64_t>(static_cast<unsigned char>(c)) - '0';
+    if (digit > 9) return std::nullopt;
+    if (__builtin_mul_overflow(value, uint64_t{10}, &value) ||
+        __builtin_add_overflow(value, digit, &value)) {
+      return std::nullopt;
+    }
+  }
+  return value;
+}
+
 int FormatInt64(int64_t value, char* out) {
   const auto result = std::to_chars(out, out + 20, value);
   return static_cast<int>(result.ptr - out);

@@ -12,6 +12,11 @@ namespace tally {
 // Returns nullopt for anything else.
 std::optional<int64_t> ParseInt64(std::string_view text);
 
+// Parses an unsigned 64-bit decimal: one or more ASCII digits, within uint64, nothing else
+// (no sign, no spaces). Leading zeros are allowed, unlike ParseInt64: fixed-width numbers
+// (log segment names) have them. Returns nullopt for anything else.
+std::optional<uint64_t> ParseUint64(std::string_view text);
+
 // Writes `value` in decimal to `out` (at least 20 bytes) and returns the length.
 int FormatInt64(int64_t value, char* out);
 

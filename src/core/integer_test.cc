@@ -25,6 +25,24 @@ TEST(ParseInt64, RefusesEverythingElse) {
   }
 }
 
+TEST(ParseUint64, AcceptsDigitsWithinRange) {
+  EXPECT_EQ(ParseUint64("0"), 0u);
+  EXPECT_EQ(ParseUint64("42"), 42u);
+  EXPECT_EQ(ParseUint64("0000000000000017"), 17u);  // a log segment's fixed width
+  EXPECT_EQ(ParseUint64("18446744073709551615"), UINT64_MAX);
+  EXPECT_EQ(ParseUint64("000000000000000000000018446744073709551615"), UINT64_MAX);
+}
+
+TEST(ParseUint64, RefusesEverythingElse) {
+  for (const char* text : {"", "-1", "+1", " 1", "1 ", "1.5", "abc", "1e3", "0x10",
+                           // one past uint64's largest, and far past it
+                           "18446744073709551616", "99999999999999999999",
+                           // the bytes on either side of the digits, and one with the high bit
+                           "1/", "1:", "\xb1"}) {
+    EXPECT_EQ(ParseUint64(text), std::nullopt) << text;
+  }
+}
+
 TEST(FormatInt64, RoundTrips) {
   char buf[24];
   for (int64_t v : {int64_t{0}, int64_t{-1}, int64_t{123456789}, INT64_MAX, INT64_MIN}) {

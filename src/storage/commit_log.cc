@@ -9,9 +9,11 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <optional>
 #include <system_error>
 
 #include "core/crc32c.h"
+#include "core/integer.h"
 
 namespace tally::storage {
 namespace {
@@ -46,7 +48,9 @@ std::vector<uint64_t> CommitLog::ListSegments(const std::string& dir) {
   for (const auto& entry : std::filesystem::directory_iterator(dir, error)) {
     const std::string name = entry.path().filename().string();
     if (name.size() != 20 || !name.ends_with(".log")) continue;
-    segments.push_back(std::stoull(name.substr(0, 16)));
+    // Not named by a number: not a segment (nothing here wrote it), left alone.
+    const std::optional<uint64_t> segment = ParseUint64(std::string_view(name).substr(0, 16));
+    if (segment) segments.push_back(*segment);
   }
   std::sort(segments.begin(), segments.end());
   return segments;

@@ -6,7 +6,8 @@
 // changed since the previous checkpoint once (see RocksDbStore), after which the segments
 // they cover are deleted.
 //
-// Files: <dir>/<segment number, 16 digits>.log, numbered from 1, replayed in order.
+// Files: <dir>/<segment number, 16 digits>.log, numbered from 1, replayed in order. Other
+// files in <dir> are not segments: never read, never deleted.
 //   record := length:u32-le crc32c(payload):u32-le payload[length]
 // A record that is short or fails its checksum at the end of the newest segment is a
 // write cut by a crash: it never returned to the committer, so nothing depended on it,

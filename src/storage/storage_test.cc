@@ -4,6 +4,8 @@
 
 #include <filesystem>
 #include <map>
+#include <string>
+#include <vector>
 
 #include "storage/commit_log.h"
 #include "storage/rocksdb_store.h"
@@ -181,6 +183,35 @@ TEST_F(StoreTest, RefusesADamagedOlderSegment) {
       CommitLog::Replay((dir_ / "log").string(), 1, [](std::string_view) { return OkStatus(); });
   ASSERT_FALSE(replay.has_value());
   EXPECT_EQ(replay.error().code, ErrorCode::kCorruption);
+}
+
+TEST_F(StoreTest, IgnoresFilesThatAreNotSegments) {
+  const std::filesystem::path log_dir = dir_ / "log";
+  std::filesystem::create_directories(log_dir);
+  {
+    auto log = CommitLog::Create(log_dir.string(), 2);
+    ASSERT_TRUE(log.has_value());
+    ASSERT_TRUE((*log)->Append("only", true).has_value());
+  }
+  // Names of a segment's length that are not numbers.
+  for (const char* name : {"0000000000000abc.log", "segment-one-xyz!.log"}) {
+    const int fd = ::open((log_dir / name).c_str(), O_WRONLY | O_CREAT, 0644);
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(::write(fd, "junk", 4), 4);
+    ::close(fd);
+  }
+  std::vector<std::string> records;
+  auto replay = CommitLog::Replay(log_dir.string(), 1, [&](std::string_view payload) {
+    records.emplace_back(payload);
+    return OkStatus();
+  });
+  ASSERT_TRUE(replay.has_value()) << replay.error().message;
+  EXPECT_EQ(*replay, 2u);
+  EXPECT_EQ(records, std::vector<std::string>{"only"});
+  CommitLog::DropSegmentsBefore(log_dir.string(), 3);
+  EXPECT_FALSE(std::filesystem::exists(log_dir / "0000000000000002.log"));
+  EXPECT_TRUE(std::filesystem::exists(log_dir / "0000000000000abc.log"));
+  EXPECT_TRUE(std::filesystem::exists(log_dir / "segment-one-xyz!.log"));
 }
 
 }  // namespace

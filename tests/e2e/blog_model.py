@@ -198,8 +198,20 @@ def _state(r):
 
 # More definitions, for the expressions the blog counters above do not use: every
 # date_trunc unit, arithmetic with negative operands, upper/coalesce, bool and NULL key
-# parts, OR with NULLs. Used by the property test next to COUNTERS.
-EXTRA_COUNTERS = [
+# parts, OR with NULLs, counters without GROUP BY (one group, keyed by the counter's name
+# alone). Used by the property test next to COUNTERS.
+NO_KEY_COUNTERS = [
+    Counter("live_posts",
+            "CREATE COUNTER live_posts AS SELECT count(*) FROM posts "
+            "WHERE is_published AND NOT is_deleted;",
+            _published, lambda r: (), lambda r: 1, ()),
+    Counter("rating_total",
+            "CREATE COUNTER rating_total AS SELECT sum(rating - 3) FROM posts "
+            "WHERE NOT is_deleted;",
+            lambda r: sql_not(r["is_deleted"]), lambda r: (),
+            lambda r: None if r["rating"] is None else r["rating"] - 3, ()),
+]
+EXTRA_COUNTERS = NO_KEY_COUNTERS + [
     Counter("posts_by_week",
             "CREATE COUNTER posts_by_week AS SELECT date_trunc('week', created_at) AS w, "
             "count(*) FROM posts GROUP BY w;",

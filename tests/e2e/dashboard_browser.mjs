@@ -1,14 +1,25 @@
 // The dashboard in a real browser, driven by test_dashboard.py: Playwright (playwright-core
 // from dashboard/node_modules) drives Debian's /usr/bin/chromium, headless, against a
-// running tallyd started with --requirepass. It signs in, watches a plain counter and a
-// derived counter's group, pushes increments (INCRBY with redis-cli, changes with POST
+// running tallyd started with --requirepass. Two scenarios (SCENARIO):
+//
+// "main" (the default): two counters are written before the page opens. It signs in and
+// finds them watched by itself (the hottest counters), with their live values and rate
+// points. Then the user's choice: it adds a plain counter and a derived counter's group and
+// removes the automatic cards, pushes increments (INCRBY with redis-cli, changes with POST
 // /v1/changes), and checks that the page shows the counters' values, rate points above
-// zero, the top-K of a family, the definitions and the source; then it saves a screenshot.
+// zero, the top-K of a family, the definitions and the source; a far hotter counter does not
+// change the user's cards, which a reload brings back as they were; "choose automatically"
+// watches the hottest counters again, also after a reload. It saves a screenshot.
+//
+// "restart": tallyd was restarted after changes were pushed, so nothing is hot; the first
+// derived counter (by name, ALL_POSTS, which has no GROUP BY) has one group. The page
+// watches that group by itself and lists it (definitions: 1 group; top groups); once a
+// counter is written, the page watches it instead.
 //
 // Environment: DASHBOARD_URL, TALLY_PORT (Redis protocol), TALLY_PASSWORD, SCREENSHOT (a
-// .png path), TALLY_DASHBOARD_DIR (where node_modules is), CHROMIUM (default
-// /usr/bin/chromium). The last line printed is a JSON summary for the Python side. Every wait
-// is bounded; the browser is closed on every path.
+// .png path; "main" only), SCENARIO, TALLY_DASHBOARD_DIR (where node_modules is), CHROMIUM
+// (default /usr/bin/chromium). The last line printed is a JSON summary for the Python side.
+// Every wait is bounded; the browser is closed on every path.
 import { execFileSync } from 'node:child_process';
 import { createRequire } from 'node:module';
 import { join } from 'node:path';
@@ -22,6 +33,8 @@ const WAIT_MS = 20000;
 const PLAIN = 'likes:post:7';
 const GROUP = 'blog_posts:7:3';
 const HOT = 'page:views';  // written far more often than anything else
+const FIRST = ['visits:home', 'visits:about'];  // written before the page opens
+const ALL_POSTS = 'all_posts';  // "restart": a derived counter without GROUP BY
 
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 
@@ -50,20 +63,35 @@ function check(condition, message) {
   if (!condition) throw new Error(message);
 }
 
-const browser = await chromium.launch({
-  executablePath: process.env.CHROMIUM || '/usr/bin/chromium',
-  // As root, chromium runs only without its sandbox; a container's /dev/shm may be tiny.
-  args: ['--disable-dev-shm-usage',
-         ...(process.getuid && process.getuid() === 0 ? ['--no-sandbox'] : [])],
-  timeout: 30000,
-});
-const errors = [];
-try {
-  const page = await browser.newPage({ viewport: { width: 1280, height: 800 } });
-  page.setDefaultTimeout(WAIT_MS);
-  page.on('pageerror', (error) => errors.push(error.message));
+// The watched cards' keys, in order.
+const cardKeys = (page) => page.evaluate(() =>
+  [...document.querySelectorAll('#cards .card')].map((card) => card.dataset.key));
 
-  // The page loads without the password; its data calls ask for it once.
+// Waits until the cards show exactly `keys` (in any order) with these values.
+async function waitForCards(page, values) {
+  await page.waitForFunction((want) => {
+    const cards = [...document.querySelectorAll('#cards .card')];
+    return cards.length === Object.keys(want).length && cards.every((card) =>
+      card.querySelector('.value')?.dataset.value === String(want[card.dataset.key]));
+  }, values);
+}
+
+// Waits until every card of `keys` has at least two rate points, one of them above zero.
+async function waitForRates(page, keys) {
+  await page.waitForFunction((want) => {
+    const shown = window.tallyDashboard.watched();
+    return want.every((key) => {
+      const entry = shown.find((e) => e.key === key);
+      const points = Number(document.querySelector(`.card[data-key="${key}"] .chart`).dataset.points);
+      return entry && points >= 2 && entry.rates.some((rate) => rate > 0);
+    });
+  }, keys);
+}
+
+const storedChoice = (page) => page.evaluate(() => localStorage.getItem('tally.watched'));
+
+// Opens the page and signs in, first with a wrong password.
+async function signIn(page) {
   await page.goto(URL);
   await page.waitForSelector('#login[open]');
   await page.fill('#login-password', 'not-the-password');
@@ -74,12 +102,49 @@ try {
   await page.waitForSelector('#login:not([open])', { state: 'attached' });
   check(await page.evaluate(() => sessionStorage.getItem('tally.token')) === PASSWORD,
     'the password is not kept in sessionStorage');
+}
 
-  for (const key of [PLAIN, GROUP]) {
-    await page.fill('#watch-key', key);
-    await page.press('#watch-key', 'Enter');
-    await page.waitForSelector(`.card[data-key="${key}"]`);
+async function mainScenario(page) {
+  // Before the page opens, two counters are written: they are the hottest.
+  redis('-r', '400', 'INCR', FIRST[0]);
+  redis('-r', '200', 'INCR', FIRST[1]);
+  await signIn(page);
+
+  // The first view watches them by itself, live, nothing stored as the user's choice.
+  const firstValues = { [FIRST[0]]: 400, [FIRST[1]]: 200 };
+  await waitForCards(page, firstValues);
+  check(await page.evaluate(() => window.tallyDashboard.automatic()), 'not automatic at first');
+  check(/^automatic: the hottest counters$/.test(await page.textContent('#watch-mode')),
+    `watch mode says ${await page.textContent('#watch-mode')}`);
+  check(await page.isHidden('#watch-auto'), '"choose automatically" shown while automatic');
+  check(await storedChoice(page) === null, 'the automatic choice was stored');
+  for (let round = 1; round <= 6; round++) {
+    redis('INCRBY', FIRST[0], '5');
+    await sleep(400);
   }
+  await waitForRates(page, [FIRST[0]]);
+  await waitForCards(page, { [FIRST[0]]: 430, [FIRST[1]]: 200 });
+  const firstView = Object.fromEntries(
+    (await page.evaluate(() => window.tallyDashboard.watched())).map((e) => [e.key, e.value]));
+
+  // The user's choice: adding a key keeps the cards on screen and makes them theirs.
+  await page.fill('#watch-key', PLAIN);
+  await page.press('#watch-key', 'Enter');
+  await page.waitForSelector(`.card[data-key="${PLAIN}"]`);
+  check(!(await page.evaluate(() => window.tallyDashboard.automatic())), 'still automatic');
+  check(await page.textContent('#watch-mode') === 'your choice', 'watch mode not "your choice"');
+  await page.waitForSelector('#watch-auto:not([hidden])');
+  check(JSON.stringify(JSON.parse(await storedChoice(page))) ===
+    JSON.stringify([...FIRST, PLAIN]), `stored ${await storedChoice(page)}`);
+  for (const key of FIRST) {
+    await page.click(`.card[data-key="${key}"] .remove`);
+    await page.waitForSelector(`.card[data-key="${key}"]`, { state: 'detached' });
+  }
+  await page.fill('#watch-key', GROUP);
+  await page.press('#watch-key', 'Enter');
+  await page.waitForSelector(`.card[data-key="${GROUP}"]`);
+  check(await storedChoice(page) === JSON.stringify([PLAIN, GROUP]),
+    `stored ${await storedChoice(page)}`);
 
   // Increments spread over a few seconds, so that several of the page's once-a-second
   // samples see the counters grow.
@@ -91,20 +156,9 @@ try {
   const expected = { [PLAIN]: Number(redis('GET', PLAIN)), [GROUP]: Number(redis('GET', GROUP)) };
   check(expected[PLAIN] === 108 && expected[GROUP] === 4, `unexpected counter values ${JSON.stringify(expected)}`);
 
-  // The values shown equal the counters' values.
-  await page.waitForFunction((want) => Object.entries(want).every(([key, value]) =>
-    document.querySelector(`.card[data-key="${key}"] .value`)?.dataset.value === String(value)),
-  expected);
-
-  // Each chart has rate points, some of them above zero.
-  await page.waitForFunction((keys) => {
-    const shown = window.tallyDashboard.watched();
-    return keys.every((key) => {
-      const entry = shown.find((e) => e.key === key);
-      const points = Number(document.querySelector(`.card[data-key="${key}"] .chart`).dataset.points);
-      return entry && points >= 2 && entry.rates.some((rate) => rate > 0);
-    });
-  }, [PLAIN, GROUP]);
+  // The values shown equal the counters' values; each chart has rate points above zero.
+  await waitForCards(page, expected);
+  await waitForRates(page, [PLAIN, GROUP]);
 
   // Top-K of the family blog_posts:7, as GET /v1/top answers it.
   const top = await api('GET', '/v1/top/blog_posts/7?k=10');
@@ -129,25 +183,87 @@ try {
   // The live stream, and the hottest counters where this tallyd reports them (GET /v1/hot):
   // a key written 3,000 times comes first, whatever share of writes the sampler sees.
   const live = await page.getAttribute('#pill-live', 'data-state');
-  let hot = false;
-  try {
-    await api('GET', '/v1/hot');
-    hot = true;
-  } catch {
-    // No /v1/hot: the panel says so instead.
-  }
-  if (hot) {
-    redis('-r', '3000', 'INCR', HOT);
-    await page.waitForFunction((key) =>
-      document.querySelector('#hot li[data-key]')?.dataset.key === key, HOT);
-  }
-
+  redis('-r', '3000', 'INCR', HOT);
+  await page.waitForFunction((key) =>
+    document.querySelector('#hot li[data-key]')?.dataset.key === key, HOT);
   const displayed = await page.evaluate(() =>
     Object.fromEntries(window.tallyDashboard.watched().map((e) => [e.key, e.value])));
+  // The user's cards stay theirs, however hot another counter is; a reload brings them back.
+  check(JSON.stringify(await cardKeys(page)) === JSON.stringify([PLAIN, GROUP]),
+    `the user's cards changed: ${await cardKeys(page)}`);
+  await page.reload();
+  await waitForCards(page, expected);
+  check(JSON.stringify(await cardKeys(page)) === JSON.stringify([PLAIN, GROUP]),
+    `after a reload the cards are ${await cardKeys(page)}`);
+  check(await page.textContent('#watch-mode') === 'your choice', 'the reload lost the choice');
+  const reloaded = await cardKeys(page);
+
+  // Back to automatic: the hottest counters, HOT first among them; a reload keeps it.
+  await page.click('#watch-auto');
+  await page.waitForSelector(`.card[data-key="${HOT}"]`);
+  check(await storedChoice(page) === null, 'the choice is still stored');
+  const hot = await api('GET', '/v1/hot');
+  const hotKeys = hot.counters.map((c) => c.key);
+  check(hotKeys[0] === HOT, `GET /v1/hot: ${JSON.stringify(hot)}`);
+  const automatic = await cardKeys(page);
+  check(automatic.length === Math.min(6, hotKeys.length) &&
+    automatic.every((key) => hotKeys.includes(key)), `automatic cards ${automatic}, hot ${hotKeys}`);
+  await page.reload();
+  await page.waitForSelector(`.card[data-key="${HOT}"]`);
+  check(await page.evaluate(() => window.tallyDashboard.automatic()), 'not automatic after a reload');
+  await page.waitForFunction((key) => Number(
+    document.querySelector(`.card[data-key="${key}"] .value`)?.dataset.value) >= 3000, HOT);
+  for (let round = 1; round <= 6; round++) {
+    redis('INCRBY', HOT, String(round * 10));
+    await sleep(400);
+  }
+  await waitForRates(page, [HOT]);
+
   await page.screenshot({ path: process.env.SCREENSHOT });
   console.log(`screenshot: ${process.env.SCREENSHOT}`);
+  return { displayed, expected, live, first_view: firstView, reloaded, automatic,
+           top: top.items };
+}
+
+async function restartScenario(page) {
+  await signIn(page);
+  // Nothing is hot: the only group of the first counter is watched.
+  const value = Number(redis('GET', ALL_POSTS));
+  check(value > 0, `${ALL_POSTS} is ${value}`);
+  await waitForCards(page, { [ALL_POSTS]: value });
+  const mode = await page.textContent('#watch-mode');
+  check(mode === `automatic: the largest groups of ${ALL_POSTS}`, `watch mode says ${mode}`);
+  // Its definition counts its one group, and its top groups list it.
+  await page.waitForFunction((name) => document.querySelector(
+    `#definitions [data-counter="${name}"] .def-groups`)?.textContent === '1', ALL_POSTS);
+  await page.selectOption('#top-counter', ALL_POSTS);
+  await page.waitForFunction(([name, want]) => {
+    const rows = [...document.querySelectorAll('#top li[data-key]')];
+    return rows.length === 1 && rows[0].dataset.key === name &&
+      rows[0].dataset.value === String(want);
+  }, [ALL_POSTS, value]);
+  // A counter written now is hot: the page watches it instead.
+  redis('-r', '50', 'INCR', HOT);
+  await waitForCards(page, { [HOT]: 50 });
+  return { all_posts: value, mode };
+}
+
+const browser = await chromium.launch({
+  executablePath: process.env.CHROMIUM || '/usr/bin/chromium',
+  // As root, chromium runs only without its sandbox; a container's /dev/shm may be tiny.
+  args: ['--disable-dev-shm-usage',
+         ...(process.getuid && process.getuid() === 0 ? ['--no-sandbox'] : [])],
+  timeout: 30000,
+});
+const errors = [];
+try {
+  const page = await browser.newPage({ viewport: { width: 1280, height: 800 } });
+  page.setDefaultTimeout(WAIT_MS);
+  page.on('pageerror', (error) => errors.push(error.message));
+  const summary = process.env.SCENARIO === 'restart' ? await restartScenario(page)
+    : await mainScenario(page);
   check(errors.length === 0, `errors in the page: ${errors.join('; ')}`);
-  console.log(JSON.stringify({ displayed, expected, live, hot, top: top.items }));
+  console.log(JSON.stringify(summary));
 } finally {
   await browser.close();
 }

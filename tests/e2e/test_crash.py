@@ -25,6 +25,7 @@ import threading
 import time
 import unittest
 
+from kill_cycles import Coordinator
 from harness import IS_REDIS, ConnectionClosed, RespConn, TallyServer, encode_command
 
 SEED = int(os.environ.get("E2E_SEED", "20250601"))
@@ -33,15 +34,6 @@ CLIENTS = 6
 SHARED_KEYS = ["crash:shared:%d" % i for i in range(3)]
 TEST_DEADLINE = 120.0   # seconds for the whole test
 PARK_TIMEOUT = 30.0     # for all clients to stop after a kill
-
-
-class Coordinator:
-    def __init__(self):
-        self.cond = threading.Condition()
-        self.generation = 0     # bumped by the main thread each time clients may go on
-        self.paused = False     # clients park at their next request boundary
-        self.killing = False    # connection errors are expected
-        self.stop = False
 
 
 class BadReply(Exception):
@@ -89,18 +81,12 @@ class Client(threading.Thread):
         need_park = False
         try:
             while True:
-                with self.coord.cond:
-                    if self.coord.stop:
-                        return
-                    if self.coord.paused or need_park:
-                        self._close()
-                        self.parked_gen = self.coord.generation
-                        self.coord.cond.notify_all()
-                        while (self.coord.generation == self.parked_gen
-                               and not self.coord.stop):
-                            self.coord.cond.wait(timeout=1.0)
-                        need_park = False
-                        continue
+                action = self.coord.at_boundary(self, need_park, self._close)
+                if action == "stop":
+                    return
+                if action == "parked":
+                    need_park = False
+                    continue
                 if self.conn is None:
                     try:
                         self.conn = RespConn(self.port, timeout=15.0)
@@ -193,21 +179,14 @@ class CrashTest(unittest.TestCase):
         self.addCleanup(server.cleanup)
         server.start()
 
-        coord = Coordinator()
+        coord = Coordinator(PARK_TIMEOUT)
         clients = [Client(i, server.port, coord, rng.randrange(1 << 30)) for i in range(CLIENTS)]
         clients.append(PipelineClient(CLIENTS, server.port, coord, rng.randrange(1 << 30)))
         clients.append(TxClient(CLIENTS + 1, server.port, coord, rng.randrange(1 << 30)))
         all_keys = sorted(set(k for c in clients for k in c.keys))
         base = {k: 0 for k in all_keys}
 
-        def stop_clients():
-            with coord.cond:
-                coord.stop = True
-                coord.cond.notify_all()
-            for c in clients:
-                c.join(timeout=20)
-
-        self.addCleanup(stop_clients)
+        self.addCleanup(coord.stop_all, clients, 20)
         for c in clients:
             c.start()
 
@@ -215,14 +194,8 @@ class CrashTest(unittest.TestCase):
                  "sigterm": 0}
 
         def wait_parked():
-            deadline = time.monotonic() + PARK_TIMEOUT
-            with coord.cond:
-                while not all(c.parked_gen == coord.generation for c in clients):
-                    left = deadline - time.monotonic()
-                    if left <= 0:
-                        self.fail("clients did not stop within %.0fs after the kill"
-                                  % PARK_TIMEOUT)
-                    coord.cond.wait(timeout=min(left, 0.5))
+            if not coord.wait_parked(clients):
+                self.fail("clients did not stop within %.0fs after the kill" % PARK_TIMEOUT)
 
         def check(cycle, how):
             problems = [p for c in clients for p in c.problems]
@@ -257,22 +230,13 @@ class CrashTest(unittest.TestCase):
                 c.acked = {}
                 c.inflight = []
 
-        def resume():
-            with coord.cond:
-                coord.killing = False
-                coord.paused = False
-                coord.generation += 1
-                coord.cond.notify_all()
-
         for cycle in range(1, CYCLES + 1):
             self.assertLess(time.monotonic() - started, TEST_DEADLINE,
                             "only %d cycles done within %.0fs" % (cycle - 1, TEST_DEADLINE))
             time.sleep(rng.uniform(0.05, 0.6))   # load runs
             self.assertTrue(server.alive(), "server died on its own in cycle %d (seed %d)\n%s"
                             % (cycle, SEED, server.log_tail()))
-            with coord.cond:
-                coord.killing = True
-                coord.paused = True
+            coord.set(paused=True, killing=True)
             how = "kill -9"
             if cycle % 8 == 0:
                 how = "SIGTERM"
@@ -290,13 +254,11 @@ class CrashTest(unittest.TestCase):
                 server.kill9()
             server.start()
             check(cycle, how)
-            resume()
+            coord.resume()
 
         # Final: stop the clients, check, then a clean restart must give the same values.
         time.sleep(0.3)
-        with coord.cond:
-            coord.killing = False
-            coord.paused = True
+        coord.set(paused=True, killing=False)
         wait_parked()
         check(CYCLES + 1, "final, server up")
         final = dict(base)

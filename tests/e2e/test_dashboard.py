@@ -2,7 +2,10 @@
 ETags, 304s, caching, no password needed for them while the data routes want it), and the
 page in a real browser: dashboard_browser.mjs drives Debian's chromium with playwright-core
 (from dashboard/node_modules, installed by `make deps`) against a tallyd started with
---requirepass, and saves a screenshot.
+--requirepass, and saves a screenshot. Two scenarios: the main one (the hottest counters
+watched at first, then the user's choice, kept across a reload, and back to automatic), and
+a first view after a restart, when nothing is hot: the one group of the first derived
+counter, which has no GROUP BY.
 
 Environment (set by CTest): TALLY_DASHBOARD_DIR (default ../../dashboard),
 TALLY_TEST_ARTIFACTS (where the screenshot goes; default ../../build/test-artifacts),
@@ -15,6 +18,7 @@ import os
 import re
 import shutil
 import subprocess
+import time
 import unittest
 
 from harness import TallyServer, blog_posts_schema, free_port, tally_only
@@ -46,19 +50,37 @@ def request(port, method, path, headers=None, body=None):
 
 
 class DashboardServer:
-    """A tallyd with --requirepass and a known HTTP port, the schema above defined."""
+    """A tallyd with --requirepass and a known HTTP port, the schema above defined (and
+    `extra_counters`)."""
 
-    def __init__(self, add_cleanup):
+    def __init__(self, add_cleanup, extra_counters=""):
         self.http_port = free_port()
         self.server = TallyServer(options={"requirepass": PASSWORD},
                                   extra_args=["--http-port", str(self.http_port)])
         add_cleanup(self.server.cleanup)
         self.server.start()
         self.auth = {"Authorization": "Bearer " + PASSWORD}
-        status, _, body = request(self.http_port, "POST", "/v1/definitions", self.auth,
-                                  SCHEMA.encode())
+        self.call("POST", "/v1/definitions", SCHEMA + extra_counters)
+
+    def call(self, method, path, body=""):
+        """A data call with the password; its JSON answer, which must be a 200."""
+        status, _, reply = request(self.http_port, method, path, self.auth, body.encode())
         if status != 200:
-            raise AssertionError("defining the schema: %d %r" % (status, body))
+            raise AssertionError("%s %s: %d %r" % (method, path, status, reply))
+        return json.loads(reply)
+
+    def restart(self):
+        self.server.restart()
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                if request(self.http_port, "GET", "/healthz")[0] == 200:
+                    return
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                raise AssertionError("HTTP did not come back after a restart")
+            time.sleep(0.05)
 
 
 @tally_only
@@ -127,7 +149,8 @@ class DashboardFilesTest(unittest.TestCase):
 
 @tally_only
 class DashboardBrowserTest(unittest.TestCase):
-    def test_page_in_chromium(self):
+    def run_browser(self, tally, scenario, screenshot=""):
+        """Runs dashboard_browser.mjs's `scenario` against `tally`; returns its summary."""
         for path, what in ((CHROMIUM, "chromium (make deps installs it)"),
                            (os.path.join(DASHBOARD_DIR, "node_modules", "playwright-core"),
                             "playwright-core (make deps runs npm ci in dashboard/)")):
@@ -135,16 +158,11 @@ class DashboardBrowserTest(unittest.TestCase):
                 self.fail("%s is missing: %s" % (path, what))
         node = shutil.which("node") or shutil.which("nodejs")
         self.assertIsNotNone(node, "node is missing (make deps installs nodejs)")
-
-        tally = DashboardServer(self.addCleanup)
-        os.makedirs(ARTIFACTS, exist_ok=True)
-        screenshot = os.path.join(ARTIFACTS, "dashboard.png")
-        if os.path.exists(screenshot):
-            os.remove(screenshot)
         env = dict(os.environ,
                    DASHBOARD_URL="http://%s:%d/" % (HOST, tally.http_port),
                    TALLY_PORT=str(tally.server.port), TALLY_PASSWORD=PASSWORD,
-                   SCREENSHOT=screenshot, TALLY_DASHBOARD_DIR=DASHBOARD_DIR, CHROMIUM=CHROMIUM)
+                   SCREENSHOT=screenshot, SCENARIO=scenario, TALLY_DASHBOARD_DIR=DASHBOARD_DIR,
+                   CHROMIUM=CHROMIUM)
         # Its own process group, so that a timeout stops chromium with it.
         proc = subprocess.Popen([node, os.path.join(HERE, "dashboard_browser.mjs")], env=env,
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -158,19 +176,50 @@ class DashboardBrowserTest(unittest.TestCase):
                 BROWSER_TIMEOUT, output))
         print(output, end="")
         self.assertEqual(proc.returncode, 0, output + tally.server.log_tail())
-        summary = json.loads(output.strip().splitlines()[-1])
+        return json.loads(output.strip().splitlines()[-1])
+
+    def test_page_in_chromium(self):
+        tally = DashboardServer(self.addCleanup)
+        os.makedirs(ARTIFACTS, exist_ok=True)
+        screenshot = os.path.join(ARTIFACTS, "dashboard.png")
+        if os.path.exists(screenshot):
+            os.remove(screenshot)
+        summary = self.run_browser(tally, "main", screenshot)
 
         # What the page showed equals the counters, read here with another client.
         r = tally.server.client()
         self.addCleanup(r.close)
+        self.assertEqual(summary["first_view"], {
+            "visits:home": int(r.get("visits:home")),
+            "visits:about": int(r.get("visits:about")),
+        })
         self.assertEqual(summary["displayed"], {
             "likes:post:7": int(r.get("likes:post:7")),
             "blog_posts:7:3": int(r.get("blog_posts:7:3")),
         })
+        self.assertEqual(summary["reloaded"], ["likes:post:7", "blog_posts:7:3"])
+        self.assertIn("page:views", summary["automatic"])
         self.assertEqual(summary["live"], "live")  # values came over GET /v1/events
-        self.assertTrue(summary["hot"], "GET /v1/hot did not answer")
         self.assertTrue(os.path.getsize(screenshot) > 10000, screenshot)
         print("dashboard screenshot: %s" % screenshot)
+
+    def test_first_view_after_a_restart(self):
+        # Counted, then restarted: nothing is hot, and the first derived counter by name has
+        # no GROUP BY; its one group must be found again in the index rebuilt at start.
+        tally = DashboardServer(self.addCleanup, extra_counters="""
+CREATE COUNTER all_posts AS SELECT count(*) FROM posts WHERE is_published;""")
+        changes = [{"source": "posts", "new": {
+            "id": i, "user_id": i % 3, "blog_id": 1 + i % 2, "rating": i % 5,
+            "is_published": i % 4 != 0, "is_deleted": False}} for i in range(1, 21)]
+        tally.call("POST", "/v1/changes", json.dumps(changes))
+        tally.restart()
+        listing = {c["name"]: c["groups"] for c in tally.call("GET", "/v1/definitions")["counters"]}
+        self.assertEqual(listing["all_posts"], 1)
+        self.assertEqual(tally.call("GET", "/v1/hot")["counters"], [])
+
+        summary = self.run_browser(tally, "restart")
+        self.assertEqual(summary["all_posts"], 15)
+        self.assertEqual(summary["mode"], "automatic: the largest groups of all_posts")
 
 
 if __name__ == "__main__":

@@ -359,7 +359,7 @@ class PropertyTest(unittest.TestCase):
                                  "%s: COUNTER.GET %s" % (context, k))
                 reply = http.value(c.name, parts)
                 self.assertEqual(reply, {"key": k, "value": v}, "%s: /v1/value" % context)
-            if c.key_types[0] == "int" and len(fam) > 0:
+            if c.key_types and c.key_types[0] == "int" and len(fam) > 0:
                 keys = [[self.json_part(p, t) for p, t in zip(self.parts_of(k), c.key_types)]
                         for k, _ in rng.sample(fam, min(4, len(fam)))]
                 missing = [987654] + [self.missing_part(t) for t in c.key_types[1:]]
@@ -399,7 +399,10 @@ class PropertyTest(unittest.TestCase):
     # --- key parts ------------------------------------------------------------------------
     @staticmethod
     def parts_of(key):
-        """The escaped parts of a canonical key (after the counter name)."""
+        """The escaped parts of a canonical key (after the counter name): none for the group
+        of a counter without key columns."""
+        if ":" not in key:
+            return []
         parts, cur, i = [], "", key.index(":") + 1
         while i < len(key):
             ch = key[i]
@@ -715,6 +718,103 @@ class ApiTest(DerivedCase):
         self.push([dele(r) for r in rows])
         time.sleep(TOP_STALENESS)
         self.assertEqual(self.http.top("author_rating", 5, prefix=[51])["items"], [])
+
+
+@tally_only
+class NoKeyColumnsTest(DerivedCase):
+    """A counter without GROUP BY has one group, keyed by its name alone: every read lists,
+    ranks and counts it like any other group, over Redis and HTTP, before and after a
+    restart (which rebuilds the family index from the store), and plain writes to it are
+    refused."""
+    counters = bm.COUNTERS + bm.NO_KEY_COUNTERS
+
+    def info_groups(self):
+        info = self.r.info("derived")
+        return info["derived_groups"], info["counter_live_posts"]
+
+    def listing_groups(self):
+        listed = self.conn.call("COUNTER.LIST")
+        for entry in listed:
+            fields = dict(zip(entry[::2], entry[1::2]))
+            if fields["name"] == "live_posts":
+                return int(fields["groups"])
+        raise AssertionError("COUNTER.LIST has no live_posts: %r" % (listed,))
+
+    def definitions_groups(self):
+        status, listing = self.http.request("GET", "/v1/definitions")
+        self.assertEqual(status, 200, listing)
+        return {c["name"]: c["groups"] for c in listing["counters"]}["live_posts"]
+
+    def check(self, value, context):
+        """Every read of live_posts gives `value` (0: no group)."""
+        items = [] if value == 0 else [["live_posts", value]]
+        pairs = [] if value == 0 else ["live_posts", value]
+        groups = 0 if value == 0 else 1
+        self.assertEqual(self.r.get("live_posts"), None if value == 0 else str(value), context)
+        self.assertEqual(self.conn.call("COUNTER.GET", "live_posts"), value, context)
+        self.assertEqual(self.http.value("live_posts", []), {"key": "live_posts", "value": value},
+                         context)
+        self.assertEqual(self.http.values("live_posts", [[]]),
+                         {"values": [{"key": "live_posts", "value": value}]}, context)
+        self.assertEqual(self.conn.call("COUNTER.SCAN", "live_posts", "0", "100"), ["0", pairs],
+                         context)
+        self.assertEqual(self.http.list_page("live_posts"),
+                         {"items": [{"key": k, "value": v} for k, v in items],
+                          "next_cursor": ""}, context)
+        time.sleep(TOP_STALENESS)
+        self.assertEqual(self.conn.call("COUNTER.TOP", "live_posts", "10"), pairs, context)
+        self.assertEqual(self.http.top("live_posts", 10),
+                         {"items": [{"key": k, "value": v} for k, v in items]}, context)
+        self.assertEqual(self.listing_groups(), groups, context)
+        self.assertEqual(self.definitions_groups(), groups, context)
+        self.assertEqual(self.info_groups()[1], {"source": "posts", "groups": groups}, context)
+        # The snapshot of every counter equals the recount, this one included.
+        want = bm.recount(self.rows.values(), self.counters)
+        self.assertEqual(self.snapshot(), want, context)
+        self.assertEqual(snapshot_http(self.http, self.names()), want, context)
+        self.assertEqual(self.info_groups()[0], len(want), context)
+
+    def test_one_group_like_any_other(self):
+        self.rows = {pid: post(pid, blog=61, user=pid % 3, rating=pid % 5 + 1)
+                     for pid in range(6001, 6008)}
+        self.push([ins(r) for r in self.rows.values()])
+        self.check(7, "after 7 inserts")
+        # Plain writes to the group are refused; it stays as it is.
+        for cmd in (("INCR", "live_posts"), ("SET", "live_posts", "1"), ("DEL", "live_posts"),
+                    ("INCRBY", "rating_total", "5")):
+            reply = self.conn.call(*cmd)
+            self.assertIsInstance(reply, RespError, "%s answered %r" % (cmd, reply))
+            self.assertIn("belongs to the derived counter", reply.message)
+        # A counter without key columns has no prefix to name.
+        reply = self.conn.call("COUNTER.SCAN", "live_posts", "0", "10", "7")
+        self.assertIsInstance(reply, RespError, reply)
+        self.assertIn("counter live_posts has no key parts (no GROUP BY)", reply.message)
+        status, reply = self.http.request("GET", "/v1/top/live_posts/7")
+        self.assertEqual(status, 400, reply)
+
+        self.ds.restart()
+        self.conn = self.ds.server.raw(timeout=30)
+        self.addCleanup(self.conn.close)
+        self.r = self.ds.server.client()
+        self.addCleanup(self.r.close)
+        self.check(7, "after a restart")
+
+        # Unpublished and deleted posts leave the group; back at 0 it is gone, also after a
+        # restart, and comes back with the next post.
+        for pid in range(6001, 6004):
+            self.push([upd(self.rows[pid], dict(self.rows[pid], is_published=False))])
+            self.rows[pid] = dict(self.rows[pid], is_published=False)
+        self.check(4, "after 3 unpublished")
+        self.push([dele(self.rows.pop(pid)) for pid in list(self.rows)])
+        self.check(0, "after every post was deleted")
+        self.ds.restart()
+        self.conn = self.ds.server.raw(timeout=30)
+        self.addCleanup(self.conn.close)
+        self.check(0, "deleted, after a restart")
+        self.rows = {6100: post(6100, blog=61)}
+        self.push([ins(self.rows[6100])])
+        self.check(1, "after one more post")
+        self.push([dele(self.rows.pop(6100))])
 
 
 @tally_only

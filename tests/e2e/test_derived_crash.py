@@ -30,6 +30,7 @@ import time
 import unittest
 
 import blog_model as bm
+from kill_cycles import Coordinator
 from harness import ConnectionClosed, RespConn, RespError, tally_only
 from test_derived import DerivedServer, diff, snapshot_scan
 
@@ -42,15 +43,6 @@ THREADS = 3
 TEST_DEADLINE = max(240.0, 2.0 * CYCLES)
 PARK_TIMEOUT = 30.0
 NAMES = bm.COUNTER_NAMES
-
-
-class Coordinator:
-    def __init__(self):
-        self.cond = threading.Condition()
-        self.generation = 0
-        self.paused = False
-        self.killing = False
-        self.stop = False
 
 
 class Batch:
@@ -136,17 +128,12 @@ class Sender(threading.Thread):
         need_park = False
         try:
             while True:
-                with self.coord.cond:
-                    if self.coord.stop:
-                        return
-                    if self.coord.paused or need_park:
-                        self._close()
-                        self.parked_gen = self.coord.generation
-                        self.coord.cond.notify_all()
-                        while self.coord.generation == self.parked_gen and not self.coord.stop:
-                            self.coord.cond.wait(timeout=1.0)
-                        need_park = False
-                        continue
+                action = self.coord.at_boundary(self, need_park, self._close)
+                if action == "stop":
+                    return
+                if action == "parked":
+                    need_park = False
+                    continue
                 if self.pending is None:
                     self.pending = self.next_batch()
                 batch = self.pending
@@ -186,31 +173,19 @@ class DerivedCrashTest(unittest.TestCase):
         self.addCleanup(ds.cleanup)
         ds.start()
 
-        coord = Coordinator()
+        coord = Coordinator(PARK_TIMEOUT)
         senders = [Sender(i, ds, coord, rng.randrange(1 << 30),
                           "redis" if i == THREADS - 1 else "http") for i in range(THREADS)]
 
-        def stop_senders():
-            with coord.cond:
-                coord.stop = True
-                coord.cond.notify_all()
-            for s in senders:
-                s.join(timeout=30)
-
-        self.addCleanup(stop_senders)
+        self.addCleanup(coord.stop_all, senders, 30)
         for s in senders:
             s.start()
         stats = {"inflight": 0, "inflight_applied": 0, "quiet": 0, "sigterm": 0,
                  "recovery_kills": 0}
 
         def wait_parked():
-            deadline = time.monotonic() + PARK_TIMEOUT
-            with coord.cond:
-                while not all(s.parked_gen == coord.generation for s in senders):
-                    left = deadline - time.monotonic()
-                    if left <= 0:
-                        self.fail("senders did not stop within %.0fs" % PARK_TIMEOUT)
-                    coord.cond.wait(timeout=min(left, 0.5))
+            if not coord.wait_parked(senders):
+                self.fail("senders did not stop within %.0fs" % PARK_TIMEOUT)
 
         def snapshot():
             with ds.server.raw(timeout=30) as conn:
@@ -276,13 +251,6 @@ class DerivedCrashTest(unittest.TestCase):
             self.assertEqual(got, want, "cycle %d (%s, seed %d): after the resends\n%s" % (
                 cycle, how, SEED, diff(got, want)))
 
-        def resume():
-            with coord.cond:
-                coord.killing = False
-                coord.paused = False
-                coord.generation += 1
-                coord.cond.notify_all()
-
         for cycle in range(1, CYCLES + 1):
             self.assertLess(time.monotonic() - started, TEST_DEADLINE,
                             "only %d cycles done within %.0fs" % (cycle - 1, TEST_DEADLINE))
@@ -294,16 +262,12 @@ class DerivedCrashTest(unittest.TestCase):
                 # Between batches: the senders finish their batch and stop first.
                 how = "kill -9 between batches"
                 stats["quiet"] += 1
-                with coord.cond:
-                    coord.paused = True
+                coord.set(paused=True)
                 wait_parked()
-                with coord.cond:
-                    coord.killing = True
+                coord.set(killing=True)
                 ds.server.kill9()
             else:
-                with coord.cond:
-                    coord.killing = True
-                    coord.paused = True
+                coord.set(paused=True, killing=True)
                 if cycle % 6 == 3:
                     how = "SIGTERM"
                     stats["sigterm"] += 1
@@ -321,11 +285,10 @@ class DerivedCrashTest(unittest.TestCase):
             ds.server.start()
             bm.wait_http(ds.http_port)
             check(cycle, how)
-            resume()
+            coord.resume()
 
         time.sleep(0.3)
-        with coord.cond:
-            coord.paused = True
+        coord.set(paused=True)
         wait_parked()
         check(CYCLES + 1, "final, server up")
         final = snapshot()

@@ -19,6 +19,9 @@ counters over `posts`, REPLICA IDENTITY FULL) serve the tests, in order:
 - test_5_pending_counter_not_compared: a counter on a table without REPLICA IDENTITY FULL
   stays pending (COUNTER.LIST's state): verify leaves it out with its reason and exits 3,
   the others equal; once the table has it, the counter is backfilled and compared (exit 0).
+- test_6_counter_without_group_by: a counter without GROUP BY (one group, its name) defined
+  mid-stream is backfilled, compared equal, damaged and found, repaired, and stays equal
+  under writes.
 
 Environment: TALLYD, TALLY_CLI (the `tally` program).
 """
@@ -378,6 +381,54 @@ class VerifyTest(unittest.TestCase):
         finally:
             with RespConn(self.server.port) as c:
                 c.call("COUNTER.DROP", "notes_per_blog")
+
+    def test_6_counter_without_group_by(self):
+        # A counter without GROUP BY has one group, keyed by its name alone: its SELECT's one
+        # row. Defined mid-stream, it is backfilled, then compared, damaged, found and
+        # repaired like any other, while a writer runs too.
+        self.wait_caught_up()
+        with RespConn(self.server.port) as c:
+            reply = c.call("COUNTER.DEFINE", "CREATE COUNTER live_posts AS SELECT count(*) "
+                           "FROM posts WHERE is_published AND NOT is_deleted")
+            self.assertEqual(reply, ["CREATE COUNTER live_posts"])
+        try:
+            deadline = time.monotonic() + 60
+            while True:  # until the backfill is done
+                code, out, err = self.verify("live_posts")
+                if code == 0 or time.monotonic() > deadline:
+                    break
+                time.sleep(0.2)
+            self.assertEqual(code, 0, out + err)
+            self.assertRegex(out, r"(?m)^live_posts: equal \(1 group\)$")
+            want = int(self.pg.query("SELECT count(*) FROM posts WHERE is_published AND NOT "
+                                     "is_deleted")[0][0])
+            self.assertGreater(want, 0)
+            with RespConn(self.server.port) as c:
+                self.assertEqual(c.call("COUNTER.SCAN", "live_posts", "0", "10"),
+                                 ["0", ["live_posts", want]])
+                self.assertEqual(c.call("COUNTER.REPAIR", "live_posts", "live_posts",
+                                        str(want + 5)), 1)
+            code, out, err = self.verify("live_posts")
+            self.assertEqual(code, 1, out + err)
+            self.assertEqual([line for line in out.splitlines() if ": tally " in line],
+                             ["live_posts: tally %d, source %d" % (want + 5, want)])
+            self.assert_released()
+            code, out, err = self.verify("live_posts", "--repair")
+            self.assertEqual(code, 0, out + err)
+            self.assertIn("live_posts: repaired 1 group, now equal", out)
+            self.assert_released()
+            finish = self.start_writer(26)
+            try:
+                time.sleep(0.3)
+                code, out, err = self.verify()
+                self.assertEqual(code, 0, out + err)
+                self.assertRegex(out, r"(?m)^live_posts: equal \(1 group\)$")
+                self.assertRegex(out, r"(?m)^tally verify: equal: 7 counters at source position ")
+            finally:
+                finish()
+        finally:
+            with RespConn(self.server.port) as c:
+                c.call("COUNTER.DROP", "live_posts")
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <array>
 
+#include "core/integer.h"
 #include "engine/definitions/compiler.h"
 #include "engine/definitions/parser.h"
 #include "engine/derived/catalog_records.h"
@@ -30,11 +31,8 @@ defs::Catalog SchemaLookup(const CatalogSnapshot& catalog) {
 // The start a "start/<name>" record holds: kPendingStart or a position.
 Result<int64_t> ParseStart(std::string_view record, const std::string& value) {
   if (value == kPendingStartValue) return kPendingStart;
-  try {
-    return std::stoll(value);
-  } catch (...) {
-    return Corruption(fmt::format("catalog record {}: '{}' is not a position", record, value));
-  }
+  if (std::optional<int64_t> position = ParseInt64(value)) return *position;
+  return Corruption(fmt::format("catalog record {}: '{}' is not a position", record, value));
 }
 
 }  // namespace
@@ -143,8 +141,8 @@ Result<std::vector<std::shared_ptr<Family>>> Catalog::Load() {
     cursor = keyspace_.keyspace().Scan(cursor, kScanStep, nullptr, &keys);
     for (std::string& key : keys) {
       const std::string_view name = FamilyName(key);
-      if (name.empty()) continue;
       if (Family* family = catalog->FindCounter(name)) {
+        if (!family->IsGroupKey(key)) continue;
         std::lock_guard lock(family->mutex);
         family->AddKey(key);
       } else if (catalog->dropping.contains(Absl(name))) {
@@ -247,19 +245,18 @@ Result<std::string> Catalog::CreateCounter(const defs::CreateCounter& create,
   if (catalog->dropping.contains(Absl(name))) {
     return InvalidArgument(fmt::format("counter {} is still being dropped", name));
   }
-  // Plain counters already spelled like this counter's groups would be taken for them.
-  const std::string prefix = name + ":";
+  // Plain counters already spelled like this counter's keys would be taken for its groups.
   std::vector<std::string> clashes;
   uint64_t cursor = 0;
   do {
     cursor = keyspace_.keyspace().Scan(
-        cursor, kScanStep, [&](std::string_view key) { return key.starts_with(prefix); }, &clashes);
+        cursor, kScanStep, [&](std::string_view key) { return FamilyName(key) == name; }, &clashes);
   } while (cursor != 0 && clashes.empty());
   if (!clashes.empty()) {
     return InvalidArgument(fmt::format(
-        "plain counters named {}... exist (e.g. '{}'): a derived counter owns every key that "
-        "starts with its name and ':'; delete them or choose another name",
-        prefix, clashes.front().substr(0, 128)));
+        "plain counters named {} or {}:... exist (e.g. '{}'): a derived counter owns its name "
+        "and every key that starts with its name and ':'; delete them or choose another name",
+        name, name, clashes.front().substr(0, 128)));
   }
   const bool pending = starts_pending(compiled->source().name);
   std::vector<engine::Persistence::CatalogOp> ops{{RecordName(kCounterRecord, name), sql}};

@@ -4,8 +4,9 @@
 // Each CREATE / DROP writes its records durably, then installs a new CatalogSnapshot
 // (catalog_snapshot.h); readers and the apply path hold the snapshot they took. Load
 // compiles every record at start, rebuilds each family's index from one pass over the
-// keyspace and finishes any DROP COUNTER a crash interrupted. A derived counter owns every
-// key "<name>:..." of the keyspace: CREATE COUNTER refuses a name whose keys plain counters
+// keyspace and finishes any DROP COUNTER a crash interrupted. A derived counter owns the key
+// "<name>" (the one group of a counter without key columns) and every key "<name>:..." of
+// the keyspace (FamilyName): CREATE COUNTER refuses a name whose keys plain counters
 // already use, and IsProtectedKey tells the servers which keys plain writes must not touch.
 //
 // Callers: DerivedCounters only (Load, Execute, Drop, the listings, IsProtectedKey), for

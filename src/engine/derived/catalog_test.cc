@@ -29,6 +29,14 @@ class CatalogTest : public CatalogStoreTest {
     return {records->begin(), records->end()};
   }
 
+  // Sets a group of `counter` durably, as tally verify's repair does.
+  void SetGroup(std::string_view counter, const std::string& key, int64_t value) {
+    auto epoch = keyspace_->SetGroups(*catalog_->Snapshot()->FindCounter(counter),
+                                      std::vector<KeyValue>{{key, value}});
+    ASSERT_TRUE(epoch) << epoch.error().message;
+    keyspace_->WaitDurable(*epoch);
+  }
+
   void WriteRecord(const std::string& name, std::optional<std::string> value) {
     const engine::Persistence::CatalogOp op{name, std::move(value)};
     ASSERT_TRUE(store_->WriteCatalog({&op, 1}));
@@ -105,7 +113,7 @@ TEST_F(CatalogTest, ACountersKeysAreProtectedUntilItIsDropped) {
   EXPECT_FALSE(catalog_->IsProtectedKey("shop_orders:7"));
   Define(kModel);
   EXPECT_TRUE(catalog_->IsProtectedKey("shop_orders:7"));
-  EXPECT_FALSE(catalog_->IsProtectedKey("shop_orders"));  // no ':': not a group
+  EXPECT_TRUE(catalog_->IsProtectedKey("shop_orders"));  // its name: owned, though no group
   EXPECT_FALSE(catalog_->IsProtectedKey("shop_orders_x:7"));
   EXPECT_TRUE(catalog_->IsProtectedKey(std::string("\0id:x", 5)));
   EXPECT_TRUE(catalog_->IsProtectedKey(std::string("\0pos:orders", 11)));
@@ -114,6 +122,41 @@ TEST_F(CatalogTest, ACountersKeysAreProtectedUntilItIsDropped) {
             std::string::npos);
   ASSERT_TRUE(catalog_->DropCounter("shop_orders"));
   EXPECT_FALSE(catalog_->IsProtectedKey("shop_orders:7"));
+}
+
+// Load rebuilds each family's index from the keyspace: the group of a counter without key
+// columns is its name alone, which other counters' keys never are.
+TEST_F(CatalogTest, LoadIndexesTheGroupOfACounterWithoutKeyColumns) {
+  ASSERT_TRUE(catalog_->Load());
+  Define(kModel);
+  Define("CREATE COUNTER all_orders AS SELECT count(*) FROM orders;");
+  SetGroup("all_orders", "all_orders", 3);
+  SetGroup("shop_orders", "shop_orders:1", 2);
+  Restart();
+  ASSERT_TRUE(catalog_->Load());
+  std::map<std::string, size_t> groups;
+  for (const CounterListing& counter : catalog_->Counters()) groups[counter.name] = counter.groups;
+  EXPECT_EQ(groups, (std::map<std::string, size_t>{{"all_orders", 1}, {"shop_orders", 1}}));
+  Family* family = catalog_->Snapshot()->FindCounter("all_orders");
+  std::lock_guard lock(family->mutex);
+  EXPECT_EQ(std::vector<std::string>(family->keys.begin(), family->keys.end()),
+            std::vector<std::string>{"all_orders"});
+}
+
+// An interrupted drop of a counter without key columns deletes its group at the next start.
+TEST_F(CatalogTest, AnInterruptedDropDeletesTheGroupOfACounterWithoutKeyColumns) {
+  ASSERT_TRUE(catalog_->Load());
+  Define(kModel);
+  Define("CREATE COUNTER all_orders AS SELECT count(*) FROM orders;");
+  SetGroup("all_orders", "all_orders", 3);
+  WriteRecord("counter/all_orders", std::nullopt);
+  WriteRecord("dropping/all_orders", "");
+  Restart();
+  ASSERT_TRUE(catalog_->Load());
+  uint64_t epoch = 0;
+  const std::string key = "all_orders";
+  EXPECT_EQ(keyspace_->Get({&key, 1}, &epoch)[0], 0);
+  EXPECT_FALSE(Records().contains("dropping/all_orders"));
 }
 
 }  // namespace

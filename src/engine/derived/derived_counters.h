@@ -199,7 +199,8 @@ class DerivedCounters {
   // The canonical key of `counter`'s group given as parts (ParseKeyPart), all of them.
   Result<std::string> KeyOf(std::string_view counter,
                             std::span<const std::string_view> parts) const;
-  // The key prefix "counter:part:...:" of the first parts.size() key columns.
+  // The key prefix "counter:part:...:" of the first parts.size() key columns ("counter"
+  // for a counter without key columns).
   Result<std::string> PrefixOf(std::string_view counter,
                                std::span<const std::string_view> parts) const;
 

@@ -488,7 +488,8 @@ TEST_F(DerivedCountersTest, PlainCountersMayNotBeTakenOver) {
   }
   auto refused = derived_->Execute(kBlogModel);
   ASSERT_FALSE(refused);
-  EXPECT_NE(refused.error().message.find("plain counters named blog_posts:"), std::string::npos)
+  EXPECT_NE(refused.error().message.find("plain counters named blog_posts or blog_posts:... exist"),
+            std::string::npos)
       << refused.error().message;
   EXPECT_TRUE(derived_->IsProtectedKey(std::string("\0id:x", 5)));
   EXPECT_FALSE(derived_->IsProtectedKey(std::string("\0", 1)));  // a binary key
@@ -540,6 +541,106 @@ TEST_F(DerivedCountersTest, ReadsByPartsPrefixesAndTopK) {
   ASSERT_TRUE(listing);
   EXPECT_EQ(listing->items.size(), 5u);
   EXPECT_TRUE(listing->next_cursor.empty());
+}
+
+// A counter without GROUP BY has one group, keyed by its name alone: it is listed, ranked,
+// counted, repaired and protected like any group, before and after a restart (which
+// rebuilds the family index from the keyspace).
+TEST_F(DerivedCountersTest, ACounterWithoutKeyColumnsHasOneGroupLikeAnyOther) {
+  Define(kBlogModel);
+  Define("CREATE COUNTER live_total AS SELECT count(*) FROM posts WHERE is_published");
+  ASSERT_TRUE(Push("[" + Insert(Post(1, 1, 7, 1, true)) + "," + Insert(Post(2, 1, 7, 1, true)) +
+                   "," + Insert(Post(3, 2, 8, 1, false)) + "]"));
+  auto groups = [&] {
+    for (const CounterListing& counter : derived_->Counters()) {
+      if (counter.name == "live_total") return counter.groups;
+    }
+    ADD_FAILURE() << "no counter live_total";
+    return size_t{0};
+  };
+  auto check = [&](int64_t value) {
+    SCOPED_TRACE(value);
+    EXPECT_EQ(Value("live_total"), value);
+    auto key = derived_->KeyOf("live_total", {});
+    ASSERT_TRUE(key) << key.error().message;
+    EXPECT_EQ(*key, "live_total");
+    auto prefix = derived_->PrefixOf("live_total", {});
+    ASSERT_TRUE(prefix) << prefix.error().message;
+    EXPECT_EQ(*prefix, "live_total");
+    const std::vector<KeyValue> want =
+        value == 0 ? std::vector<KeyValue>{} : std::vector<KeyValue>{{"live_total", value}};
+    auto listing = derived_->List("live_total", *prefix, "", 100);
+    ASSERT_TRUE(listing) << listing.error().message;
+    EXPECT_EQ(listing->items.size(), want.size());
+    for (size_t i = 0; i < std::min(want.size(), listing->items.size()); ++i) {
+      EXPECT_EQ(listing->items[i].key, want[i].key);
+      EXPECT_EQ(listing->items[i].value, want[i].value);
+    }
+    EXPECT_TRUE(listing->next_cursor.empty());
+    clock_.Advance(DerivedOptions{}.top_k_max_staleness_ms);  // past any cached top-K
+    auto top = derived_->Top("live_total", *prefix, 10);
+    ASSERT_TRUE(top) << top.error().message;
+    EXPECT_EQ(top->items.size(), want.size());
+    if (!top->items.empty()) {
+      EXPECT_EQ(top->items[0].value, value);
+    }
+    EXPECT_EQ(groups(), want.size());
+    EXPECT_TRUE(derived_->IsProtectedKey("live_total"));
+    EXPECT_EQ(All().count("live_total"), want.size());
+  };
+  check(2);
+  Restart();
+  check(2);
+  // It has no prefix to name: a part is refused, not read past the key columns.
+  const std::string_view part[] = {"7"};
+  EXPECT_EQ(derived_->PrefixOf("live_total", part).error().code, ErrorCode::kInvalidArgument);
+  EXPECT_EQ(derived_->KeyOf("live_total", part).error().code, ErrorCode::kInvalidArgument);
+
+  // tally verify's repair sets the group by its key; no other key is one of its groups.
+  const KeyValue repaired{"live_total", 5};
+  auto epoch = derived_->Repair("live_total", {&repaired, 1});
+  ASSERT_TRUE(epoch) << epoch.error().message;
+  engine_->committer().WaitDurable(*epoch);
+  check(5);
+  const KeyValue stray{"live_total:1", 1};
+  EXPECT_EQ(derived_->Repair("live_total", {&stray, 1}).error().code, ErrorCode::kInvalidArgument);
+  const KeyValue other{"live_totals", 1};
+  EXPECT_EQ(derived_->Repair("live_total", {&other, 1}).error().code, ErrorCode::kInvalidArgument);
+  const KeyValue back{"live_total", 2};
+  ASSERT_TRUE(derived_->Repair("live_total", {&back, 1}));
+
+  // Unpublishing both posts takes the group back to 0: it is deleted, and stays gone.
+  ASSERT_TRUE(Push("[" + Update(Post(1, 1, 7, 1, true), Post(1, 1, 7, 1, false)) + "," +
+                   Delete(Post(2, 1, 7, 1, true)) + "]"));
+  check(0);
+  Restart();
+  check(0);
+  ASSERT_TRUE(Push(Insert(Post(4, 1, 7, 1, true))));
+  check(1);
+
+  // Dropping deletes the group and frees the name.
+  ASSERT_TRUE(derived_->Drop("live_total"));
+  EXPECT_EQ(Value("live_total"), 0);
+  EXPECT_FALSE(derived_->IsProtectedKey("live_total"));
+}
+
+// A counter owns its name as a key too (the one group when it has no key columns): a plain
+// counter of that name refuses its CREATE, and plain writes to it are refused after.
+TEST_F(DerivedCountersTest, APlainCounterNamedLikeTheCounterRefusesItsCreate) {
+  Define(kBlogModel);
+  {
+    const engine::HashedKey key("live_total");
+    engine::View view = engine_->keyspace().Lock(key);
+    ASSERT_TRUE(view.IncrBy(key, 1));
+  }
+  auto refused = derived_->Execute(
+      "CREATE COUNTER live_total AS SELECT count(*) FROM posts WHERE is_published");
+  ASSERT_FALSE(refused);
+  EXPECT_NE(refused.error().message.find("e.g. 'live_total'"), std::string::npos)
+      << refused.error().message;
+  EXPECT_FALSE(derived_->IsProtectedKey("live_total"));
+  EXPECT_TRUE(derived_->IsProtectedKey("blog_posts"));
+  EXPECT_FALSE(derived_->IsProtectedKey("blog_posts_x"));
 }
 
 }  // namespace

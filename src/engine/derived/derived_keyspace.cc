@@ -39,10 +39,7 @@ std::string MarkerKey(std::string_view id) { return Prefixed(kIdMarkerPrefix, id
 
 std::string PositionKey(std::string_view name) { return Prefixed(kPositionPrefix, name); }
 
-std::string_view FamilyName(std::string_view key) {
-  const size_t colon = key.find(':');
-  return colon == std::string_view::npos ? std::string_view{} : key.substr(0, colon);
-}
+std::string_view FamilyName(std::string_view key) { return key.substr(0, key.find(':')); }
 
 std::vector<int64_t> DerivedKeyspace::Get(std::span<const std::string> keys,
                                           uint64_t* required_epoch) {
@@ -73,13 +70,11 @@ void DerivedKeyspace::DeleteGroups(Family& family) {
 }
 
 Result<uint64_t> DerivedKeyspace::SetGroups(Family& family, std::span<const KeyValue> values) {
-  const std::string& counter = family.counter.name();
-  const std::string prefix = counter + ":";
   std::vector<engine::HashedKey> hashed;
   for (const KeyValue& item : values) {
-    if (!item.key.starts_with(prefix)) {
-      return InvalidArgument(
-          fmt::format("key '{}' is not a group of counter {}", item.key.substr(0, 128), counter));
+    if (!family.IsGroupKey(item.key)) {
+      return InvalidArgument(fmt::format("key '{}' is not a group of counter {}",
+                                         item.key.substr(0, 128), family.counter.name()));
     }
     hashed.emplace_back(item.key);
   }

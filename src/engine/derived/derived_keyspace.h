@@ -5,6 +5,8 @@
 //   <counter>:<part>:...  a group of a derived counter (definitions/value.h: EncodeKey);
 //                         its value is the group's aggregate, never 0 (a group back at 0
 //                         is deleted)
+//   <counter>             the one group of a derived counter without key columns (no
+//                         GROUP BY), the same way
 //   \0id:<id>             an idempotency marker: 1, expiring after the idempotency
 //                         window; the change or batch with this id is counted
 //   \0pos:<name>          a position record: every change of the source (or stream)
@@ -37,8 +39,9 @@ inline bool IsInternalKey(std::string_view key) {
 std::string MarkerKey(std::string_view id);
 // "\0pos:<name>".
 std::string PositionKey(std::string_view name);
-// The counter name a group key would belong to: what precedes its first ':' (empty when
-// there is none).
+// The counter name a group key would belong to: what precedes its first ':', or the whole
+// key when it has none (the group of a counter without key columns). A derived counter
+// owns every key whose FamilyName is its name.
 std::string_view FamilyName(std::string_view key);
 
 // Keys per View when keys are deleted or read in bulk: bounds how long a stripe is held.

@@ -20,6 +20,12 @@ CounterState Family::state() const {
   return CounterState::kCounting;
 }
 
+bool Family::IsGroupKey(std::string_view key) const {
+  const std::string& name = counter.name();
+  if (counter.key_columns().empty()) return key == name;
+  return key.size() > name.size() && key.starts_with(name) && key[name.size()] == ':';
+}
+
 void Family::AddKey(std::string_view key) {
   if (counter.retention()) {
     if (const std::optional<int64_t> bucket = counter.BucketOfKey(key)) {

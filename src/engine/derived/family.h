@@ -1,6 +1,7 @@
 // Family: one derived counter as the derived layer holds it in memory: its compiled
 // definition, the position it counts from, and the index of its live groups (the keys
-// "<counter>:..." of the keyspace) with its cached top-K answers. Every part of the derived
+// "<counter>:..." of the keyspace, or the one key "<counter>" of a counter without key
+// columns) with its cached top-K answers. Every part of the derived
 // layer works on families; the catalog (catalog.h) owns them, shared between its snapshots.
 //
 // The index holds keys only; values are always read from the keyspace. Catalog::Load
@@ -97,6 +98,10 @@ struct Family {
   };
   // Top-K answers by (prefix, k); guarded by mutex.
   absl::flat_hash_map<std::string, TopEntry> top_cache;
+
+  // True when `key` is spelled as one of this counter's groups: its name alone when it has
+  // no key columns (its one group), else its name, ':' and more (the parts, unchecked).
+  bool IsGroupKey(std::string_view key) const;
 
   // Every insertion and removal of a live group goes through these, so that `keys` and
   // `by_bucket` agree. REQUIRES: mutex held.

@@ -82,14 +82,21 @@ Result<std::string> FamilyReads::PrefixOf(const Family& family,
                                           std::span<const std::string_view> parts) {
   const defs::CompiledCounter& counter = family.counter;
   const size_t columns = counter.key_columns().size();
-  if (parts.size() >= columns && columns > 0) {
+  if (columns == 0 && !parts.empty()) {
+    return InvalidArgument(fmt::format(
+        "counter {} has no key parts (no GROUP BY): its one group is read without any ({} given)",
+        counter.name(), parts.size()));
+  }
+  if (columns > 0 && parts.size() >= columns) {
     return InvalidArgument(
         fmt::format("counter {} has {} key parts: a prefix names fewer ({} given)", counter.name(),
                     columns, parts.size()));
   }
   auto values = ParseParts(counter, parts);
   if (!values) return tl::unexpected(values.error());
-  return defs::EncodeKey(counter.name(), *values) + ":";
+  std::string prefix = defs::EncodeKey(counter.name(), *values);
+  if (columns > 0) prefix += ':';
+  return prefix;
 }
 
 Result<Page> FamilyReads::List(Family& family, std::string_view prefix, std::string_view cursor,

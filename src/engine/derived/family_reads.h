@@ -49,7 +49,8 @@ class FamilyReads {
   // The canonical key of `family`'s group given as parts (ParseKeyPart), all of them.
   static Result<std::string> KeyOf(const Family& family, std::span<const std::string_view> parts);
   // The key prefix "counter:part:...:" of the first parts.size() key columns (fewer than
-  // all); it ends with an unescaped ':', so it matches whole parts only.
+  // all); it ends with an unescaped ':', so it matches whole parts only. A counter without
+  // key columns has the one prefix "counter" (no parts), the key of its one group.
   static Result<std::string> PrefixOf(const Family& family,
                                       std::span<const std::string_view> parts);
 

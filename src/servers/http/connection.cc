@@ -292,7 +292,7 @@ void HttpConnection::Run() {
   api_request.websocket_upgrade = beast::websocket::is_upgrade(request);
   ApiResponse response = worker_.api().Handle(api_request);
   if (response.subscription) {
-    if (worker_.shared().options.subscriptions != nullptr) {
+    if (worker_.shared().services.subscriptions != nullptr) {
       hand_off_.emplace(HandOffRequest{parser_->release(), std::move(*response.subscription)});
       ++batch_requests_;
       parser_.reset();
@@ -354,12 +354,9 @@ void HttpConnection::AppendError(int status, std::string_view message) {
 }
 
 void HttpConnection::FinishBatch() {
-  engine::Engine& engine = worker_.shared().engine;
-  if (batch_wrote_ && engine.durability() == engine::Durability::kAsync) {
-    // An acknowledged change must be in the commit log before its response leaves.
-    engine.committer().CommitWrittenInline();
-  }
-  worker_.WhenDurable(batch_epoch_, [self = shared_from_this()] { self->Write(); });
+  // In async mode an acknowledged change must be in the commit log before its response leaves.
+  if (batch_wrote_) worker_.gate().LogAsyncWrites();
+  worker_.WhenDurable(shared_from_this());
 }
 
 void HttpConnection::Write() {
@@ -401,7 +398,7 @@ void HttpConnection::OnWrite(const boost::system::error_code& error) {
 void HttpConnection::HandOff() {
   HandOffRequest hand_off = std::move(*hand_off_);
   hand_off_.reset();
-  stream_ = std::make_shared<SubscriptionStream>(*worker_.shared().options.subscriptions,
+  stream_ = std::make_shared<SubscriptionStream>(*worker_.shared().services.subscriptions,
                                                  std::move(socket_), [self = weak_from_this()] {
                                                    if (auto connection = self.lock())
                                                      connection->Close();

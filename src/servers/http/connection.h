@@ -25,6 +25,7 @@
 #include <optional>
 #include <string>
 
+#include "servers/durability_gate.h"
 #include "servers/http/routes.h"
 #include "servers/http/subscription_stream.h"
 
@@ -32,7 +33,8 @@ namespace tally::http {
 
 class HttpWorker;
 
-class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
+class HttpConnection final : public std::enable_shared_from_this<HttpConnection>,
+                             public servers::DurabilityWaiter {
  public:
   // `counted`: the connection counts against max_connections until it is closed.
   HttpConnection(HttpWorker& worker, boost::asio::ip::tcp::socket socket, bool counted);
@@ -43,6 +45,11 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
   // Answers 503 (too many connections) and closes.
   void Refuse();
   void Close();
+
+  // The worker's DurabilityGate holds the batch until its epoch is durable (0 once closed),
+  // then sends it.
+  uint64_t required_epoch() const override { return closed_ ? 0 : batch_epoch_; }
+  void ReleaseReplies() override { Write(); }
 
  private:
   using Parser = boost::beast::http::request_parser<boost::beast::http::string_body>;

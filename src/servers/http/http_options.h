@@ -1,15 +1,10 @@
 // The HTTP API server's settings: where it listens and the limits that keep one client
-// from harming the others. Each field names its tallyd option and its default.
+// from harming the others. Each field names its tallyd option and its default. What the
+// server serves from (engine, derived counters, metrics...) is its servers::Services.
 #pragma once
 
 #include <cstdint>
-#include <functional>
 #include <string>
-
-#include "core/metrics.h"
-#include "core/status.h"
-#include "core/status_report.h"
-#include "engine/subscriptions.h"
 
 namespace tally::http {
 
@@ -31,17 +26,8 @@ struct HttpOptions {
   int64_t idle_timeout_seconds = 60;
   // tallyd's --requirepass: when set, every request needs "Authorization: Bearer <it>".
   std::string password;
-  // tallyd --source: the PostgreSQL source's figures for GET /v1/status; empty = no source.
-  StatusReporter source_report;
-  // tallyd's metrics: GET /metrics renders them and the server adds its own figures
-  // (tally_http_*); null = no /metrics. The registry must outlive the server.
-  metrics::Registry* metrics = nullptr;
   // tallyd --public-metrics: GET /metrics without the password.
   bool public_metrics = false;
-  // GET /readyz's checks beyond the store's health (see Api::GetReady); empty = none.
-  std::function<Status()> readiness;
-  // tallyd's live subscriptions (GET /v1/events, /v1/subscribe); null = not offered (503).
-  engine::SubscriptionHub* subscriptions = nullptr;
 };
 
 }  // namespace tally::http

@@ -177,13 +177,12 @@ constexpr std::string_view kValuesShape =
 
 }  // namespace
 
-Api::Api(engine::Engine& engine, derived::DerivedCounters& derived, std::string password,
-         StatusReporter source_report)
-    : engine_(engine),
-      derived_(derived),
-      password_(std::move(password)),
-      expected_authorization_("Bearer " + password_),
-      source_report_(std::move(source_report)),
+Api::Api(servers::Services services, ApiOptions options)
+    : services_(std::move(services)),
+      engine_(services_.engine),
+      derived_(*services_.derived),
+      options_(std::move(options)),
+      expected_authorization_("Bearer " + options_.password),
       scratch_(std::make_unique<Scratch>()) {}
 
 Api::~Api() = default;
@@ -191,7 +190,7 @@ Api::~Api() = default;
 ApiResponse Api::Handle(const ApiRequest& request) {
   int route = -1;
   ApiResponse response = Dispatch(request, &route);
-  if (monitoring_.requests != nullptr) monitoring_.requests->Count(route, response.status);
+  if (options_.requests != nullptr) options_.requests->Count(route, response.status);
   return response;
 }
 
@@ -223,15 +222,15 @@ ApiResponse Api::Dispatch(const ApiRequest& request, int* route) {
   const bool open = handler == &Api::GetHealth || handler == &Api::GetReady ||
                     handler == &Api::GetPage || handler == &Api::GetAsset ||
                     handler == &Api::GetOpenApi ||
-                    (handler == &Api::GetMetrics && monitoring_.public_metrics);
+                    (handler == &Api::GetMetrics && options_.public_metrics);
   // The subscription routes also take it as ?token=: a browser's EventSource cannot set
   // headers. Both checks compare in constant time (core/constant_time.h).
-  const bool token_given =
-      (handler == &Api::GetEvents || handler == &Api::GetSubscribe) &&
-      std::ranges::any_of(target->query, [&](const auto& parameter) {
-        return parameter.first == "token" && ConstantTimeEquals(parameter.second, password_);
-      });
-  if (!password_.empty() && !open && !token_given &&
+  const bool token_given = (handler == &Api::GetEvents || handler == &Api::GetSubscribe) &&
+                           std::ranges::any_of(target->query, [&](const auto& parameter) {
+                             return parameter.first == "token" &&
+                                    ConstantTimeEquals(parameter.second, options_.password);
+                           });
+  if (!options_.password.empty() && !open && !token_given &&
       !ConstantTimeEquals(request.authorization, expected_authorization_)) {
     ApiResponse response =
         Fail(401, request.authorization.empty()
@@ -475,13 +474,13 @@ ApiResponse Api::GetStatus(const Call& call) {
   body += engine_.durability() == engine::Durability::kSync ? R"("sync")" : R"("async")";
   fmt::format_to(std::back_inserter(body), R"(,"counters":{},"source":)",
                  derived_.Counters().size());
-  if (!source_report_) {
+  if (!services_.source_report) {
     body += "null}";
     return Ok(std::move(body));
   }
   body += '{';
   bool first = true;
-  for (const ReportField& field : source_report_()) {
+  for (const ReportField& field : services_.source_report()) {
     if (!first) body += ',';
     first = false;
     AppendJsonString(field.name, &body);
@@ -518,8 +517,8 @@ ApiResponse Api::GetReady(const Call& call) {
   std::string reason;
   if (!engine_.committer().stats().healthy) {
     reason = "commits to the store are failing";
-  } else if (monitoring_.readiness) {
-    if (auto status = monitoring_.readiness(); !status) reason = status.error().message;
+  } else if (services_.readiness) {
+    if (auto status = services_.readiness(); !status) reason = status.error().message;
   }
   if (reason.empty()) return Ok(R"({"status":"ready"})");
   JsonWriter json;
@@ -530,8 +529,8 @@ ApiResponse Api::GetReady(const Call& call) {
 }
 
 ApiResponse Api::GetMetrics(const Call& call) {
-  if (monitoring_.metrics == nullptr) return Fail(404, "metrics are not served here");
-  ApiResponse response = Ok(monitoring_.metrics->Render());
+  if (services_.metrics == nullptr) return Fail(404, "metrics are not served here");
+  ApiResponse response = Ok(services_.metrics->Render());
   response.content_type = metrics::Registry::kContentType;
   return response;
 }

@@ -23,13 +23,13 @@
 //   GET    /, /assets/...                  the web dashboard (dashboard_assets.h)
 //   GET    /openapi.json                   this table as OpenAPI 3.1 (openapi.h)
 //
-// With a password (tallyd --requirepass) every route answers 401 unless the request carries
-// "Authorization: Bearer <password>", but these: /healthz and /readyz (a probe sends no
-// password; they reveal nothing), the dashboard's files (the page asks for the password and
-// sends it with its data calls), /openapi.json, and /metrics when
-// ApiMonitoring::public_metrics says so.
-// The subscription routes also take it as ?token=<password>, as a browser's EventSource
-// cannot set headers. Passwords are compared in constant time.
+// With a password (ApiOptions::password, tallyd's --requirepass) every route answers 401 unless
+// the request carries "Authorization: Bearer <password>", but these: /healthz and /readyz (a
+// probe sends no password; they reveal nothing), the dashboard's files (the page asks for the
+// password and sends it with its data calls), /openapi.json, and /metrics when
+// ApiOptions::public_metrics says so. The subscription routes also take it as
+// ?token=<password>, as a browser's EventSource cannot set headers. Passwords are compared in
+// constant time.
 //
 // Every API response body is JSON; an error is {"error": "..."} with a status from its kind.
 #pragma once
@@ -43,9 +43,9 @@
 #include <vector>
 
 #include "core/metrics.h"
-#include "core/status_report.h"
 #include "engine/derived/derived_counters.h"
 #include "engine/engine.h"
+#include "servers/services.h"
 
 namespace tally::http {
 
@@ -70,13 +70,12 @@ class ApiRequestCounts {
   std::unique_ptr<metrics::Counter[]> counts_;  // (routes_ + 1) * kClasses; the last row: -1
 };
 
-// What the monitoring routes serve and how responses are counted; everything optional.
-struct ApiMonitoring {
-  const metrics::Registry* metrics = nullptr;  // GET /metrics renders it; null: 404
-  bool public_metrics = false;                 // /metrics needs no password
-  // GET /readyz's checks beyond the store's health: an error means not ready, its message
-  // says why. Called from the HTTP threads.
-  std::function<Status()> readiness;
+// The Api's settings beyond its Services.
+struct ApiOptions {
+  // tallyd's --requirepass: when set, requests need "Authorization: Bearer <password>" (see
+  // the routes above for the exceptions).
+  std::string password;
+  bool public_metrics = false;           // GET /metrics needs no password
   ApiRequestCounts* requests = nullptr;  // counts every response Handle() returns
 };
 
@@ -122,19 +121,16 @@ struct ApiResponse {
 // thread-safe; several Apis may share one engine and DerivedCounters.
 class Api {
  public:
-  // `engine` and `derived` must outlive the Api. With a `password` (tallyd's
-  // --requirepass), every request must carry "Authorization: Bearer <password>".
-  // `source_report` gives GET /v1/status the PostgreSQL source's figures (none when empty).
-  Api(engine::Engine& engine, derived::DerivedCounters& derived, std::string password = {},
-      StatusReporter source_report = {});
+  // What `services` and `options` point to must outlive the Api. REQUIRES: services.derived.
+  // Without services.metrics, GET /metrics is 404; without services.source_report, GET
+  // /v1/status has "source": null; services.readiness is GET /readyz's check beyond the
+  // store's health.
+  explicit Api(servers::Services services, ApiOptions options = {});
   ~Api();
   Api(const Api&) = delete;
   Api& operator=(const Api&) = delete;
 
   ApiResponse Handle(const ApiRequest& request);
-
-  // REQUIRES: before the first Handle(). What it points to must outlive the Api.
-  void set_monitoring(ApiMonitoring monitoring) { monitoring_ = std::move(monitoring); }
 
   // Limits of the listing routes.
   static constexpr int64_t kMaxLimit = 10000;     // ?limit= of /v1/list, ?k= of /v1/top
@@ -180,12 +176,11 @@ class Api {
   // GET /openapi.json: the API's description (openapi.h).
   ApiResponse GetOpenApi(const Call& call);
 
+  const servers::Services services_;
   engine::Engine& engine_;
   derived::DerivedCounters& derived_;
-  const std::string password_;
+  const ApiOptions options_;
   const std::string expected_authorization_;  // "Bearer <password>", built once
-  const StatusReporter source_report_;
-  ApiMonitoring monitoring_;
   std::unique_ptr<Scratch> scratch_;
 };
 

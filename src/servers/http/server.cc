@@ -5,24 +5,14 @@
 
 #include <boost/asio/post.hpp>
 #include <future>
-#include <mutex>
 
 #include "servers/http/worker.h"
 
 namespace tally::http {
 
-// The committer keeps its listeners for the engine's lifetime, which may be longer than
-// the server's: the listener holds this hub, which Stop() empties.
-struct HttpServer::DurableHub {
-  std::mutex mutex;
-  std::vector<HttpWorker*> workers;  // guarded by mutex
-};
-
-HttpServer::HttpServer(engine::Engine& engine, derived::DerivedCounters& derived,
-                       HttpOptions options)
-    : shared_(std::make_unique<HttpShared>(engine, derived, std::move(options))),
-      hub_(std::make_shared<DurableHub>()) {
-  metrics::Registry* registry = shared_->options.metrics;
+HttpServer::HttpServer(servers::Services services, HttpOptions options)
+    : shared_(std::make_unique<HttpShared>(std::move(services), std::move(options))) {
+  metrics::Registry* registry = shared_->services.metrics;
   if (registry == nullptr) return;
   HttpShared* shared = shared_.get();
   registry->AddCollector(
@@ -75,14 +65,9 @@ Status HttpServer::Start() {
   }
   port_ = acceptor_->local_endpoint().port();
 
-  {
-    std::lock_guard lock(hub_->mutex);
-    for (auto& worker : workers_) hub_->workers.push_back(worker.get());
-  }
-  shared_->engine.committer().AddDurableListener([hub = hub_](uint64_t) {
-    std::lock_guard lock(hub->mutex);
-    for (HttpWorker* worker : hub->workers) worker->OnDurable();
-  });
+  std::vector<servers::DurabilityGate*> gates;
+  for (auto& worker : workers_) gates.push_back(&worker->gate());
+  durable_.Attach(shared_->services.engine.committer(), std::move(gates));
 
   Accept();
   for (auto& worker : workers_) worker->Start();
@@ -121,10 +106,7 @@ void HttpServer::Accept() {
 void HttpServer::Stop() {
   if (!started_) return;
   started_ = false;
-  {
-    std::lock_guard lock(hub_->mutex);
-    hub_->workers.clear();
-  }
+  durable_.Detach();
   // Close the acceptor on its own thread and wait, so that no socket is handed to a
   // worker after it stopped.
   std::promise<void> closed;

@@ -1,6 +1,6 @@
 // HttpServer: tally's HTTP/JSON API (routes in routes.h). Accepts connections on one
 // address and spreads them over its I/O threads (HttpWorker, one event loop each), which
-// share the engine and the derived counters.
+// share the node's services (the engine, the derived counters...).
 #pragma once
 
 #include <boost/asio/ip/tcp.hpp>
@@ -9,9 +9,9 @@
 #include <vector>
 
 #include "core/status.h"
-#include "engine/derived/derived_counters.h"
-#include "engine/engine.h"
+#include "servers/durability_gate.h"
 #include "servers/http/http_options.h"
+#include "servers/services.h"
 
 namespace tally::http {
 
@@ -20,8 +20,10 @@ class HttpWorker;
 
 class HttpServer {
  public:
-  // `engine` (started) and `derived` (loaded) must outlive the server.
-  HttpServer(engine::Engine& engine, derived::DerivedCounters& derived, HttpOptions options);
+  // What `services` points to must outlive the server (see servers/services.h).
+  // REQUIRES: services.derived. The server adds its figures (tally_http_*) to
+  // services.metrics, when set, and serves it on GET /metrics.
+  HttpServer(servers::Services services, HttpOptions options);
   ~HttpServer();  // Stops (see Stop()).
   HttpServer(const HttpServer&) = delete;
   HttpServer& operator=(const HttpServer&) = delete;
@@ -41,12 +43,11 @@ class HttpServer {
   uint64_t refused_connections() const;
 
  private:
-  struct DurableHub;
   void Accept();
 
   std::unique_ptr<HttpShared> shared_;
   std::vector<std::unique_ptr<HttpWorker>> workers_;
-  std::shared_ptr<DurableHub> hub_;  // the committer's listener reaches the workers here
+  servers::DurableListener durable_;  // the committer's announcements reach the workers here
   std::unique_ptr<boost::asio::ip::tcp::acceptor> acceptor_;  // on workers_[0]'s loop
   std::unique_ptr<boost::asio::steady_timer> accept_retry_;   // idem
   size_t next_worker_ = 0;

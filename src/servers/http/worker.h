@@ -1,28 +1,25 @@
 // HttpWorker: one I/O thread of the HTTP server, with its own event loop (an Asio
 // io_context), its connections and its Api (so its own change decoder and JSON parser).
 //
-// Durability. A response that reports writes or reads values waits until the commit
-// epoch it depends on is durable (sync mode). The worker holds such responses; once per
-// event-loop turn it commits on its own thread (TryCommitNow, as the Redis workers do:
-// no thread hand-off) and sends every response whose epoch is now durable. A response
-// whose epoch another thread was committing is sent when that commit is announced
-// (OnDurable), which starts another turn.
+// Durability. A response that reports writes or reads values waits until the commit epoch
+// it depends on is durable (sync mode): the connection's batch goes to the worker's
+// DurabilityGate, which sends it at once when it is, and otherwise at the end of the turn
+// (Settle: one commit on this thread serves every batch of the turn) or of a later one that
+// an announcement of the committer starts.
 #pragma once
 
 #include <atomic>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <cstdint>
-#include <functional>
 #include <memory>
 #include <thread>
 #include <unordered_map>
-#include <vector>
 
-#include "engine/derived/derived_counters.h"
-#include "engine/engine.h"
+#include "servers/durability_gate.h"
 #include "servers/http/http_options.h"
 #include "servers/http/routes.h"
+#include "servers/services.h"
 
 namespace tally::http {
 
@@ -30,8 +27,7 @@ class HttpConnection;
 
 // What every worker of one server shares.
 struct HttpShared {
-  engine::Engine& engine;
-  derived::DerivedCounters& derived;
+  const servers::Services services;
   const HttpOptions options;
   std::atomic<int64_t> connections{0};  // open, counted against max_connections
   std::atomic<uint64_t> refused{0};     // refused for max_connections
@@ -47,7 +43,9 @@ class HttpWorker {
 
   boost::asio::io_context& io() { return io_; }
   HttpShared& shared() { return shared_; }
+  engine::Engine& engine() { return shared_.services.engine; }
   Api& api() { return api_; }
+  servers::DurabilityGate& gate() { return gate_; }
 
   void Start();
   // Closes every connection, drops the responses waiting for durability and joins the
@@ -59,19 +57,12 @@ class HttpWorker {
   void Adopt(boost::asio::ip::tcp::socket socket, bool refuse);
   void Forget(HttpConnection* connection);
 
-  // Runs `then` on this thread once `epoch` is durable: now, when it already is.
-  void WhenDurable(uint64_t epoch, std::function<void()> then);
-
-  // The committer announced a durable epoch. Any thread.
-  void OnDurable();
+  // Sends the connection's batch (ReleaseReplies) once its epoch is durable: now, when it
+  // already is, else at the end of this turn or a later one. This thread.
+  void WhenDurable(const std::shared_ptr<HttpConnection>& connection);
 
  private:
-  struct Waiting {
-    uint64_t epoch = 0;
-    std::function<void()> then;
-  };
-  void ScheduleRelease();
-  void Release();
+  void ScheduleSettle();
 
   HttpShared& shared_;
   const int index_;
@@ -79,14 +70,11 @@ class HttpWorker {
   std::unique_ptr<boost::asio::executor_work_guard<boost::asio::io_context::executor_type>> guard_;
   std::thread thread_;
   Api api_;
-  std::atomic<bool> durable_notice_pending_{false};
-  // Some response waits for durability: see the Redis worker's field of the same name.
-  std::atomic<bool> has_waiting_{false};
+  servers::DurabilityGate gate_;
 
   // This worker's thread only.
   std::unordered_map<HttpConnection*, std::shared_ptr<HttpConnection>> connections_;
-  std::vector<Waiting> waiting_;
-  bool release_scheduled_ = false;
+  bool settle_scheduled_ = false;
   bool stopping_ = false;
 };
 

@@ -40,7 +40,7 @@ Connection::Connection(Worker& worker, boost::asio::ip::tcp::socket socket)
   ServerCore& core = worker.core();
   auto info = core.clients().Add(Endpoint(remote), Endpoint(local), socket_.native_handle(),
                                  core.engine().keyspace().clock()->NowMillis());
-  session_ = std::make_unique<Session>(core, worker, std::move(info));
+  session_ = std::make_unique<Session>(core, worker.shard(), std::move(info));
 }
 
 Connection::~Connection() = default;
@@ -229,7 +229,7 @@ void Connection::DropSubscriber(std::string reason) {
   Close();
 }
 
-void Connection::ReleaseOutput() {
+void Connection::ReleaseReplies() {
   output_ready_ = session_->output().size();
   TryWrite();
 }

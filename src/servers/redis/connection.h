@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "servers/durability_gate.h"
 #include "servers/redis/resp_parser.h"
 #include "servers/redis/session.h"
 
@@ -19,7 +20,8 @@ namespace tally::redis {
 
 class Worker;
 
-class Connection : public std::enable_shared_from_this<Connection> {
+class Connection final : public std::enable_shared_from_this<Connection>,
+                         public servers::DurabilityWaiter {
  public:
   Connection(Worker& worker, boost::asio::ip::tcp::socket socket);
   ~Connection();
@@ -30,10 +32,10 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   Session& session() { return *session_; }
 
-  // The replies produced so far may be sent (their epochs are durable).
-  void ReleaseOutput();
-  bool waiting_for_durability() const { return waiting_for_durability_; }
-  void set_waiting_for_durability(bool waiting) { waiting_for_durability_ = waiting; }
+  // The worker's DurabilityGate holds the connection's replies until their epoch is durable
+  // (0 once closed: nothing is sent any more), then lets every reply produced so far leave.
+  uint64_t required_epoch() const override { return closed_ ? 0 : session_->required_epoch(); }
+  void ReleaseReplies() override;
 
   // The subscription hub's updates and drop notice (servers::PostingSink). Messages leave at
   // once unless replies before them still wait; past the hub's max_queued_bytes of unsent
@@ -84,7 +86,6 @@ class Connection : public std::enable_shared_from_this<Connection> {
   bool closed_ = false;
   bool reading_stopped_ = false;
   bool write_waiting_ = false;
-  bool waiting_for_durability_ = false;
 };
 
 }  // namespace tally::redis

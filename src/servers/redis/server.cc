@@ -22,17 +22,14 @@ int UsableCpus() {
 
 }  // namespace
 
-RedisServer::RedisServer(engine::Engine& engine, ServerOptions options,
-                         derived::DerivedCounters* derived)
-    : core_(engine, std::move(options)), acceptor_(accept_io_) {
-  core_.set_derived(derived);
+RedisServer::RedisServer(servers::Services services, ServerOptions options)
+    : core_(std::move(services), std::move(options)), acceptor_(accept_io_) {
+  if (metrics::Registry* registry = core_.services().metrics; registry != nullptr) {
+    RegisterRedisMetrics(core_, *registry);
+  }
 }
 
 RedisServer::~RedisServer() { Stop(); }
-
-void RedisServer::RegisterMetrics(metrics::Registry& registry) {
-  RegisterRedisMetrics(core_, registry);
-}
 
 Status RedisServer::Start() {
   const int worker_count = core_.options().workers > 0 ? core_.options().workers : UsableCpus();
@@ -40,10 +37,6 @@ Status RedisServer::Start() {
     workers_.push_back(std::make_unique<Worker>(core_, i));
     core_.AddWorkerStats(&workers_.back()->stats());
   }
-  core_.engine().committer().AddDurableListener([this](uint64_t epoch) {
-    for (auto& worker : workers_) worker->OnDurable(epoch);
-  });
-
   boost::system::error_code error;
   const auto address = boost::asio::ip::make_address(core_.options().bind, error);
   if (error) return InvalidArgument(fmt::format("bad --bind address '{}'", core_.options().bind));
@@ -58,6 +51,9 @@ Status RedisServer::Start() {
   }
   core_.set_bound_port(acceptor_.local_endpoint().port());
 
+  std::vector<servers::DurabilityGate*> gates;
+  for (auto& worker : workers_) gates.push_back(&worker->gate());
+  durable_.Attach(core_.engine().committer(), std::move(gates));
   for (auto& worker : workers_) worker->Start();
   sampler_ = std::make_unique<boost::asio::steady_timer>(accept_io_);
   accept_retry_ = std::make_unique<boost::asio::steady_timer>(accept_io_);
@@ -120,6 +116,7 @@ void RedisServer::Stop() {
     accept_retry_->cancel();
   });
   accept_thread_.join();
+  durable_.Detach();
   for (auto& worker : workers_) worker->Stop();
 }
 

@@ -9,11 +9,11 @@
 #include <thread>
 #include <vector>
 
-#include "core/metrics.h"
 #include "core/status.h"
-#include "engine/engine.h"
+#include "servers/durability_gate.h"
 #include "servers/redis/server_core.h"
 #include "servers/redis/server_options.h"
+#include "servers/services.h"
 
 namespace tally::redis {
 
@@ -21,10 +21,9 @@ class Worker;
 
 class RedisServer {
  public:
-  // `engine` must be started and outlive the server; so must `derived`, which may be null
-  // (no COUNTER.* commands then).
-  RedisServer(engine::Engine& engine, ServerOptions options,
-              derived::DerivedCounters* derived = nullptr);
+  // What `services` points to must outlive the server (see servers/services.h); the server
+  // adds its figures (redis_metrics.h) to services.metrics, when set.
+  RedisServer(servers::Services services, ServerOptions options);
   ~RedisServer();
 
   // Binds, listens and starts the workers. Returns once the server is accepting.
@@ -37,23 +36,13 @@ class RedisServer {
 
   uint16_t port() const { return core_.bound_port(); }
 
-  // SUBSCRIBE and PSUBSCRIBE follow counters through `hub`, which must outlive the server
-  // (without one they are refused). REQUIRES: before Start().
-  void set_subscriptions(engine::SubscriptionHub* hub) { core_.set_subscriptions(hub); }
-
-  // Adds the server's figures to `registry` (redis_metrics.h). The server must outlive the
-  // registry's last Render(). REQUIRES: before Start().
-  void RegisterMetrics(metrics::Registry& registry);
-
-  // INFO's "# Source" section (the PostgreSQL source's figures). REQUIRES: before Start().
-  void set_source_report(StatusReporter reporter) { core_.set_source_report(std::move(reporter)); }
-
  private:
   void Accept();
   void SampleOps();
 
   ServerCore core_;
   std::vector<std::unique_ptr<Worker>> workers_;
+  servers::DurableListener durable_;  // the committer's announcements reach the workers here
   boost::asio::io_context accept_io_;
   boost::asio::ip::tcp::acceptor acceptor_;
   std::unique_ptr<boost::asio::steady_timer> sampler_;

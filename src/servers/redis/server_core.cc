@@ -34,10 +34,10 @@ std::vector<std::shared_ptr<ClientInfo>> ClientRegistry::Snapshot() const {
   return all;
 }
 
-ServerCore::ServerCore(engine::Engine& engine, ServerOptions options)
-    : engine_(engine),
+ServerCore::ServerCore(servers::Services services, ServerOptions options)
+    : services_(std::move(services)),
       options_(std::move(options)),
-      start_ms_(engine.keyspace().clock()->NowMillis()) {}
+      start_ms_(services_.engine.keyspace().clock()->NowMillis()) {}
 
 uint64_t ServerCore::Total(std::atomic<uint64_t> WorkerStats::*field) const {
   uint64_t total = 0;

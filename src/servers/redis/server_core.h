@@ -1,5 +1,5 @@
-// ServerCore: what every connection of the Redis-protocol server shares — the engine,
-// the options, the registry of clients, and the counters INFO reports.
+// ServerCore: what every connection of the Redis-protocol server shares — the node's services
+// (the engine first), the options, the registry of clients, and the counters INFO reports.
 #pragma once
 
 #include <absl/container/flat_hash_map.h>
@@ -12,12 +12,9 @@
 #include <string>
 #include <vector>
 
-#include "core/status_report.h"
-#include "engine/derived/derived_counters.h"
-#include "engine/engine.h"
-#include "engine/subscriptions.h"
 #include "servers/redis/command_table.h"
 #include "servers/redis/server_options.h"
+#include "servers/services.h"
 
 namespace tally::redis {
 
@@ -76,20 +73,17 @@ struct WorkerStats {
 
 class ServerCore {
  public:
-  ServerCore(engine::Engine& engine, ServerOptions options);
+  ServerCore(servers::Services services, ServerOptions options);
 
-  engine::Engine& engine() { return engine_; }
+  engine::Engine& engine() { return services_.engine; }
   // The derived counters, or null when the server has none (unit tests).
-  derived::DerivedCounters* derived() { return derived_; }
-  void set_derived(derived::DerivedCounters* derived) { derived_ = derived; }
+  derived::DerivedCounters* derived() { return services_.derived; }
   // The PostgreSQL source's figures for INFO's "# Source" section; empty when there is no
-  // source (tallyd without --source). Set before the server starts.
-  const StatusReporter& source_report() const { return source_report_; }
-  void set_source_report(StatusReporter reporter) { source_report_ = std::move(reporter); }
+  // source (tallyd without --source).
+  const StatusReporter& source_report() const { return services_.source_report; }
   // The live subscriptions (SUBSCRIBE, PSUBSCRIBE), or null when the server offers none.
-  // Set before the server starts.
-  engine::SubscriptionHub* subscriptions() { return subscriptions_; }
-  void set_subscriptions(engine::SubscriptionHub* hub) { subscriptions_ = hub; }
+  engine::SubscriptionHub* subscriptions() { return services_.subscriptions; }
+  const servers::Services& services() const { return services_; }
   const ServerOptions& options() const { return options_; }
   ClientRegistry& clients() { return clients_; }
   int64_t start_ms() const { return start_ms_; }
@@ -114,10 +108,7 @@ class ServerCore {
   uint64_t Calls(size_t command) const;
 
  private:
-  engine::Engine& engine_;
-  derived::DerivedCounters* derived_ = nullptr;
-  engine::SubscriptionHub* subscriptions_ = nullptr;
-  StatusReporter source_report_;
+  const servers::Services services_;
   const ServerOptions options_;
   ClientRegistry clients_;
   const int64_t start_ms_;

@@ -6,7 +6,6 @@
 
 #include "core/integer.h"
 #include "servers/redis/command_args.h"
-#include "servers/redis/worker.h"
 
 namespace tally::redis {
 namespace {
@@ -21,16 +20,19 @@ bool IsTransactionControl(const CommandSpec& spec) {
 
 }  // namespace
 
-Session::Session(ServerCore& core, Worker& worker, std::shared_ptr<ClientInfo> info)
+Session::Session(ServerCore& core, WorkerShard& shard, std::shared_ptr<ClientInfo> info)
     : core_(core),
-      worker_(worker),
+      shard_(shard),
       info_(std::move(info)),
       writer_(&output_, 2),
       authenticated_(core.options().requirepass.empty()) {
-  writer_.set_error_tally(&worker_.stats().errors);
+  writer_.set_error_tally(&shard_.stats().errors);
 }
 
-Session::~Session() { EndSubscriptions(); }
+Session::~Session() {
+  if (!holes_.empty()) shard_.Forget(this);
+  EndSubscriptions();
+}
 
 void Session::set_protocol(int protocol) {
   writer_.set_protocol(protocol);
@@ -67,7 +69,7 @@ void Session::Reject(const CommandSpec& spec, std::string_view error) {
 }
 
 void Session::Execute(std::span<const std::string_view> args) {
-  WorkerStats::Bump(worker_.stats().commands);
+  WorkerStats::Bump(shard_.stats().commands);
   const CommandSpec* spec = FindCommand(args[0]);
   if (spec == nullptr) {
     if (in_multi_) multi_failed_ = true;
@@ -89,7 +91,7 @@ void Session::Execute(std::span<const std::string_view> args) {
                               spec->name));
     return;
   }
-  WorkerStats::Bump(worker_.stats().calls[spec - AllCommands().data()]);
+  WorkerStats::Bump(shard_.stats().calls[spec - AllCommands().data()]);
   info_->last_command.store(spec, std::memory_order_relaxed);
 
   // Key positions once per request: the protected-key check and the lock both use them.
@@ -118,7 +120,7 @@ void Session::Execute(std::span<const std::string_view> args) {
     return;
   }
   HashKeys(args);
-  if (NeedsFold(*spec)) worker_.FoldIncrements();
+  if (NeedsFold(*spec)) shard_.FoldIncrements();
   Run(*spec, args, nullptr);
 }
 
@@ -141,19 +143,20 @@ bool Session::RefusedProtectedKey(const CommandSpec& spec, std::span<const std::
 }
 
 bool Session::NeedsFold(const CommandSpec& spec) {
-  if (worker_.increments().empty()) return false;
+  if (shard_.increments().empty()) return false;
   if (spec.handler == commands::Exec) return true;
   if ((spec.flags & (kReadOnly | kWrite)) == 0) return false;
   if (spec.first_key == 0) return true;  // whole-keyspace commands: SCAN, DBSIZE, FLUSHALL
   return std::ranges::any_of(
-      keys_, [&](const engine::HashedKey& key) { return worker_.increments().Contains(key); });
+      keys_, [&](const engine::HashedKey& key) { return shard_.increments().Contains(key); });
 }
 
 void Session::QueueIncrement(const CommandSpec& spec, std::span<const std::string_view> args) {
   const bool negate = spec.handler == commands::Decr || spec.handler == commands::DecrBy;
   const std::optional<int64_t> delta = IncrementAmount(args, negate, writer_);
   if (!delta) return;
-  const uint32_t ticket = worker_.increments().Add(engine::HashedKey(args[1]), *delta);
+  const uint32_t ticket = shard_.increments().Add(engine::HashedKey(args[1]), *delta);
+  if (holes_.empty()) shard_.AwaitFold(this);
   holes_.push_back(Hole{output_.size(), ticket});
 }
 
@@ -163,7 +166,7 @@ void Session::FillHoles(const engine::IncrementBuffer& buffer, uint64_t epoch) {
   std::string filled;
   filled.reserve(output_.size() + holes_.size() * 24);
   ReplyWriter writer(&filled, protocol());
-  writer.set_error_tally(&worker_.stats().errors);
+  writer.set_error_tally(&shard_.stats().errors);
   size_t copied = 0;
   for (const Hole& hole : holes_) {
     filled.append(output_, copied, hole.offset - copied);

@@ -2,10 +2,10 @@
 // and the dispatcher that runs its requests. It does no I/O: requests come in as argument
 // lists, replies go out as bytes in output(), so it can be driven without sockets.
 //
-// Increments outside MULTI are not applied at once: they go to the worker's
-// IncrementBuffer and leave a hole in the output where their reply will go. The worker
-// folds the buffer (once per event-loop turn, or earlier when a command needs to see the
-// keys) and calls FillHoles(). A reply may leave only once required_epoch() is durable.
+// Increments outside MULTI are not applied at once: they go to the worker's IncrementBuffer
+// (its WorkerShard) and leave a hole in the output where their reply will go. The shard folds
+// the buffer (once per event-loop turn, or earlier when a command needs to see the keys) and
+// calls FillHoles(). A reply may leave only once required_epoch() is durable.
 #pragma once
 
 #include <cstdint>
@@ -22,10 +22,9 @@
 #include "servers/redis/command_table.h"
 #include "servers/redis/resp_writer.h"
 #include "servers/redis/server_core.h"
+#include "servers/redis/worker_shard.h"
 
 namespace tally::redis {
-
-class Worker;
 
 // A session's pub/sub state (commands/pubsub.cc): what it follows, and its subscriber in
 // the server's SubscriptionHub.
@@ -37,8 +36,11 @@ struct PubSubState {
 
 class Session {
  public:
-  Session(ServerCore& core, Worker& worker, std::shared_ptr<ClientInfo> info);
+  // `core` and `shard` must outlive the session.
+  Session(ServerCore& core, WorkerShard& shard, std::shared_ptr<ClientInfo> info);
   ~Session();  // Ends the subscriptions.
+  Session(const Session&) = delete;
+  Session& operator=(const Session&) = delete;
 
   // Runs one request (args[0] is the command name); replies are appended to output().
   void Execute(std::span<const std::string_view> args);
@@ -50,7 +52,7 @@ class Session {
   bool has_holes() const { return !holes_.empty(); }
 
   // Writes the outcomes of this session's queued increments into the output. Called by
-  // the worker after IncrementBuffer::Publish(), which returned `epoch`.
+  // the shard after IncrementBuffer::Publish(), which returned `epoch`.
   void FillHoles(const engine::IncrementBuffer& buffer, uint64_t epoch);
 
   // The commit epoch that must be durable before the output may be sent.
@@ -110,7 +112,7 @@ class Session {
   void Reject(const CommandSpec& spec, std::string_view error);
 
   ServerCore& core_;
-  Worker& worker_;
+  WorkerShard& shard_;
   std::shared_ptr<ClientInfo> info_;
   std::string output_;
   ReplyWriter writer_;

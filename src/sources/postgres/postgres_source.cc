@@ -14,6 +14,7 @@
 #include <utility>
 #include <variant>
 
+#include "sources/postgres/pg_client.h"
 #include "sources/postgres/pg_types.h"
 #include "sources/postgres/pgoutput.h"
 #include "sources/postgres/replication_stream.h"
@@ -24,82 +25,25 @@ namespace {
 using Clock = std::chrono::steady_clock;
 namespace defs = tally::definitions;
 
-struct ResultDeleter {
-  void operator()(PGresult* r) const { PQclear(r); }
-};
-using PgResult = std::unique_ptr<PGresult, ResultDeleter>;
-
-std::string OneLine(std::string_view text) {
-  std::string out;
-  for (char c : text) {
-    if (c == '\n' || c == '\r' || c == '\t') {
-      if (!out.empty() && out.back() != ' ') out.push_back(' ');
-      continue;
-    }
-    out.push_back(c);
-  }
-  while (!out.empty() && out.back() == ' ') out.pop_back();
-  return out;
-}
-
 // The connection string with the session settings pgoutput's text values and ours are
 // parsed under (pg_types.h): options='-c DateStyle=ISO -c TimeZone=UTC' appended to any
 // given, and connect_timeout=10 unless set. A string libpq cannot parse is returned as
 // is: ReplicationStream::Open reports it.
 std::string WithSessionSettings(const std::string& conninfo) {
-  char* error = nullptr;
-  PQconninfoOption* options = PQconninfoParse(conninfo.c_str(), &error);
-  if (options == nullptr) {
-    PQfreemem(error);
-    return conninfo;
-  }
-  auto quote = [](std::string_view v) {
-    std::string out = "'";
-    for (char c : v) {
-      if (c == '\'' || c == '\\') out.push_back('\\');
-      out.push_back(c);
-    }
-    return out + "'";
-  };
-  std::string out;
-  bool has_options = false;
-  bool has_timeout = false;
+  auto params = ParseConnString(conninfo);
+  if (!params) return conninfo;
   const std::string settings = "-c DateStyle=ISO -c TimeZone=UTC";
-  for (PQconninfoOption* o = options; o->keyword != nullptr; ++o) {
-    if (o->val == nullptr) continue;
-    std::string value = o->val;
-    const std::string key = o->keyword;
-    if (key == "options") {
-      has_options = true;
-      value += " " + settings;
-    }
-    if (key == "connect_timeout") has_timeout = true;
-    out += key + "=" + quote(value) + " ";
+  bool has_options = false;
+  for (auto& [key, value] : *params) {
+    if (key != "options") continue;
+    value += " " + settings;
+    has_options = true;
   }
-  PQconninfoFree(options);
-  if (!has_options) out += "options=" + quote(settings) + " ";
-  if (!has_timeout) out += "connect_timeout=10";
-  return out;
-}
-
-Result<PgResult> Exec(pg_conn* conn, const std::string& sql,
-                      const std::vector<std::string>& params = {}) {
-  std::vector<const char*> values;
-  for (const std::string& p : params) values.push_back(p.c_str());
-  PgResult r(PQexecParams(conn, sql.c_str(), static_cast<int>(values.size()), nullptr,
-                          values.data(), nullptr, nullptr, 0));
-  if (r == nullptr) return IOError("query failed: " + OneLine(PQerrorMessage(conn)));
-  const ExecStatusType status = PQresultStatus(r.get());
-  if (status != PGRES_COMMAND_OK && status != PGRES_TUPLES_OK) {
-    const char* message = PQresultErrorMessage(r.get());
-    return IOError(
-        OneLine(message != nullptr && *message != '\0' ? message : PQerrorMessage(conn)));
+  if (!has_options) params->emplace_back("options", settings);
+  if (FindParam(*params, "connect_timeout") == nullptr) {
+    params->emplace_back("connect_timeout", "10");
   }
-  return r;
-}
-
-std::string Text(const PGresult* r, int row, int column) {
-  return {PQgetvalue(r, row, column), static_cast<size_t>(PQgetlength(r, row, column))};
+  return FormatConnString(*params);
 }
 
 int64_t NowMicros() {
@@ -122,14 +66,24 @@ struct PostgresSource::Table {
 
 struct PostgresSource::Session {
   std::unique_ptr<ReplicationStream> stream;
-  pg_conn* sql = nullptr;
+  PgConn sql;  // catalog queries and the backfills' snapshot transactions
   std::vector<Table> tables;
   uint64_t pending_epoch = 0;  // the newest epoch applied and not yet known durable
   Lsn received = 0;
   Lsn acked = 0;           // the last position sent as flushed
   bool reconnect = false;  // the session ended to follow a new table: reconnect at once
-  ~Session() {
-    if (sql != nullptr) PQfinish(sql);
+
+  // Runs one command on `sql`, waiting as long as it takes (a FETCH of a large table may).
+  // Its errors name `what`, or the command itself.
+  Result<PgResult> Sql(const std::string& command, const std::vector<std::string>& params = {},
+                       std::string_view what = {}) {
+    return Exec(sql.get(), command, params, Deadline::Never(), what.empty() ? command : what);
+  }
+  // The rows of `table` (in the transaction open on `sql`).
+  Result<uint64_t> CountRows(const Table& table) {
+    auto count = Sql("SELECT count(*) FROM " + table.sql_name);
+    if (!count) return tl::unexpected(count.error());
+    return UnsignedValue(count->get(), 0, 0);
   }
   Table* ByOid(uint32_t oid) {
     for (Table& t : tables)
@@ -264,40 +218,44 @@ Status PostgresSource::Connect(std::unique_ptr<Session>* out) {
                  change->created ? "created" : "extended", added);
   }
 
-  session->sql = PQconnectdb(session_conninfo_.c_str());
-  if (PQstatus(session->sql) != CONNECTION_OK) {
-    return MakeError(ErrorCode::kUnavailable,
-                     "cannot connect: " + OneLine(PQerrorMessage(session->sql)));
-  }
+  auto params = ParseConnString(session_conninfo_);
+  if (!params) return InvalidArgument("invalid connection string: " + params.error().message);
+  ConnectOptions connect;
+  connect.application_name = "tally";
+  auto sql = postgres::Connect(*params, connect);
+  if (!sql) return MakeError(ErrorCode::kUnavailable, sql.error().Describe("cannot connect"));
+  session->sql = std::move(*sql);
   for (const std::string& name : sources_) {
     Table table;
     table.source = name;
     auto schema = derived_.SourceSchemaOf(name);
     if (!schema) return MakeError(ErrorCode::kNotFound, "source " + name + " does not exist");
     table.schema = *schema;
-    auto found = Exec(session->sql,
-                      "SELECT c.oid::text, c.oid::regclass::text FROM pg_catalog.pg_class c "
-                      "WHERE c.oid = pg_catalog.to_regclass($1)",
-                      {name});
+    auto found = session->Sql(
+        "SELECT c.oid::text, c.oid::regclass::text FROM pg_catalog.pg_class c "
+        "WHERE c.oid = pg_catalog.to_regclass($1)",
+        {name}, "looking up table " + name);
     if (!found) return tl::unexpected(found.error());
     if (PQntuples(found->get()) != 1)
       return MakeError(ErrorCode::kNotFound, "table \"" + name + "\" does not exist");
-    table.oid = static_cast<uint32_t>(std::stoul(Text(found->get(), 0, 0)));
+    auto oid = UnsignedValue(found->get(), 0, 0, UINT32_MAX);
+    if (!oid) return tl::unexpected(oid.error());
+    table.oid = static_cast<uint32_t>(*oid);
     table.sql_name = Text(found->get(), 0, 1);
     // The table's columns must feed the source's (the same check as each Relation message).
-    auto columns = Exec(session->sql,
-                        "SELECT attname::text, atttypid::oid::text FROM pg_catalog.pg_attribute "
-                        "WHERE attrelid = $1::oid AND attnum > 0 AND NOT attisdropped "
-                        "ORDER BY attnum",
-                        {std::to_string(table.oid)});
+    auto columns = session->Sql(
+        "SELECT attname::text, atttypid::oid::text FROM pg_catalog.pg_attribute "
+        "WHERE attrelid = $1::oid AND attnum > 0 AND NOT attisdropped ORDER BY attnum",
+        {std::to_string(table.oid)}, "listing the columns of table " + table.sql_name);
     if (!columns) return tl::unexpected(columns.error());
     RelationMessage relation;
     relation.oid = table.oid;
     relation.name = table.sql_name;
     for (int i = 0; i < PQntuples(columns->get()); ++i) {
-      relation.columns.push_back({false, Text(columns->get(), i, 0),
-                                  static_cast<uint32_t>(std::stoul(Text(columns->get(), i, 1))),
-                                  -1});
+      auto type = UnsignedValue(columns->get(), i, 1, UINT32_MAX);
+      if (!type) return tl::unexpected(type.error());
+      relation.columns.push_back(
+          {false, Text(columns->get(), i, 0), static_cast<uint32_t>(*type), -1});
     }
     if (auto mapping = MapColumns(relation, table.schema, derived_.ColumnsRead(name)); !mapping)
       return tl::unexpected(mapping.error());
@@ -414,8 +372,7 @@ Status PostgresSource::Backfill(Session& session, bool slot_exists) {
   SetState("backfilling", true);
   const Clock::time_point began = Clock::now();
   if (slot_exists) {
-    auto dropped =
-        Exec(session.sql, "SELECT pg_catalog.pg_drop_replication_slot($1)", {options_.slot});
+    auto dropped = session.Sql("SELECT pg_catalog.pg_drop_replication_slot($1)", {options_.slot});
     if (!dropped) {
       return MakeError(ErrorCode::kUnavailable, "dropping replication slot " + options_.slot +
                                                     " to count again: " + dropped.error().message);
@@ -430,19 +387,17 @@ Status PostgresSource::Backfill(Session& session, bool slot_exists) {
   spdlog::info("postgres source: backfill of {} from the snapshot of slot {} at {}",
                fmt::format("{}", fmt::join(sources_, ", ")), options_.slot,
                FormatLsn(created->consistent_point));
-  for (const char* sql : {"BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"}) {
-    if (auto r = Exec(session.sql, sql); !r) return tl::unexpected(r.error());
-  }
-  if (auto r = Exec(session.sql, "SET TRANSACTION SNAPSHOT '" + created->snapshot + "'"); !r) {
-    return tl::unexpected(r.error());
+  if (auto s = BeginSnapshotTransaction(session.sql.get(), created->snapshot, Deadline::Never());
+      !s) {
+    return s;
   }
   // Every table's row count first (in the same snapshot), so progress is over all of them.
   std::vector<uint64_t> totals;
   uint64_t total = 0;
   for (Table& table : session.tables) {
-    auto count = Exec(session.sql, "SELECT count(*) FROM " + table.sql_name);
+    auto count = session.CountRows(table);
     if (!count) return tl::unexpected(count.error());
-    totals.push_back(std::stoull(Text(count->get(), 0, 0)));
+    totals.push_back(*count);
     total += totals.back();
   }
   {
@@ -486,7 +441,7 @@ Status PostgresSource::Backfill(Session& session, bool slot_exists) {
     spdlog::info("postgres source: backfill of {}: {} rows ({:.1f}% of all)", table.source, done,
                  percent(total_rows));
   }
-  if (auto r = Exec(session.sql, "COMMIT"); !r) return tl::unexpected(r.error());
+  if (auto r = session.Sql("COMMIT"); !r) return tl::unexpected(r.error());
   // The position last: until it is stored, a restart counts again from a new snapshot.
   const auto consistent = static_cast<int64_t>(created->consistent_point);
   for (Table& table : session.tables) {
@@ -515,15 +470,14 @@ Status PostgresSource::ReadRows(
   std::string columns;
   for (size_t i = 0; i < table.schema.columns.size(); ++i) {
     const auto& c = table.schema.columns[i];
-    char* quoted = PQescapeIdentifier(session.sql, c.name.data(), c.name.size());
-    if (quoted == nullptr) return InvalidArgument("column name " + c.name);
+    auto quoted = QuoteIdentifier(session.sql.get(), c.name);
+    if (!quoted) return tl::unexpected(quoted.error());
     const bool is_read = i < read.size() && read[i];
-    columns += (columns.empty() ? "" : ", ") + (is_read ? "" : std::string("NULL AS ")) +
-               std::string(quoted);
-    PQfreemem(quoted);
+    columns += (columns.empty() ? "" : ", ") + (is_read ? "" : std::string("NULL AS ")) + *quoted;
   }
-  if (auto r = Exec(session.sql, "DECLARE tally_backfill NO SCROLL CURSOR FOR SELECT " + columns +
-                                     " FROM " + table.sql_name);
+  if (auto r = session.Sql("DECLARE tally_backfill NO SCROLL CURSOR FOR SELECT " + columns +
+                               " FROM " + table.sql_name,
+                           {}, "reading table " + table.sql_name);
       !r) {
     return tl::unexpected(r.error());
   }
@@ -533,7 +487,7 @@ Status PostgresSource::ReadRows(
   Tuple tuple;
   for (;;) {
     if (stopping()) return OkStatus();
-    auto rows = Exec(session.sql, fetch);
+    auto rows = session.Sql(fetch);
     if (!rows) return tl::unexpected(rows.error());
     const PGresult* res = rows->get();
     const int n = PQntuples(res);
@@ -566,7 +520,7 @@ Status PostgresSource::ReadRows(
     }
     if (auto s = apply(chunk); !s) return s;
   }
-  if (auto r = Exec(session.sql, "CLOSE tally_backfill"); !r) return tl::unexpected(r.error());
+  if (auto r = session.Sql("CLOSE tally_backfill"); !r) return tl::unexpected(r.error());
   return OkStatus();
 }
 
@@ -660,23 +614,21 @@ Status PostgresSource::BackfillCounter(Session& session, const Table& table,
       std::lock_guard lock(mutex_);
       stats_.backfilling = false;
     }
-    Exec(session.sql, "ROLLBACK");
+    session.Sql("ROLLBACK");
     if (auto s = derived_.ResetCounter(counter); !s) {
       spdlog::error("postgres source: resetting counter {}: {}", counter, s.error().message);
     }
     return tl::unexpected(
         Error{error.code, "backfill of counter " + counter + ": " + error.message});
   };
-  if (auto r = Exec(session.sql, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"); !r)
-    return undo(r.error());
-  if (auto r = Exec(session.sql, "SET TRANSACTION SNAPSHOT '" + snapshot + "'"); !r)
-    return undo(r.error());
+  if (auto s = BeginSnapshotTransaction(session.sql.get(), snapshot, Deadline::Never()); !s)
+    return undo(s.error());
   repl.reset();  // imported: the temporary slot may go with its connection
   uint64_t total = 0;
   {
-    auto count = Exec(session.sql, "SELECT count(*) FROM " + table.sql_name);
+    auto count = session.CountRows(table);
     if (!count) return undo(count.error());
-    total = std::stoull(Text(count->get(), 0, 0));
+    total = *count;
   }
   {
     std::lock_guard lock(mutex_);
@@ -716,10 +668,10 @@ Status PostgresSource::BackfillCounter(Session& session, const Table& table,
       });
   if (!read) return undo(read.error());
   if (stopping()) {
-    Exec(session.sql, "ROLLBACK");
+    session.Sql("ROLLBACK");
     return OkStatus();  // the marker stays: the next start does it again
   }
-  if (auto r = Exec(session.sql, "COMMIT"); !r) return undo(r.error());
+  if (auto r = session.Sql("COMMIT"); !r) return undo(r.error());
   if (epoch != 0) engine_.committer().WaitDurable(epoch);
   if (auto s = derived_.FinishBackfill(counter); !s) return undo(s.error());
   {

@@ -32,16 +32,14 @@
 
 #include <chrono>
 #include <cstdint>
-#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "core/status.h"
+#include "sources/postgres/pg_client.h"
 #include "sources/postgres/pgoutput.h"  // Lsn, FormatLsn, DecodeCopyData
-
-struct pg_conn;  // libpq's PGconn; libpq-fe.h stays out of this header.
 
 namespace tally::postgres {
 
@@ -155,16 +153,16 @@ class ReplicationStream {
   const std::string& target() const { return target_; }
 
  private:
-  struct Params;  // the parsed connection string
-
+  ConnectOptions ConnectOptionsFor(bool replication) const;
+  Deadline CommandDeadline() const { return Deadline::In(options_.command_timeout); }
   Status EnsureSqlConnection();
 
   const ReplicationOptions options_;
-  std::unique_ptr<Params> params_;
+  ConnParams params_;  // the connection string Open parsed
   std::string target_;
-  pg_conn* repl_ = nullptr;  // replication=database
-  pg_conn* sql_ = nullptr;   // regular, opened on first use
-  bool streaming_ = false;   // START_REPLICATION succeeded; CopyBoth mode
+  PgConn repl_;             // replication=database
+  PgConn sql_;              // regular, opened on first use
+  bool streaming_ = false;  // START_REPLICATION succeeded; CopyBoth mode
 };
 
 }  // namespace tally::postgres

@@ -1,0 +1,155 @@
+#include "programs/node.h"
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "engine/engine_metrics.h"
+#include "programs/monitoring.h"
+#include "servers/http/server.h"
+#include "servers/redis/server.h"
+#include "servers/services.h"
+#include "storage/rocksdb_store.h"
+
+namespace tally::programs {
+namespace {
+
+// `error` with what failed in front: "cannot start the engine: <why>".
+tl::unexpected<Error> Failed(std::string_view what, const Error& error) {
+  return MakeError(error.code, fmt::format("{}: {}", what, error.message));
+}
+
+}  // namespace
+
+Node::Node(NodeOptions options) : options_(std::move(options)) {}
+
+Node::~Node() { Stop(); }
+
+uint16_t Node::redis_port() const { return redis_ == nullptr ? 0 : redis_->port(); }
+
+uint16_t Node::http_port() const { return http_ == nullptr ? 0 : http_->port(); }
+
+Status Node::Start() {
+  Status status = StartParts();
+  if (!status) Stop();
+  return status;
+}
+
+Status Node::StartParts() {
+  if (auto status = OpenStore(); !status) return status;
+  if (auto status = StartEngine(); !status) return status;
+  if (auto status = LoadCounters(); !status) return status;
+  PrepareSource();
+  PrepareSubscriptions();
+  if (auto status = StartServers(); !status) return status;
+  if (auto status = StartSource(); !status) return status;
+  // The flusher hands updates to the servers' threads: it runs only while they serve.
+  subscriptions_->Start();
+  OnStop([this] { subscriptions_->Stop(); });
+  return OkStatus();
+}
+
+void Node::Stop() {
+  while (!stops_.empty()) {
+    std::function<void()> stop = std::move(stops_.back());
+    stops_.pop_back();
+    stop();
+  }
+}
+
+Status Node::OpenStore() {
+  std::error_code ignored;
+  std::filesystem::create_directories(options_.data_dir, ignored);
+  options_.redis.data_dir = std::filesystem::absolute(options_.data_dir).string();
+  auto store = storage::RocksDbStore::Open({.path = options_.redis.data_dir});
+  if (!store) return tl::make_unexpected(store.error());
+  store_ = std::move(*store);
+  return OkStatus();
+}
+
+Status Node::StartEngine() {
+  RegisterProcessMetrics(metrics_);
+  engine_ = std::make_unique<engine::Engine>(store_.get(), options_.engine);
+  RegisterEngineMetrics(*engine_, metrics_, derived::IsInternalKey);
+  if (auto status = engine_->Start(); !status) {
+    return Failed("cannot start the engine", status.error());
+  }
+  OnStop([this] { engine_->Stop(); });
+  return OkStatus();
+}
+
+Status Node::LoadCounters() {
+  derived_ = std::make_unique<derived::DerivedCounters>(*engine_, *store_, options_.derived);
+  if (auto status = derived_->Load(); !status) {
+    return Failed("cannot load the derived counters", status.error());
+  }
+  const std::string& file = options_.definitions_file;
+  if (!file.empty()) {
+    std::ifstream in(file);
+    std::stringstream script;
+    script << in.rdbuf();
+    if (!in) return IOError(fmt::format("{}: cannot read the file", file));
+    auto outcomes = derived_->Execute(script.str());
+    if (!outcomes) {
+      return Failed(file, outcomes.error());
+    }
+    for (const auto& outcome : *outcomes) spdlog::info("{}: {}", file, outcome.message);
+  }
+  RegisterDerivedMetrics(*derived_, metrics_);
+  // Time buckets past their counter's retention go (Load swept once already). The sweeper
+  // deletes keys, so it stops before the engine does.
+  derived_->StartRetentionSweeper();
+  OnStop([this] { derived_->StopRetentionSweeper(); });
+  return OkStatus();
+}
+
+void Node::PrepareSource() {
+  if (options_.source.conninfo.empty()) return;
+  // Built now, started once the servers serve: they report its figures from the start.
+  source_ = std::make_unique<postgres::PostgresSource>(*engine_, *derived_, options_.source);
+  RegisterSourceMetrics(*source_, options_.source.slot, metrics_);
+}
+
+void Node::PrepareSubscriptions() {
+  // Fed by every durable commit; tally's own records are never sent.
+  options_.subscriptions.hidden = derived::IsInternalKey;
+  subscriptions_ =
+      std::make_unique<engine::SubscriptionHub>(&engine_->keyspace(), options_.subscriptions);
+  subscriptions_->Attach(engine_->committer());
+  RegisterSubscriptionMetrics(*subscriptions_, metrics_);
+}
+
+Status Node::StartServers() {
+  servers::Services services(*engine_);
+  services.derived = derived_.get();
+  services.subscriptions = subscriptions_.get();
+  services.metrics = &metrics_;
+  if (source_ != nullptr) {
+    services.source_report = [source = source_.get()] { return source->Report(); };
+    services.readiness = [source = source_.get(), max_lag_ms = options_.ready_max_lag_ms] {
+      return SourceReadiness(*source, max_lag_ms);
+    };
+  }
+  redis_ = std::make_unique<redis::RedisServer>(services, options_.redis);
+  if (auto status = redis_->Start(); !status) return status;
+  OnStop([this] { redis_->Stop(); });
+  http_ = std::make_unique<http::HttpServer>(services, options_.http);
+  if (auto status = http_->Start(); !status) return status;
+  OnStop([this] { http_->Stop(); });
+  return OkStatus();
+}
+
+Status Node::StartSource() {
+  if (source_ == nullptr) return OkStatus();
+  if (auto status = source_->Start(); !status) {
+    return Failed("--source", status.error());
+  }
+  // A last acknowledgement of what is durable.
+  OnStop([this] { source_->Stop(); });
+  return OkStatus();
+}
+
+}  // namespace tally::programs

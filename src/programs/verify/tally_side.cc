@@ -1,0 +1,132 @@
+#include "programs/verify/tally_side.h"
+
+#include <fmt/core.h>
+
+#include <algorithm>
+#include <optional>
+#include <string_view>
+#include <utility>
+#include <variant>
+
+#include "engine/definitions/parser.h"
+
+namespace tally::verify {
+namespace {
+
+namespace defs = tally::definitions;
+
+// The schemas of tallyd's sources (SHOW SOURCES), to compile its counters' definitions.
+Result<std::vector<defs::SourceSchema>> ListSources(RespClient& tally) {
+  auto reply = tally.Check({"COUNTER.DEFINE", "SHOW SOURCES"});
+  if (!reply) return tl::unexpected(reply.error());
+  if (reply->kind != Reply::Kind::kArray) {
+    return InvalidArgument("tallyd: SHOW SOURCES answered " + reply->Describe());
+  }
+  std::vector<defs::SourceSchema> sources;
+  for (const Reply& item : reply->items) {
+    auto statement = defs::ParseStatement(item.text);
+    const auto* create = statement ? std::get_if<defs::CreateSource>(&*statement) : nullptr;
+    auto schema = create != nullptr ? defs::CompileSource(*create) : Result<defs::SourceSchema>();
+    if (create == nullptr || !schema) {
+      return InvalidArgument(
+          fmt::format("tallyd: SHOW SOURCES: unexpected source '{}'", item.text));
+    }
+    sources.push_back(std::move(*schema));
+  }
+  return sources;
+}
+
+}  // namespace
+
+Result<std::vector<Counter>> ListCounters(RespClient& tally) {
+  auto sources = ListSources(tally);
+  if (!sources) return tl::unexpected(sources.error());
+  const defs::Catalog catalog = [&](std::string_view name) -> const defs::SourceSchema* {
+    const auto it = std::ranges::find(*sources, name, &defs::SourceSchema::name);
+    return it == sources->end() ? nullptr : &*it;
+  };
+  auto reply = tally.Check({"COUNTER.LIST"});
+  if (!reply) return tl::unexpected(reply.error());
+  if (reply->kind != Reply::Kind::kArray) {
+    return InvalidArgument("tallyd: COUNTER.LIST answered " + reply->Describe());
+  }
+  std::vector<Counter> counters;
+  for (const Reply& item : reply->items) {
+    if (item.kind != Reply::Kind::kArray || item.items.size() % 2 != 0) {
+      return InvalidArgument("tallyd: COUNTER.LIST: unexpected entry " + item.Describe());
+    }
+    Counter c;
+    std::string sql;
+    for (size_t i = 0; i + 1 < item.items.size(); i += 2) {
+      const std::string& field = item.items[i].text;
+      const Reply& value = item.items[i + 1];
+      if (field == "name") c.name = value.text;
+      if (field == "source") c.source = value.text;
+      if (field == "sql") sql = value.text;
+      if (field == "groups") c.groups = value.AsInteger().value_or(0);
+      if (field == "state") c.state = value.text;
+    }
+    // The normalised CREATE COUNTER, compiled as tallyd compiled it: its sql() is the SELECT
+    // to run on the source (without the WITH options).
+    auto compiled = defs::CompileSql(sql, catalog);
+    if (!compiled || compiled->name() != c.name) {
+      return InvalidArgument(fmt::format("tallyd: counter {}: unexpected SQL '{}'{}", c.name, sql,
+                                         compiled ? "" : ": " + compiled.error().message));
+    }
+    c.select = compiled->sql();
+    c.compiled = std::make_shared<const defs::CompiledCounter>(std::move(*compiled));
+    counters.push_back(std::move(c));
+  }
+  return counters;
+}
+
+Result<Groups> TallyGroups(RespClient& tally, const Counter& counter, Progress& progress) {
+  Groups groups;
+  std::string cursor = "0";
+  for (uint64_t calls = 0;; ++calls) {
+    auto reply = tally.Check({"COUNTER.SCAN", counter.name, cursor, "10000"});
+    if (!reply) return tl::unexpected(reply.error());
+    if (reply->kind != Reply::Kind::kArray || reply->items.size() != 2 ||
+        reply->items[1].kind != Reply::Kind::kArray || reply->items[1].items.size() % 2 != 0) {
+      return InvalidArgument("tallyd: COUNTER.SCAN " + counter.name + " answered " +
+                             reply->Describe());
+    }
+    const auto& flat = reply->items[1].items;
+    for (size_t i = 0; i + 1 < flat.size(); i += 2) {
+      const std::optional<int64_t> value = flat[i + 1].AsInteger();
+      if (!value) {
+        return InvalidArgument("tallyd: COUNTER.SCAN " + counter.name + ": a value " +
+                               flat[i + 1].Describe());
+      }
+      groups[flat[i].text] = *value;
+    }
+    progress.TallyGroups(groups.size());
+    cursor = reply->items[0].text;
+    if (reply->items[0].kind == Reply::Kind::kInteger) {
+      cursor = std::to_string(reply->items[0].integer);
+    }
+    if (cursor == "0") break;
+    if (calls > 100'000'000) {
+      return InvalidArgument("tallyd: COUNTER.SCAN " + counter.name + " does not end");
+    }
+  }
+  return groups;
+}
+
+Result<int64_t> ServerMicros(RespClient& tally) {
+  auto reply = tally.Check({"TIME"});
+  if (!reply) return tl::unexpected(reply.error());
+  if (reply->kind != Reply::Kind::kArray || reply->items.size() != 2 ||
+      !reply->items[0].AsInteger() || !reply->items[1].AsInteger()) {
+    return InvalidArgument("tallyd: TIME answered " + reply->Describe());
+  }
+  return *reply->items[0].AsInteger() * 1'000'000 + *reply->items[1].AsInteger();
+}
+
+Result<int64_t> StoredPosition(RespClient& tally, const std::string& source) {
+  auto reply = tally.Check({"GET", std::string("\0pos:", 5) + source});
+  if (!reply) return tl::unexpected(reply.error());
+  return reply->AsInteger().value_or(0);
+}
+
+}  // namespace tally::verify
