@@ -168,13 +168,13 @@ test: build
 	    -j$(TEST_JOBS) --timeout $(TEST_TIMEOUT)
 	$(MAKE) --no-print-directory fuzz-smoke
 
-# Short, bounded fuzzing runs of the RESP parser and the timestamp reader (part of make test):
-# the libFuzzer targets need clang, so they have their own build directory; only the fuzz
-# targets are built there.
+# Short, bounded fuzzing runs of the RESP parser, the timestamp reader and the cluster's record
+# decoder (part of make test): the libFuzzer targets need clang, so they have their own build
+# directory; only the fuzz targets are built there.
 fuzz-smoke: deps
 	cmake -S . -B $(FUZZ_DIR) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER=clang++ \
 	  -DTALLY_FUZZ=ON -DTALLY_BENCH=OFF >/dev/null
-	cmake --build $(FUZZ_DIR) -j$(JOBS) --target resp_parser_fuzz timestamp_fuzz
+	cmake --build $(FUZZ_DIR) -j$(JOBS) --target resp_parser_fuzz timestamp_fuzz cluster_record_fuzz
 	ctest --test-dir $(FUZZ_DIR) --output-on-failure --no-tests=error -R '_fuzz_smoke$$'
 
 # The engine_bench target is built only once bench/CMakeLists.txt defines it.
