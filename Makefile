@@ -4,7 +4,7 @@
 #   make run     deps + build, then run tallyd in the foreground on 127.0.0.1:6380
 #   make test    deps + build, then every CTest test (unit and end-to-end)
 #
-# Other targets: build bench fuzz fuzz-smoke soak check-sanitize check-asan check-tsan format format-check
+# Other targets: build bench fuzz fuzz-smoke soak soak-crash check-sanitize check-asan check-tsan format format-check
 # tidy clean help. Every upper-case variable below can be overridden: make run PORT=7000.
 
 SHELL := /bin/bash
@@ -25,9 +25,9 @@ DEPS_PACKAGES := \
 	build-essential cmake pkg-config ccache clang libclang-rt-14-dev clang-format clang-tidy \
 	librocksdb-dev libboost-dev libboost-system-dev libabsl-dev libfmt-dev libspdlog-dev \
 	libcli11-dev libexpected-dev libgtest-dev libgmock-dev libbenchmark-dev libxxhash-dev \
-	libsimdjson-dev libpq-dev nats-server libnats-dev \
+	libsimdjson-dev libpq-dev libssl-dev openssl nats-server libnats-dev \
 	postgresql-15 redis-server redis-tools python3 python3-redis \
-	util-linux procps nodejs chromium \
+	util-linux procps linux-perf nodejs chromium python3-matplotlib \
 	$(CLIENT_PACKAGES) $(PACKAGING_PACKAGES)
 
 # The dashboard (dashboard/) is built with node and tested in chromium. npm comes from
@@ -76,12 +76,24 @@ ENGINE_BENCH_ARGS ?= --benchmark_min_time=1
 # runs tallyd as its systemd unit would, and removes it again (tests/packaging/test_deb.py).
 DEB_DIR ?= $(BUILD_DIR)/deb
 
-# make fuzz
+# make fuzz: each target in FUZZ_TARGETS (fuzz/<name>_fuzz.cc) for FUZZ_SECONDS, one after
+# the other, e.g. make fuzz FUZZ_SECONDS=1800 FUZZ_TARGETS="pgoutput pg_text"; FUZZ_ARGS go
+# to every libFuzzer run (e.g. -max_len=65536).
 FUZZ_DIR     ?= build-fuzz
 FUZZ_SECONDS ?= 600
 FUZZ_ARGS    ?=
+FUZZ_TARGETS ?= resp_parser timestamp sql_definitions key_spelling change_json pgoutput pg_text \
+	http_request websocket tallyd_config cluster_record
 
-# make soak
+# make soak: SOAK_SECONDS of mixed load with a kill -9 and restart every SOAK_KILL_EVERY
+# seconds, samples of tallyd's RSS, fds and threads every SOAK_SAMPLE_EVERY seconds; the plot,
+# figures and samples go to SOAK_OUT. SOAK_ARGS go to tests/soak/soak.py.
+SOAK_SECONDS      ?= 3600
+SOAK_KILL_EVERY   ?= 300
+SOAK_SAMPLE_EVERY ?= 10
+SOAK_OUT          ?= $(BUILD_DIR)/soak
+SOAK_ARGS         ?=
+# make soak-crash
 CRASH_KILLS   ?= 200
 CRASH_SECONDS ?= 1200
 
@@ -93,7 +105,7 @@ else
 SUDO := sudo
 endif
 
-.PHONY: help deps configure build run test bench fuzz fuzz-smoke soak check-sanitize check-asan check-tsan \
+.PHONY: help deps configure build run test bench fuzz fuzz-smoke soak soak-crash check-sanitize check-asan check-tsan \
 	deb deb-test format format-check tidy clean
 
 help:
@@ -102,8 +114,9 @@ help:
 	@echo "make run             build, then run tallyd on $(BIND):$(PORT) (PORT= DATA= ARGS=)"
 	@echo "make test            build, then ctest: unit and end-to-end tests"
 	@echo "make bench           tallyd vs redis-server side by side, then engine_bench"
-	@echo "make fuzz            libFuzzer on the RESP parser for FUZZ_SECONDS=$(FUZZ_SECONDS)"
-	@echo "make soak            kill -9 soak: tests/e2e/test_crash.py, $(CRASH_KILLS) kills"
+	@echo "make fuzz            every libFuzzer target for FUZZ_SECONDS=$(FUZZ_SECONDS) each"
+	@echo "make soak            $(SOAK_SECONDS) s of mixed load, kill -9 every $(SOAK_KILL_EVERY) s, exact values, flat RSS/fds/threads"
+	@echo "make soak-crash      kill -9 soak: tests/e2e/test_crash.py, $(CRASH_KILLS) kills"
 	@echo "make check-sanitize  ASan+UBSan (all tests) and TSan (unit tests) builds and runs"
 	@echo "make deb             the Debian package (tallyd.service, /etc/tally/tally.conf) in $(DEB_DIR)"
 	@echo "make deb-test        deb, then install it here (root), run and restart tallyd, remove it"
@@ -168,14 +181,18 @@ test: build
 	    -j$(TEST_JOBS) --timeout $(TEST_TIMEOUT)
 	$(MAKE) --no-print-directory fuzz-smoke
 
-# Short, bounded fuzzing runs of the RESP parser, the timestamp reader and the cluster's record
-# decoder (part of make test): the libFuzzer targets need clang, so they have their own build
-# directory; only the fuzz targets are built there.
+# A short, bounded run of every fuzz target (part of make test): libFuzzer needs clang, so the
+# fuzzers have their own build directory; only they are built there. CTest runs them two at a
+# time (TALLY_FUZZ_SMOKE_SECONDS each, in fuzz/CMakeLists.txt).
+SPACE := $(subst ,, )
+FUZZ_CONFIGURE = cmake -S . -B $(FUZZ_DIR) -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+	-DCMAKE_CXX_COMPILER=clang++ -DTALLY_FUZZ=ON -DTALLY_BENCH=OFF
+
 fuzz-smoke: deps
-	cmake -S . -B $(FUZZ_DIR) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER=clang++ \
-	  -DTALLY_FUZZ=ON -DTALLY_BENCH=OFF >/dev/null
-	cmake --build $(FUZZ_DIR) -j$(JOBS) --target resp_parser_fuzz timestamp_fuzz cluster_record_fuzz
-	ctest --test-dir $(FUZZ_DIR) --output-on-failure --no-tests=error -R '_fuzz_smoke$$'
+	$(FUZZ_CONFIGURE) >/dev/null
+	cmake --build $(FUZZ_DIR) -j$(JOBS) --target $(addsuffix _fuzz,$(FUZZ_TARGETS))
+	ctest --test-dir $(FUZZ_DIR) --output-on-failure --no-tests=error -j$(TEST_JOBS) \
+	  -R '^($(subst $(SPACE),|,$(strip $(FUZZ_TARGETS))))_fuzz_smoke$$'
 
 # The engine_bench target is built only once bench/CMakeLists.txt defines it.
 bench: build
@@ -209,23 +226,41 @@ deb-test: deb
 	cd tests/packaging && TALLY_DEB_DIR=$(abspath $(DEB_DIR)) PYTHONDONTWRITEBYTECODE=1 \
 	  timeout --kill-after=30 600 $(PYTHON) -m unittest -v test_deb
 
-# New corpus entries and crash artifacts go to fuzz/corpus-run (ignored by git); the checked-in
-# seed corpus fuzz/corpus/resp_parser is only read.
+# New corpus entries go to fuzz/corpus-run/<target>/, crash artifacts to
+# fuzz/corpus-run/<target>-crash-<sha1> (both ignored by git); the checked-in seeds
+# fuzz/corpus/<target> are only read. Each run's output is kept in fuzz/corpus-run/<target>.log,
+# and fuzz/fuzz_summary.py makes the table at the end from them (executions, coverage, corpus,
+# findings). Every target runs even when one finds a crash; the
+# run fails at the end, naming them.
 fuzz: deps
-	cmake -S . -B $(FUZZ_DIR) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER=clang++ \
-	  -DTALLY_FUZZ=ON -DTALLY_BENCH=OFF
-	cmake --build $(FUZZ_DIR) -j$(JOBS) --target resp_parser_fuzz
-	mkdir -p fuzz/corpus-run/resp_parser
-	bin="$$(find $(FUZZ_DIR) -type f -name resp_parser_fuzz -perm -u+x | head -n 1)"; \
-	test -n "$$bin" || { echo "fuzz: resp_parser_fuzz not found under $(FUZZ_DIR)" >&2; exit 1; }; \
-	echo "+ $$bin ($(FUZZ_SECONDS) s)"; \
-	"$$bin" -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 \
-	  -artifact_prefix=fuzz/corpus-run/ $(FUZZ_ARGS) \
-	  fuzz/corpus-run/resp_parser fuzz/corpus/resp_parser
+	$(FUZZ_CONFIGURE)
+	cmake --build $(FUZZ_DIR) -j$(JOBS) --target $(addsuffix _fuzz,$(FUZZ_TARGETS))
+	@failed=""; logs=""; \
+	for target in $(FUZZ_TARGETS); do \
+	  mkdir -p fuzz/corpus-run/$$target; \
+	  dict=""; if [ -f fuzz/dict/$$target.dict ]; then dict="-dict=fuzz/dict/$$target.dict"; fi; \
+	  echo "+ $(FUZZ_DIR)/fuzz/$${target}_fuzz ($(FUZZ_SECONDS) s)"; \
+	  $(FUZZ_DIR)/fuzz/$${target}_fuzz -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 \
+	    -artifact_prefix=fuzz/corpus-run/$$target- $$dict $(FUZZ_ARGS) \
+	    fuzz/corpus-run/$$target fuzz/corpus/$$target 2>&1 | tee fuzz/corpus-run/$$target.log \
+	    || failed="$$failed $$target"; \
+	  logs="$$logs fuzz/corpus-run/$$target.log"; \
+	done; \
+	echo; $(PYTHON) fuzz/fuzz_summary.py $$logs; \
+	if [ -n "$$failed" ]; then echo "fuzz: crashes in:$$failed (see fuzz/corpus-run/)" >&2; exit 1; fi
+
+# The soak (tests/soak/soak.py; docs/testing.md): niced, so that the machine stays usable;
+# stopped after SOAK_SECONDS + 900 s at the latest.
+soak: build
+	TALLYD=$(abspath $(BUILD_DIR))/bin/tallyd PYTHONDONTWRITEBYTECODE=1 \
+	  timeout --kill-after=60 $$(( $(SOAK_SECONDS) + 900 )) \
+	  nice -n 10 $(PYTHON) tests/soak/soak.py --seconds $(SOAK_SECONDS) \
+	    --kill-every $(SOAK_KILL_EVERY) --sample-every $(SOAK_SAMPLE_EVERY) \
+	    --out $(SOAK_OUT) $(SOAK_ARGS)
 
 # The crash test, run long: CRASH_KILLS kill -9 cycles (test_crash.py reads E2E_CRASH_CYCLES),
 # the run stopped after CRASH_SECONDS + 600 s at the latest; run the way CTest runs it.
-soak: build
+soak-crash: build
 	cd tests/e2e && \
 	E2E_CRASH_CYCLES=$(CRASH_KILLS) \
 	TALLYD=$(abspath $(BUILD_DIR))/bin/tallyd PYTHONDONTWRITEBYTECODE=1 \
@@ -244,6 +279,7 @@ check-asan: deps
 	  ctest --test-dir build-asan --output-on-failure --no-tests=error \
 	    -j$(TEST_JOBS) --timeout $$(( $(TEST_TIMEOUT) * 3 ))
 
+# tests/tsan.supp names the races inside uninstrumented RocksDB that TSan cannot judge.
 # TSan's deadlock detector tracks at most 64 held locks and aborts on Keyspace::LockAll (128
 # stripe locks, always taken in ascending order), hence detect_deadlocks=0.
 # setarch -R (no ASLR) keeps TSan working on kernels with high mmap randomisation; it is skipped
@@ -254,7 +290,7 @@ check-tsan: deps
 	cmake --build build-tsan -j$(JOBS)
 	noaslr=""; \
 	if setarch "$$(uname -m)" -R true 2>/dev/null; then noaslr="setarch $$(uname -m) -R"; fi; \
-	TSAN_OPTIONS=halt_on_error=1:detect_deadlocks=0 \
+	TSAN_OPTIONS=halt_on_error=1:detect_deadlocks=0:suppressions=$(CURDIR)/tests/tsan.supp \
 	  timeout --kill-after=60 $(TEST_TOTAL_TIMEOUT) \
 	  $$noaslr ctest --test-dir build-tsan --output-on-failure --no-tests=error \
 	    -j$(TEST_JOBS) --timeout $$(( $(TEST_TIMEOUT) * 3 )) $(TSAN_CTEST_FILTER)

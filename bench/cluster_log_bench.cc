@@ -195,7 +195,7 @@ bool RunRow(NatsTestCluster& cluster, NatsConnection& connection, const Row& row
   for (const auto& log : logs) resends += log->stats().resend_rounds;
   std::printf(
       "| %3u | %2zu | %5s | %8.0f | %10.0f | %7.0f | %7.0f | %6.2f | %6.2f | %7.2f | %6.1f | "
-      "%6.1f | %" PRIu64 " |\n",
+      "%6.1f | %5.0f | %" PRIu64 " |\n",
       row.partitions, row.in_flight, row.keys == 0 ? "hot" : std::to_string(row.keys).c_str(),
       commits / seconds, keys / seconds, messages / seconds, bytes / seconds / 1024,
       percentile(0.5), percentile(0.99), 1e6 * cpu_servers / static_cast<double>(keys),

@@ -33,6 +33,7 @@ import shlex
 import shutil
 import signal
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -134,6 +135,26 @@ def proc_cpu_seconds(pid: int) -> float:
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def fdatasync_latency_us(directory: str, count: int = 300) -> tuple[float, float]:
+    """Median and p99 of fdatasync after a 4 KiB append in `directory`, in microseconds: what
+    each durable commit (tally sync, appendfsync always) waits for on this disk."""
+    path = os.path.join(directory, "fdatasync-probe")
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    times = []
+    try:
+        block = b"x" * 4096
+        for _ in range(count):
+            os.write(fd, block)
+            t0 = time.perf_counter()
+            os.fdatasync(fd)
+            times.append((time.perf_counter() - t0) * 1e6)
+    finally:
+        os.close(fd)
+        os.unlink(path)
+    times.sort()
+    return statistics.median(times), times[min(len(times) - 1, int(len(times) * 0.99))]
 
 
 def proc_memory_kb(pid: int) -> dict[str, int]:
@@ -240,7 +261,32 @@ def hot_value(port: int) -> int:
     return int(value) if value is not None else 0
 
 
-def run_row(server: Server, row: Row, cfg: Config) -> Run:
+def start_syscall_count(pid: int, out: str) -> subprocess.Popen:
+    """perf stat counting the system calls of process `pid` (all its threads) until SIGINT."""
+    return subprocess.Popen(["perf", "stat", "-x,", "-o", out, "-e", "raw_syscalls:sys_enter",
+                             "-p", str(pid)], stdin=subprocess.DEVNULL,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def stop_syscall_count(perf: subprocess.Popen, out: str) -> int:
+    perf.send_signal(signal.SIGINT)
+    perf.wait(timeout=30)
+    with open(out) as f:
+        for line in f:
+            fields = line.strip().split(",")
+            if len(fields) > 2 and fields[2] == "raw_syscalls:sys_enter":
+                return int(fields[0])
+    raise ValueError(f"no raw_syscalls:sys_enter count in {out}")
+
+
+def stop_quietly(perf: subprocess.Popen | None) -> None:
+    if perf and perf.poll() is None:
+        perf.kill()
+        perf.wait()
+
+
+def run_row(server: Server, row: Row, cfg: Config, count_syscalls: bool = False) -> Run:
+    """One redis-benchmark run of `row`; with `count_syscalls`, under perf stat."""
     n = cfg.requests(row)
     argv = cfg.pin(cfg.client_cpu) + [
         cfg.benchmark_binary, "-h", HOST, "-p", str(server.port), "-c", str(CLIENTS),
@@ -250,8 +296,13 @@ def run_row(server: Server, row: Row, cfg: Config) -> Run:
     argv += list(row.command)
     if not server.alive():
         return Run(error=f"{server.kind.label} is not running")
+    perf = None
     try:
         before = hot_value(server.port) if row.hot_key_delta else 0
+        perf_out = os.path.join(server.dir, "perf-stat.csv")
+        perf = start_syscall_count(server.proc.pid, perf_out) if count_syscalls else None
+        if perf:
+            time.sleep(0.5)  # perf attaches to every thread before the load starts
         client0 = resource.getrusage(resource.RUSAGE_CHILDREN)
         server0 = proc_cpu_seconds(server.proc.pid)
         t0 = time.monotonic()
@@ -260,9 +311,12 @@ def run_row(server: Server, row: Row, cfg: Config) -> Run:
         seconds = time.monotonic() - t0
         server1 = proc_cpu_seconds(server.proc.pid)
         client1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+        syscalls = stop_syscall_count(perf, perf_out) if perf else 0
     except subprocess.TimeoutExpired:
+        stop_quietly(perf)
         return Run(error=f"redis-benchmark did not finish within {cfg.row_timeout:.0f} s")
-    except (OSError, RespError) as e:
+    except (OSError, RespError, ValueError, subprocess.SubprocessError) as e:
+        stop_quietly(perf)
         return Run(error=f"{type(e).__name__}: {e}")
     if done.returncode != 0:
         detail = " ".join((done.stderr.strip() or done.stdout.strip()).split())[:200]
@@ -276,6 +330,8 @@ def run_row(server: Server, row: Row, cfg: Config) -> Run:
     client_seconds = (client1.ru_utime - client0.ru_utime) + (client1.ru_stime - client0.ru_stime)
     run.client_cpu = client_seconds / seconds if seconds else 0.0
     run.server_cpu = (server1 - server0) / seconds if seconds else 0.0
+    run.cpu_us = (server1 - server0) * 1e6 / n
+    run.syscalls = syscalls / n
     if row.hot_key_delta:
         try:
             grown = hot_value(server.port) - before
@@ -294,9 +350,13 @@ def setup_keys(server: Server) -> None:
             c.call("INCRBY", key, i + 1)
 
 
-def throughput(cfg: Config, work_dir: str) -> dict[tuple[str, str], list[Run]]:
+def throughput(cfg: Config, work_dir: str) -> tuple[dict[tuple[str, str], list[Run]],
+                                                    dict[tuple[str, str], Run]]:
+    """Every run of every row and server, then (cfg.syscalls) one more run of each under perf
+    stat: its own pass, so that counting never slows the runs whose speed is reported."""
     results: dict[tuple[str, str], list[Run]] = {
         (row.key, kind.key): [] for row in cfg.rows for kind in KINDS}
+    counted: dict[tuple[str, str], Run] = {}
     servers: list[Server] = []
     try:
         for kind in KINDS:
@@ -324,10 +384,17 @@ def throughput(cfg: Config, work_dir: str) -> dict[tuple[str, str], list[Run]]:
                         server.dead_reported = True
                         log(f"{server.kind.label} died (status {server.proc.returncode}):\n"
                             f"{server.log_tail()}")
+        for row in cfg.rows if cfg.syscalls else []:
+            for server in servers:
+                run = run_row(server, row, cfg, count_syscalls=True)
+                counted[(row.key, server.kind.key)] = run
+                log(f"[perf] {row.key:<16} {server.kind.label:<17} "
+                    + (f"FAILED: {run.error}" if run.error else
+                       f"{run.syscalls:.2f} system calls, {run.cpu_us:.1f} µs CPU a request"))
     finally:
         for server in servers:
             server.stop()
-    return results
+    return results, counted
 
 
 # ----------------------------------------------------------------------------- memory
@@ -454,6 +521,9 @@ def main(argv: list[str]) -> int:
     os.makedirs(cfg.work_base, exist_ok=True)
     work_dir = tempfile.mkdtemp(prefix="tally-bench-", dir=cfg.work_base)
     work_fs = filesystem_of(work_dir)
+    fsync_us = fdatasync_latency_us(work_dir)
+    log(f"fdatasync of 4 KiB appends in {work_dir}: median {fsync_us[0]:.0f} µs, "
+        f"p99 {fsync_us[1]:.0f} µs")
     if work_fs in ("tmpfs", "ramfs"):
         log(f"warning: {work_dir} is on {work_fs}: fsync costs nothing there, so the durable "
             "configurations (tally sync, appendfsync always) look faster than on a disk")
@@ -461,9 +531,9 @@ def main(argv: list[str]) -> int:
     log(f"{len(cfg.rows)} rows x {len(KINDS)} servers x {cfg.repeats} repeats "
         f"({total:,} requests), then {cfg.mem_keys:,} counters for memory; data in {work_dir}")
 
-    results, mem = {}, None
+    results, counted, mem = {}, {}, None
     try:
-        results = throughput(cfg, work_dir) if cfg.rows else {}
+        results, counted = throughput(cfg, work_dir) if cfg.rows else ({}, {})
         if cfg.mem_keys:
             mem = memory(cfg, work_dir)
     except BenchError as e:
@@ -478,7 +548,7 @@ def main(argv: list[str]) -> int:
         else:
             shutil.rmtree(work_dir, ignore_errors=True)
 
-    text, ok = report(cfg, results, mem, work_fs)
+    text, ok = report(cfg, results, counted, mem, work_fs, fsync_us)
     print(text)
     if cfg.out:
         os.makedirs(os.path.dirname(os.path.abspath(cfg.out)), exist_ok=True)

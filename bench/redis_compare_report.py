@@ -76,7 +76,8 @@ def median_run(runs: list[Run]) -> tuple[Run | None, int]:
     return Run(rps=statistics.median(r.rps for r in ok), p50=statistics.median(r.p50 for r in ok),
                p99=statistics.median(r.p99 for r in ok),
                client_cpu=statistics.median(r.client_cpu for r in ok),
-               server_cpu=statistics.median(r.server_cpu for r in ok)), len(runs) - len(ok)
+               server_cpu=statistics.median(r.server_cpu for r in ok),
+               cpu_us=statistics.median(r.cpu_us for r in ok)), len(runs) - len(ok)
 
 
 def table(header: list[str], rows: list[list[str]]) -> list[str]:
@@ -96,7 +97,7 @@ def tally_label(cfg: Config) -> str:
     return "tally (redis-server stand-in)" if cfg.tally_is_redis else "tally"
 
 
-def header_section(cfg: Config, work_fs: str) -> list[str]:
+def header_section(cfg: Config, work_fs: str, fsync_us: tuple[float, float]) -> list[str]:
     lines = [f"# tally vs redis-server — {datetime.datetime.now():%Y-%m-%d %H:%M}", ""]
     if cfg.tally_is_redis:
         lines += ["**SELF-TEST: the tally column is redis-server without persistence, not "
@@ -111,7 +112,8 @@ def header_section(cfg: Config, work_fs: str) -> list[str]:
         REPO + os.sep) else cfg.tally_binary
     return lines + [
         f"- commit {git_revision()}; {cpu_model()}, {os.cpu_count()} CPUs, Linux "
-        f"{platform.release()}; server data on {work_fs}",
+        f"{platform.release()}; server data on {work_fs}, where fdatasync after a 4 KiB append "
+        f"took {fsync_us[0]:.0f} µs (median; p99 {fsync_us[1]:.0f} µs)",
         f"- tally: `{tally_cmd}` ({version or binary})",
         f"- redis: {command_output([cfg.redis_binary, '--version']) or cfg.redis_binary}",
         f"- load: {command_output([cfg.benchmark_binary, '--version']) or 'redis-benchmark'}, "
@@ -183,6 +185,31 @@ def throughput_section(cfg: Config, results) -> tuple[list[str], bool]:
     return lines, not failures
 
 
+def per_request_section(cfg: Config, results, counted) -> tuple[list[str], bool]:
+    """Server CPU time per request (median of the throughput runs) and system calls per
+    request (one more run under perf stat), per row and server."""
+    header = ["row"]
+    for kind in KINDS:
+        header += [f"{tally_label(cfg) if kind is TALLY else kind.label} µs CPU", "syscalls"]
+    body = []
+    for row in cfg.rows:
+        cells = [row.key]
+        for kind in KINDS:
+            m, _ = median_run(results[(row.key, kind.key)])
+            cells.append(f"{m.cpu_us:.2f}" if m else "-")
+            run = counted.get((row.key, kind.key))
+            cells.append(f"{run.syscalls:.2f}" if run and not run.error else "-")
+        body.append(cells)
+    lines = ["## CPU and system calls per request", ""] + table(header, body) + [""]
+    lines += ["µs CPU: the server's user + system CPU time (all threads, /proc/<pid>/stat) over "
+              "the requests of a run, median of the runs above. syscalls: every system call of "
+              "the server (all threads) in one more run per row and server under "
+              "`perf stat -e raw_syscalls:sys_enter -p <pid>`, ÷ its requests"
+              + ("" if counted else " (not measured: perf was unavailable or --no-syscalls)")
+              + ".", ""]
+    return lines, True
+
+
 def memory_section(cfg: Config, mem: dict[str, Memory]) -> tuple[list[str], bool]:
     """The memory row and its notes; False if either load failed or gave wrong values."""
     t, r = mem[TALLY.key], mem[REDIS_NONE.key]
@@ -215,12 +242,15 @@ def memory_section(cfg: Config, mem: dict[str, Memory]) -> tuple[list[str], bool
     return lines + [""], not (t.error or r.error)
 
 
-def report(cfg: Config, results, mem: dict[str, Memory] | None, work_fs: str) -> tuple[str, bool]:
+def report(cfg: Config, results, counted, mem: dict[str, Memory] | None, work_fs: str,
+           fsync_us: tuple[float, float]) -> tuple[str, bool]:
     """The whole markdown report, and whether every run succeeded."""
-    lines, ok = header_section(cfg, work_fs), True
-    for section, data in ((throughput_section, results), (memory_section, mem)):
-        if data:
-            more, section_ok = section(cfg, data)
+    lines, ok = header_section(cfg, work_fs, fsync_us), True
+    sections = ((throughput_section, (results,)), (per_request_section, (results, counted)),
+                (memory_section, (mem,)))
+    for section, data in sections:
+        if data[0]:
+            more, section_ok = section(cfg, *data)
             lines += more
             ok = ok and section_ok
     return "\n".join(lines), ok

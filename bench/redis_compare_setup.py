@@ -8,6 +8,7 @@ import dataclasses
 import os
 import shlex
 import shutil
+import subprocess
 import sys
 import tempfile
 
@@ -101,6 +102,7 @@ class Config:
     out: str
     work_base: str
     keep: bool
+    syscalls: bool  # one more run per row and server under perf stat, counting system calls
 
     def pin(self, cpu: int) -> list[str]:
         return ["taskset", "-c", str(cpu)] if self.pinned else []
@@ -119,6 +121,21 @@ def env_number(name: str, default, kind=int):
         return kind(value.replace("_", ""))
     except ValueError:
         raise BenchError(f"{name}={value!r} is not a number")
+
+
+def perf_counts_syscalls() -> bool:
+    """Whether `perf stat -e raw_syscalls:sys_enter` works here (perf installed, tracepoints
+    readable)."""
+    if not shutil.which("perf"):
+        log("perf not found: no system-call counts (apt install linux-perf)")
+        return False
+    done = subprocess.run(["perf", "stat", "-x,", "-e", "raw_syscalls:sys_enter", "--", "true"],
+                          capture_output=True, text=True, timeout=30)
+    if done.returncode != 0 or "raw_syscalls:sys_enter" not in done.stderr or \
+            "<not supported>" in done.stderr:
+        log("perf cannot count raw_syscalls:sys_enter here: no system-call counts")
+        return False
+    return True
 
 
 def parse_args(argv: list[str]) -> Config:
@@ -149,6 +166,8 @@ def parse_args(argv: list[str]) -> Config:
     p.add_argument("--work-dir", default=os.environ.get("BENCH_TMPDIR", ""),
                    help="where server directories are created (env BENCH_TMPDIR)")
     p.add_argument("--keep", action="store_true", help="keep the server directories and logs")
+    p.add_argument("--no-syscalls", action="store_true",
+                   help="skip the pass that counts system calls per request (perf stat)")
     a = p.parse_args(argv)
 
     tally = a.tally_binary
@@ -198,7 +217,7 @@ def parse_args(argv: list[str]) -> Config:
             a.benchmark_binary), quick=a.quick, scale=scale, repeats=repeats, mem_keys=mem_keys,
         rows=rows, server_cpu=a.server_cpu, client_cpu=a.client_cpu, pinned=pinned,
         start_timeout=a.start_timeout, row_timeout=a.row_timeout, out=a.out,
-        work_base=work_base, keep=a.keep)
+        work_base=work_base, keep=a.keep, syscalls=not a.no_syscalls and perf_counts_syscalls())
 
 
 # ----------------------------------------------------------------------------- throughput
@@ -213,6 +232,8 @@ class Run:
     p99: float = 0.0
     client_cpu: float = 0.0  # share of one CPU the load generator used
     server_cpu: float = 0.0  # share of one CPU the server used
+    cpu_us: float = 0.0      # server CPU time per request, microseconds
+    syscalls: float = 0.0    # server system calls per request (the perf pass only)
     seconds: float = 0.0
     error: str = ""
 

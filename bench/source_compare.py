@@ -53,7 +53,6 @@ import datetime
 import os
 import platform
 import shutil
-import signal
 import socket
 import statistics
 import struct

@@ -7,25 +7,18 @@
 // ones, so the bytes themselves may differ).
 #include <cstddef>
 #include <cstdint>
-#include <cstdio>
-#include <cstdlib>
 #include <string>
 #include <string_view>
 
 #include "cluster/record_codec.h"
 #include "core/crc32c.h"
+#include "fuzz_check.h"
 
 namespace {
 
 using tally::cluster::Record;
 using tally::cluster::RecordKind;
-
-// Aborts with a message, so that libFuzzer keeps the input as a crash.
-void Check(bool condition, const char* what) {
-  if (condition) return;
-  std::fprintf(stderr, "invariant broken: %s\n", what);
-  std::abort();
-}
+using tally::fuzz::Check;
 
 bool SameHeader(const tally::cluster::RecordHeader& a, const tally::cluster::RecordHeader& b) {
   return a.partition == b.partition && a.term == b.term && a.writer == b.writer &&

@@ -7,26 +7,19 @@
 // arguments), and a request re-encoded as multibulk reads back the same.
 #include <cstddef>
 #include <cstdint>
-#include <cstdio>
-#include <cstdlib>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
 
+#include "fuzz_check.h"
 #include "servers/redis/resp_parser.h"
 
 namespace tally::redis {
 namespace {
 
 using Args = std::vector<std::string>;
-
-// Aborts with a message, so that libFuzzer keeps the input as a crash.
-void Check(bool condition, const char* what) {
-  if (condition) return;
-  std::fprintf(stderr, "invariant broken: %s\n", what);
-  std::abort();
-}
+using fuzz::Check;
 
 // What a connection gets out of a stream.
 struct Outcome {

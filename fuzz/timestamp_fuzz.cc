@@ -5,29 +5,19 @@
 // agrees with ParseTimestamp on every text that is not digits alone.
 #include <cstddef>
 #include <cstdint>
-#include <cstdio>
-#include <cstdlib>
 #include <string_view>
 
 #include "core/timestamp.h"
+#include "fuzz_check.h"
 
-namespace {
-
-// Aborts with a message, so that libFuzzer keeps the input as a crash.
-void Check(bool condition, const char* what) {
-  if (condition) return;
-  std::fprintf(stderr, "invariant broken: %s\n", what);
-  std::abort();
-}
-
-}  // namespace
+using tally::fuzz::Check;
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view text(reinterpret_cast<const char*>(data), size);
   const tally::Result<int64_t> micros = tally::ParseTimestamp(text);
   if (micros) {
     const tally::Result<int64_t> again = tally::ParseTimestamp(tally::FormatTimestamp(*micros));
-    Check(again && *again == *micros, "the key spelling reads back");
+    Check(again && *again == *micros, "the key spelling reads back", text);
   } else {
     Check(micros.error().code == tally::ErrorCode::kInvalidArgument,
           "a refusal is kInvalidArgument");
@@ -35,8 +25,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   if (text.find_first_not_of("-0123456789") != std::string_view::npos) {
     const tally::Result<int64_t> instant = tally::ParseInstant(text);
-    Check(instant.has_value() == micros.has_value(), "an instant is read as a timestamp");
-    Check(!instant || *instant == *micros, "an instant is the timestamp's");
+    Check(instant.has_value() == micros.has_value(), "an instant is read as a timestamp", text);
+    Check(!instant || *instant == *micros, "an instant is the timestamp's", text);
   }
   return 0;
 }

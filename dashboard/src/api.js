@@ -50,15 +50,17 @@ export function routePath(base, segments) {
   return base + segments.map(encodeURIComponent).join('/');
 }
 
-// Splits a key or a prefix typed by the user ("blog_posts:7:3") into its parts, the way
-// tally spells keys: ':' separates, "\:" and "\\" are a literal ':' and '\'.
+// Splits a key or a prefix typed by the user ("blog_posts:7:3") into its parts at each ':'
+// that is not escaped, each part kept as the key spells it ("re\:turn", "\N" for NULL,
+// "\\N" for the text \N): tallyd's reads take parts in that spelling
+// (docs/derived-counters.md, "Key parts in reads").
 export function splitKey(text) {
   const parts = [];
   let part = '';
   for (let i = 0; i < text.length; i++) {
     const c = text[i];
     if (c === '\\' && i + 1 < text.length) {
-      part += text[++i];
+      part += c + text[++i];
     } else if (c === ':') {
       parts.push(part);
       part = '';

@@ -39,7 +39,9 @@ function askPassword() {
     error.hidden = true;
     $('login-form').onsubmit = async (event) => {
       event.preventDefault();
-      setToken(input.value);
+      // A named user signs in as "Bearer user:password", the default user with the password.
+      const user = $('login-user').value.trim();
+      setToken(user ? `${user}:${input.value}` : input.value);
       try {
         await getJson('/v1/status');
       } catch (e) {

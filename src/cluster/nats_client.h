@@ -3,8 +3,8 @@
 // publish with a hand-written expected sequence, publish asynchronously, get one message,
 // follow a stream in order.
 //
-// Facts this layer is built on (checked against nats-server 2.9.10 and nats.c 3.4.1, see
-// docs/cluster.md):
+// Facts this layer is built on (checked against nats-server 2.9.10 and nats.c 3.4.1 by
+// nats_client_test.cc):
 // - nats.c's jsPubOptions.ExpectLastSeq = 0 means "not set" and sends no header, so
 //   "expect an empty stream" could not be said with it: Publication writes the
 //   Nats-Expected-Last-Sequence header itself, 0 included, and never uses that option.
@@ -48,7 +48,7 @@ template <typename T>
 using NatsResult = tl::expected<T, NatsError>;
 using NatsStatus = NatsResult<void>;
 
-// What a failed publish means for the message (the cluster's outcome table, docs/cluster.md).
+// What a failed publish means for the message (the cluster's outcome table, partition_log.h).
 enum class PublishFailure {
   kWrongLast,     // JetStream 10071 or 10070: not stored, the stream's last sequence or
                   // last Msg-Id was not the one expected

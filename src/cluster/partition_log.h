@@ -17,7 +17,7 @@
 // the records behind the refused one would find the tail they expect and land after the
 // claim (verified against nats-server 2.9.10, see partition_log_test.cc).
 //
-// Outcomes (docs/cluster.md, "what an acknowledgement means"). Only the oldest record not
+// Outcomes (issue 13's design, "what an acknowledgement means"). Only the oldest record not
 // yet durable (the head) is acted on; a later record's failure waits until it is the head.
 //   PubAck at the expected sequence, fresh or duplicate  durable
 //   timeout                        unknown: it may land later. Resend the head and every

@@ -20,6 +20,13 @@ inline constexpr int64_t FloorDiv(int64_t a, int64_t b) {
   return (a % b != 0 && a < 0) ? q - 1 : q;
 }
 
+// a - FloorDiv(a, b) * b, in [0, b), computed without leaving int64 (the product does, within
+// b of INT64_MIN). REQUIRES: b > 0.
+inline constexpr int64_t FloorMod(int64_t a, int64_t b) {
+  const int64_t r = a % b;
+  return r < 0 ? r + b : r;
+}
+
 // A date of the proleptic Gregorian calendar.
 struct CivilDate {
   int64_t year;

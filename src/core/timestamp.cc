@@ -193,7 +193,7 @@ Result<int64_t> ToMicros(const Fields& f) {
 
 void AppendTimestamp(int64_t micros, std::string* out) {
   const int64_t days = FloorDiv(micros, kMicrosPerDay);
-  const int64_t in_day = micros - days * kMicrosPerDay;
+  const int64_t in_day = FloorMod(micros, kMicrosPerDay);
   const CivilDate date = CivilFromDays(days);
   const int64_t seconds = in_day / kMicrosPerSecond;
   const int64_t fraction = in_day % kMicrosPerSecond;

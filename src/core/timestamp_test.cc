@@ -128,6 +128,19 @@ TEST(TimestampTest, TheKeySpellingReadsBack) {
   }
 }
 
+// Found by fuzzing (fuzz/key_spelling_fuzz.cc): within a day of INT64_MIN, the time of day
+// was computed as micros - days * kMicrosPerDay, whose product leaves int64 (UBSan).
+TEST(TimestampTest, TheFirstDayOfInt64ReadsBack) {
+  constexpr int64_t kMin = std::numeric_limits<int64_t>::min();
+  EXPECT_EQ(FormatTimestamp(kMin + kMicrosPerDay - 1), "-2903081222T195905.224191Z");
+  EXPECT_EQ(FormatTimestamp(kMin + 1), "-2903081221T195905.224193Z");
+  for (const int64_t micros :
+       {kMin, kMin + 1, kMin + kMicrosPerSecond, kMin + kMicrosPerDay - 1, kMin + kMicrosPerDay}) {
+    EXPECT_EQ(ParseTimestamp(FormatTimestamp(micros)), micros) << FormatTimestamp(micros);
+  }
+  EXPECT_FALSE(ParseTimestamp("-2903081221T195905.224191Z"));  // one microsecond below
+}
+
 // Random texts of a timestamp's characters, and the table's texts with one byte changed:
 // whatever is read reads back from its key spelling, and an instant that is not digits
 // alone is what ParseTimestamp reads.

@@ -3,11 +3,18 @@
 #include <malloc.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <chrono>
+#include <utility>
 
 namespace tally::engine {
+namespace {
 
-using Clock = std::chrono::steady_clock;
+// Announced batches kept by the sync thread for their capacity (a batch's vectors and key
+// bytes), so that a steady stream of commits allocates nothing.
+constexpr size_t kSpareBatches = 4;
+
+}  // namespace
 
 Committer::Committer(Keyspace* keyspace, Persistence* persistence, CommitterOptions options)
     : keyspace_(keyspace), persistence_(persistence), options_(options) {}
@@ -26,6 +33,13 @@ void Committer::AddCommitObserver(CommitObserver observer) {
 
 void Committer::Start() {
   durable_epoch_.store(keyspace_->open_epoch() - 1, std::memory_order_release);
+  if (options_.durability == Durability::kSync) {
+    {
+      std::lock_guard lock(sync_mutex_);
+      sync_running_ = true;
+    }
+    sync_thread_ = std::thread([this] { RunSyncs(); });
+  }
   thread_ = std::thread([this] { Run(); });
   checkpoint_thread_ = std::thread([this] { RunCheckpoints(); });
 }
@@ -40,6 +54,16 @@ void Committer::Stop() {
   checkpoint_wake_.notify_all();
   if (checkpoint_thread_.joinable()) checkpoint_thread_.join();
   if (thread_.joinable()) thread_.join();
+  if (sync_thread_.joinable()) {
+    // The committer thread handed over everything left; the sync thread announces it all
+    // before it exits.
+    {
+      std::lock_guard lock(sync_mutex_);
+      sync_stopping_ = true;
+    }
+    sync_wake_.notify_one();
+    sync_thread_.join();
+  }
   if (keyspace_->checkpoint_backlog() > 0) {
     // A last checkpoint, so that the next start replays (almost) nothing.
     if (auto status = Checkpoint(); !status) {
@@ -74,6 +98,7 @@ void Committer::CommitWrittenInline() {
 }
 
 bool Committer::TryCommitNow() {
+  if (options_.durability == Durability::kSync && LeaveToSyncThread()) return true;
   std::unique_lock lock(commit_mutex_, std::try_to_lock);
   if (!lock.owns_lock()) return false;
   CommitOnce(options_.durability == Durability::kSync);
@@ -128,14 +153,14 @@ void Committer::Run() {
     }
 
     const bool sync_now = options_.durability == Durability::kSync || stopping;
-    {
+    if (stopping || !sync_now || !LeaveToSyncThread()) {
       std::lock_guard commit(commit_mutex_);
       CommitOnce(sync_now);
     }
 
     if (unsynced_.load(std::memory_order_relaxed) && (stopping || Clock::now() >= next_sync)) {
       std::lock_guard commit(commit_mutex_);
-      if (auto status = persistence_->Sync(); !status) {
+      if (auto status = SyncLog(); !status) {
         spdlog::error("fsync of the write-ahead log failed: {}", status.error().message);
       } else {
         unsynced_.store(false, std::memory_order_relaxed);
@@ -197,7 +222,9 @@ Status Committer::Checkpoint() {
     // Rotate the log first, then take the marks: a commit in between lands in the new
     // segment (kept) and is also in this checkpoint (harmless); the other order could drop
     // a segment holding a commit this checkpoint does not cover.
+    // No fsync may run while the log rotates (the sync thread's takes only log_sync_mutex_).
     std::lock_guard commit(commit_mutex_);
+    std::lock_guard sync(log_sync_mutex_);
     auto begun = persistence_->BeginCheckpoint();
     if (!begun) return tl::unexpected(begun.error());
     token = *begun;
@@ -212,7 +239,8 @@ Status Committer::Checkpoint() {
     if (auto status = persistence_->CheckpointWrite(chunk); !status) return fail(status.error());
   }
   // The values written may come from epochs not yet durable: finish only once they are,
-  // fsync'd, so that recovery from these tables never shows an uncommitted write.
+  // fsync'd (announced: in sync mode, after the sync thread's fdatasync returned), so that
+  // recovery from these tables never shows an uncommitted write.
   WaitDurable(cursor.newest_epoch);
   if (durable_epoch() < cursor.newest_epoch) {
     return fail(
@@ -220,7 +248,7 @@ Status Committer::Checkpoint() {
   }
   {
     std::lock_guard commit(commit_mutex_);
-    if (auto status = persistence_->Sync(); !status) return fail(status.error());
+    if (auto status = SyncLog(); !status) return fail(status.error());
     unsynced_.store(false, std::memory_order_relaxed);
   }
   if (auto status = persistence_->FinishCheckpoint(token); !status) return fail(status.error());
@@ -237,48 +265,166 @@ Status Committer::Checkpoint() {
 bool Committer::CommitOnce(bool sync) {
   batch_.Clear();
   if (!keyspace_->Drain(&batch_)) return false;
-  const auto started = Clock::now();
+  const auto drained = Clock::now();
   // A failed write leaves the epoch not durable: its replies stay held, and the same batch
   // is retried (its puts carry absolute values, so a retry is harmless).
-  int attempt = 0;
-  while (!batch_.empty()) {
-    auto status = persistence_->Commit(batch_, sync);
-    if (status) {
-      if (!sync) unsynced_.store(true, std::memory_order_relaxed);
-      break;
+  if (!batch_.empty()) Write(batch_);
+  if (sync) {
+    if (HandToSyncThread(drained)) return true;
+    // No sync thread (before Start, after Stop): fsync here. A failed fsync may have lost
+    // the pages it was to write: write the batch again before the retry.
+    for (int attempt = 1; !batch_.empty(); ++attempt) {
+      auto status = SyncLog();
+      if (status) break;
+      Failed("fsync", batch_.epoch(), attempt, status.error());
+      Write(batch_);
     }
-    {
-      std::lock_guard lock(stats_mutex_);
-      stats_.failures++;
-      stats_.healthy = false;
-    }
-    spdlog::error("commit of epoch {} failed (attempt {}): {}", batch_.epoch(), ++attempt,
-                  status.error().message);
-    std::this_thread::sleep_for(
-        std::chrono::milliseconds(std::min(1000, 10 << std::min(attempt, 6))));
+  } else if (!batch_.empty()) {
+    unsynced_.store(true, std::memory_order_relaxed);
   }
+  Announce(batch_, drained);
+  return true;
+}
+
+void Committer::Write(const CommitBatch& batch) {
+  for (int attempt = 1;; ++attempt) {
+    auto status = persistence_->Commit(batch, /*sync=*/false);
+    if (status) return;
+    Failed("commit", batch.epoch(), attempt, status.error());
+  }
+}
+
+Status Committer::SyncLog() {
+  std::lock_guard lock(log_sync_mutex_);
+  return persistence_->Sync();
+}
+
+void Committer::Failed(std::string_view what, uint64_t epoch, int attempt, const Error& error) {
+  {
+    std::lock_guard lock(stats_mutex_);
+    stats_.failures++;
+    stats_.healthy = false;
+  }
+  spdlog::error("{} of epoch {} failed (attempt {}): {}", what, epoch, attempt, error.message);
+  std::this_thread::sleep_for(
+      std::chrono::milliseconds(std::min(1000, 10 << std::min(attempt, 6))));
+}
+
+bool Committer::HandToSyncThread(Clock::time_point drained) {
+  bool wake;
+  {
+    std::lock_guard lock(sync_mutex_);
+    if (!sync_running_) return false;
+    pending_.push_back(Pending{std::move(batch_), drained});
+    if (!spare_.empty()) {
+      batch_ = std::move(spare_.back());
+      spare_.pop_back();
+    }
+    // Only an idle sync thread needs the wake-up (a futex call): a busy one looks at
+    // pending_ again once its fdatasync returns.
+    wake = std::exchange(sync_idle_, false);
+  }
+  if (wake) sync_wake_.notify_one();
+  return true;
+}
+
+bool Committer::LeaveToSyncThread() {
+  std::lock_guard lock(sync_mutex_);
+  if (!sync_running_ || sync_idle_) return false;
+  commit_wanted_ = true;
+  return true;
+}
+
+void Committer::RunSyncs() {
+  std::vector<Pending> durable;
+  int attempt = 0;
+  std::unique_lock lock(sync_mutex_);
+  for (;;) {
+    if (commit_wanted_) {
+      // Written while an fdatasync ran, it would have waited for the next one anyway: write
+      // it now, as one batch, just before that next one begins.
+      commit_wanted_ = false;
+      lock.unlock();
+      {
+        std::lock_guard commit(commit_mutex_);
+        CommitOnce(/*sync=*/true);  // queues the batch (no wake: this thread is not idle)
+      }
+      lock.lock();
+      continue;
+    }
+    if (pending_.empty()) {
+      if (sync_stopping_) break;
+      sync_idle_ = true;
+      sync_wake_.wait(lock);
+      sync_idle_ = false;
+      continue;
+    }
+    // Every batch queued now was written before the fdatasync below begins: it covers them.
+    const size_t count = pending_.size();
+    const bool written = std::any_of(pending_.begin(), pending_.end(),
+                                     [](const Pending& pending) { return !pending.batch.empty(); });
+    const uint64_t newest = pending_.back().batch.epoch();
+    lock.unlock();
+    if (written) {
+      if (auto status = SyncLog(); !status) {
+        Failed("fsync", newest, ++attempt, status.error());
+        WritePendingAgain();
+        lock.lock();
+        continue;
+      }
+      std::lock_guard stats(stats_mutex_);
+      stats_.syncs++;
+    }
+    attempt = 0;
+    lock.lock();
+    for (size_t i = 0; i < count; ++i) {
+      durable.push_back(std::move(pending_.front()));
+      pending_.pop_front();
+    }
+    lock.unlock();
+    for (const Pending& pending : durable) Announce(pending.batch, pending.drained);
+    lock.lock();
+    for (Pending& pending : durable) {
+      if (spare_.size() < kSpareBatches) spare_.push_back(std::move(pending.batch));
+    }
+    durable.clear();
+  }
+  sync_running_ = false;
+}
+
+void Committer::WritePendingAgain() {
+  // In epoch order and after every other record, so that replay ends with their values.
+  // Without sync_mutex_, so that loop threads asking for a commit meanwhile are not held up
+  // by a failing store: with commit_mutex_ held nobody adds to pending_, and only this
+  // thread removes from it.
+  std::lock_guard commit(commit_mutex_);
+  for (const Pending& pending : pending_) {
+    if (!pending.batch.empty()) Write(pending.batch);
+  }
+}
+
+void Committer::Announce(const CommitBatch& batch, Clock::time_point drained) {
   const auto micros = static_cast<uint64_t>(
-      std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - started).count());
+      std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - drained).count());
   {
     std::lock_guard lock(stats_mutex_);
     stats_.commits++;
-    stats_.puts += batch_.put_count();
-    stats_.deletes += batch_.delete_count();
+    stats_.puts += batch.put_count();
+    stats_.deletes += batch.delete_count();
     stats_.last_commit_micros = micros;
     stats_.total_commit_micros += micros;
     stats_.healthy = true;
   }
-  durable_epoch_.store(batch_.epoch(), std::memory_order_release);
+  durable_epoch_.store(batch.epoch(), std::memory_order_release);
   {
     std::lock_guard lock(listeners_mutex_);
-    for (const auto& observer : observers_) observer(batch_, micros);
-    for (const auto& listener : listeners_) listener(batch_.epoch());
+    for (const auto& observer : observers_) observer(batch, micros);
+    for (const auto& listener : listeners_) listener(batch.epoch());
   }
   {
     std::lock_guard lock(mutex_);
     durable_changed_.notify_all();
   }
-  return true;
 }
 
 }  // namespace tally::engine

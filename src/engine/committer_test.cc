@@ -58,12 +58,47 @@ class CommitterTest : public ::testing::Test {
     std::lock_guard lock(listened_mutex_);
     return announced_;
   }
+  // Records the epochs of the batches observers see, and counts announcements that came
+  // before the store had fsync'd every commit up to the epoch.
+  void WatchAnnouncements() {
+    committer_->AddCommitObserver([this](const CommitBatch& batch, uint64_t) {
+      std::lock_guard lock(listened_mutex_);
+      observed_.push_back(batch.epoch());
+    });
+    committer_->AddDurableListener([this](uint64_t epoch) {
+      for (const auto& commit : store_.commits()) {
+        if (commit.epoch <= epoch && !commit.synced) premature_.fetch_add(1);
+      }
+    });
+  }
+  // Starts a committer whose announcements are recorded and checked (above).
+  void StartWatched(CommitterOptions options = {}) {
+    MakeCommitter(options);
+    ListenForEpochs();
+    WatchAnnouncements();
+    committer_->Start();
+  }
+  std::vector<uint64_t> observed() {
+    std::lock_guard lock(listened_mutex_);
+    return observed_;
+  }
+  // Writes a change and commits it on this thread; returns its epoch once it is written.
+  // REQUIRES: the committer thread's timer is off (kTimerOff), so that this thread commits.
+  uint64_t WriteAndCommit(std::string_view key, int64_t delta) {
+    const uint64_t epoch = IncrBy(key, delta);
+    committer_->TryCommitNow();
+    EXPECT_TRUE(store_.WaitForCommit(epoch)) << epoch;
+    return epoch;
+  }
+  static constexpr CommitterOptions kTimerOff{.reclaim_interval_ms = 60'000};
 
   ManualClock clock_{kStart};
   Keyspace keyspace_{&clock_};
   FakePersistence store_;
   std::mutex listened_mutex_;
   std::vector<uint64_t> announced_;
+  std::vector<uint64_t> observed_;
+  std::atomic<int> premature_{0};
   std::unique_ptr<Committer> committer_;  // last: stopped before the rest goes
 };
 
@@ -90,7 +125,7 @@ TEST_F(CommitterTest, SyncModeAnnouncesDurableEpochsInOrder) {
   for (size_t i = 0; i < epochs.size(); ++i)
     EXPECT_EQ(epochs[i], i + 1) << "in order, none skipped";
   EXPECT_GE(epochs.back(), last);
-  for (const auto& commit : store_.commits()) EXPECT_TRUE(commit.sync) << commit.epoch;
+  for (const auto& commit : store_.commits()) EXPECT_TRUE(commit.synced) << commit.epoch;
   EXPECT_TRUE(store_.all_synced());
   const CommitStats stats = committer_->stats();
   EXPECT_EQ(stats.commits, epochs.size());
@@ -288,9 +323,10 @@ TEST_F(CommitterTest, SyncModeWithTheCommitterThreadCommitsOnAWakeUp) {
   });
   IncrBy("woken", 1);
   EXPECT_TRUE(store_.WaitForData([](const auto& data) { return data.contains("woken"); }));
+  EXPECT_TRUE(Eventually([&] { return store_.all_synced(); }));
   const auto commits = store_.commits();
   ASSERT_EQ(commits.size(), 1u);
-  EXPECT_TRUE(commits.front().sync);
+  EXPECT_TRUE(commits.front().synced);
   committer_->Stop();
   std::lock_guard lock(mutex);
   ASSERT_FALSE(threads.empty());
@@ -341,16 +377,6 @@ TEST_F(CommitterTest, AsyncModeCommitsWithoutFsyncAndSyncsPeriodically) {
   EXPECT_TRUE(Eventually([&] { return store_.syncs() >= 1 && store_.all_synced(); }));
 }
 
-// Polls `predicate` for `patience`.
-bool Within(std::chrono::milliseconds patience, const std::function<bool()>& predicate) {
-  const auto deadline = std::chrono::steady_clock::now() + patience;
-  while (!predicate()) {
-    if (std::chrono::steady_clock::now() > deadline) return false;
-    std::this_thread::sleep_for(1ms);
-  }
-  return true;
-}
-
 // A commit made inline (WaitDurable/TryCommitNow) in async mode is fsync'd on the
 // interval like the committer thread's own.
 TEST_F(CommitterTest, AsyncModeSyncsInlineCommitsPeriodically) {
@@ -358,7 +384,7 @@ TEST_F(CommitterTest, AsyncModeSyncsInlineCommitsPeriodically) {
   keyspace_.set_on_write({});  // so that only the inline commit below writes the batch
   committer_->WaitDurable(IncrBy("k", 1));
   ASSERT_FALSE(store_.commits().empty());
-  EXPECT_TRUE(Within(1000ms, [&] { return store_.all_synced(); }))
+  EXPECT_TRUE(Eventually([&] { return store_.all_synced(); }, 1000ms))
       << "written 1 s ago, sync interval 20 ms";
 }
 
@@ -390,6 +416,121 @@ TEST_F(CommitterTest, WaitDurableReturnsWhenStopped) {
   committer_->Stop();
   waiter.join();       // would hang if Stop did not wake it
   committer_->Stop();  // a second Stop is harmless
+}
+
+// ---- The sync thread: the fsync of commit N overlaps the writing of N+1 -----------------
+
+TEST_F(CommitterTest, TheNextCommitGoesOnWhileTheLastFsyncRuns) {
+  StartWatched(kTimerOff);
+  store_.SetSyncHeld(true);
+  const uint64_t first = WriteAndCommit("k", 1);
+  ASSERT_TRUE(store_.WaitForBlockedSync());  // the sync thread's fsync of `first` waits
+  // Neither the writer of `first` nor the next committer waits for that fsync: the next
+  // commit is left to the sync thread (TryCommitNow returns at once, true).
+  const uint64_t second = IncrBy("k", 2);
+  const uint64_t other_epoch = IncrBy("other", 4);
+  EXPECT_EQ(other_epoch, second);
+  EXPECT_TRUE(committer_->TryCommitNow());
+  EXPECT_TRUE(committer_->TryCommitNow());
+  EXPECT_GT(second, first);
+  EXPECT_LT(committer_->durable_epoch(), first);
+  EXPECT_TRUE(announced().empty());
+  EXPECT_TRUE(observed().empty());
+  EXPECT_FALSE(store_.all_synced());
+
+  store_.SetSyncHeld(false);
+  committer_->WaitDurable(second);
+  EXPECT_EQ(committer_->durable_epoch(), second);
+  committer_->Stop();
+  EXPECT_EQ(announced(), (std::vector<uint64_t>{first, second}));
+  EXPECT_EQ(observed(), (std::vector<uint64_t>{first, second}));
+  EXPECT_EQ(premature_.load(), 0);
+  // The blocked fsync began before `second` was written, so a second one covered it; both
+  // requests for `second` made one write.
+  std::vector<uint64_t> written;
+  for (const auto& commit : store_.commits()) written.push_back(commit.epoch);
+  EXPECT_EQ(written, (std::vector<uint64_t>{first, second}));
+  EXPECT_EQ(committer_->stats().syncs, 2u);
+  EXPECT_EQ(committer_->stats().commits, 2u);
+  EXPECT_TRUE(store_.all_synced());
+  EXPECT_EQ(store_.Stored("k")->value, 3);
+  EXPECT_EQ(store_.Stored("other")->value, 4);
+}
+
+TEST_F(CommitterTest, AFailedFsyncAnnouncesNothingAndIsRetriedAfterWritingAgain) {
+  StartWatched(kTimerOff);
+  store_.SetSyncFailing(true);
+  const uint64_t epoch = WriteAndCommit("k", 5);
+  ASSERT_TRUE(store_.WaitForSyncFailures(2));
+  EXPECT_LT(committer_->durable_epoch(), epoch);
+  EXPECT_TRUE(announced().empty());
+  EXPECT_TRUE(observed().empty());
+  EXPECT_TRUE(Eventually([&] { return committer_->stats().failures >= 2; }));
+  EXPECT_FALSE(committer_->stats().healthy);
+  // Each failed fsync had the batch written again (the kernel may have dropped its pages).
+  EXPECT_TRUE(Eventually([&] {
+    const auto commits = store_.commits();
+    return std::count_if(commits.begin(), commits.end(),
+                         [&](const auto& commit) { return commit.epoch == epoch; }) >= 2;
+  }));
+
+  store_.SetSyncFailing(false);
+  committer_->WaitDurable(epoch);
+  committer_->Stop();
+  EXPECT_EQ(announced(), (std::vector<uint64_t>{epoch}));
+  EXPECT_EQ(observed(), (std::vector<uint64_t>{epoch}));
+  EXPECT_EQ(premature_.load(), 0);
+  EXPECT_TRUE(committer_->stats().healthy);
+  EXPECT_TRUE(store_.all_synced());
+  EXPECT_EQ(store_.Stored("k")->value, 5);
+}
+
+TEST_F(CommitterTest, StopDuringAnFsyncLeavesEverythingDurableAndAnnounced) {
+  StartWatched(kTimerOff);
+  store_.SetSyncHeld(true);
+  WriteAndCommit("a", 1);
+  ASSERT_TRUE(store_.WaitForBlockedSync());
+  IncrBy("b", 2);
+  EXPECT_TRUE(committer_->TryCommitNow());  // left to the sync thread
+  IncrBy("c", 3);                           // nobody asked for it: Stop writes it
+  std::thread stopper([&] { committer_->Stop(); });
+  store_.SetSyncHeld(false);
+  stopper.join();
+  const uint64_t last = keyspace_.open_epoch() - 1;
+  EXPECT_EQ(committer_->durable_epoch(), last);
+  EXPECT_TRUE(store_.all_synced());
+  EXPECT_EQ(Snap(store_.data()), (Snapshot{{"a", {1, 0}}, {"b", {2, 0}}, {"c", {3, 0}}}));
+  std::vector<uint64_t> every(last);
+  for (uint64_t epoch = 1; epoch <= last; ++epoch) every[epoch - 1] = epoch;
+  EXPECT_EQ(announced(), every);
+  EXPECT_EQ(observed(), every);
+  EXPECT_EQ(premature_.load(), 0);
+}
+
+TEST_F(CommitterTest, ThreadsCommittingAtOnceHaveEveryEpochAnnouncedOnceInOrder) {
+  StartWatched();
+  const int rounds = kSanitized ? 100 : 500;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      const std::string key = "t:" + std::to_string(t);
+      for (int i = 0; i < rounds; ++i) {
+        const uint64_t epoch = IncrBy(key, 1);
+        if (i % 2 == 0) committer_->TryCommitNow();
+        committer_->WaitDurable(epoch);
+        EXPECT_GE(committer_->durable_epoch(), epoch);
+      }
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  committer_->Stop();
+  const std::vector<uint64_t> epochs = announced();
+  ASSERT_FALSE(epochs.empty());
+  for (size_t i = 0; i < epochs.size(); ++i) ASSERT_EQ(epochs[i], i + 1) << "in order, once";
+  EXPECT_EQ(observed(), epochs);
+  EXPECT_EQ(premature_.load(), 0);
+  EXPECT_TRUE(store_.all_synced());
+  for (int t = 0; t < 4; ++t) EXPECT_EQ(store_.Stored("t:" + std::to_string(t))->value, rounds);
 }
 
 // ---- Checkpoints -------------------------------------------------------------------------

@@ -1,5 +1,9 @@
 #include "engine/engine_metrics.h"
 
+#include <string>
+
+#include "engine/databases.h"
+
 namespace tally::engine {
 
 void RegisterEngineMetrics(Engine& engine, metrics::Registry& registry,
@@ -14,7 +18,8 @@ void RegisterEngineMetrics(Engine& engine, metrics::Registry& registry,
       metrics::ExponentialBuckets(1, 4, 11));
   metrics::Histogram& latency = registry.AddHistogram(
       "tally_commit_duration_seconds",
-      "Time to write (and in sync mode fsync) one group commit (commits that wrote something).",
+      "Time from the drain of one group commit to its announcement as durable (sync mode: "
+      "written and fsync'd; commits that wrote something).",
       metrics::ExponentialBuckets(0.00005, 2, 16));
   engine.committer().AddCommitObserver(
       [&batch_sizes, &latency](const CommitBatch& batch, uint64_t commit_micros) {
@@ -33,6 +38,10 @@ void RegisterEngineMetrics(Engine& engine, metrics::Registry& registry,
   registry.AddCollector("tally_commit_failures_total",
                         "Failed attempts to write a group commit (each is retried).",
                         Type::kCounter, stat(&CommitStats::failures));
+  registry.AddCollector("tally_commit_fsyncs_total",
+                        "fdatasyncs of the commit log by the sync thread (sync mode); commits "
+                        "written while one runs share the next.",
+                        Type::kCounter, stat(&CommitStats::syncs));
   registry.AddGauge("tally_store_healthy", "1 while commits to the store succeed, else 0.",
                     [&committer] { return committer.stats().healthy ? 1.0 : 0.0; });
   registry.AddCollector("tally_checkpoints_total", "Checkpoints written.", Type::kCounter,
@@ -69,7 +78,22 @@ void RegisterEngineMetrics(Engine& engine, metrics::Registry& registry,
       "The most-written counters over the last minute (sampled; see INFO hotkeys).", Type::kGauge,
       [&engine, hide = std::move(hide)](SampleWriter& out) {
         for (const HotKey& key : engine.hot_keys().Top(kHotKeyMetricSeries, hide)) {
-          out.Add({{"key", key.key}}, key.writes_per_second);
+          const DatabaseKey name = SplitStoredKey(key.key);
+          if (name.db == 0) {
+            out.Add({{"key", key.key}}, key.writes_per_second);
+          } else {
+            out.Add({{"db", std::to_string(name.db)}, {"key", std::string(name.name)}},
+                    key.writes_per_second);
+          }
+        }
+      });
+  registry.AddCollector(
+      "tally_database_counters",
+      "Counters per database (SELECT) that holds any, tally's own records in database 0.",
+      Type::kGauge, [&keyspace](SampleWriter& out) {
+        for (uint32_t db = 0; db < kMaxDatabases; ++db) {
+          const size_t counters = keyspace.database_size(db);
+          if (counters > 0) out.Add({{"db", std::to_string(db)}}, static_cast<double>(counters));
         }
       });
 }

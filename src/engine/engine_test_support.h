@@ -50,8 +50,9 @@ inline void ApplyBatch(const CommitBatch& batch, std::map<std::string, CounterRe
 
 // An in-memory store laid out like the real one: tables as of the last finished checkpoint,
 // plus a log of the operations committed since. Load replays both, as recovery does.
-// Commits can be made to fail or to wait at a gate, and what was committed, with or
-// without fsync, is recorded.
+// Commits and syncs can be made to fail or to wait at a gate, and what was committed, with or
+// without fsync, is recorded. Like the real store, a Sync covers the commits that returned
+// before it began, and a Commit may run while a Sync waits.
 class FakePersistence final : public Persistence {
  public:
   struct LoggedOp {
@@ -61,7 +62,8 @@ class FakePersistence final : public Persistence {
   };
   struct CommitRecord {
     uint64_t epoch;
-    bool sync;
+    bool sync;            // Commit was called with sync
+    bool synced = false;  // on stable storage by now (with sync, or by a later Sync)
   };
 
   Status Commit(const CommitBatch& batch, bool sync) override {
@@ -81,15 +83,26 @@ class FakePersistence final : public Persistence {
       Log({LoggedOp::kPut, std::string(batch.put_key(i)), batch.put_record(i)});
     }
     commits_.push_back(CommitRecord{batch.epoch(), sync});
-    unsynced_ = !sync;
+    if (sync) MarkSynced(commits_.size());
     changed_.notify_all();
     return OkStatus();
   }
 
   Status Sync() override {
-    std::lock_guard lock(mutex_);
+    std::unique_lock lock(mutex_);
+    const size_t covered = commits_.size();  // what was written before the call
+    ++syncs_blocked_;
+    changed_.notify_all();
+    changed_.wait(lock, [&] { return !sync_held_; });
+    --syncs_blocked_;
+    if (sync_failing_) {
+      ++sync_failures_;
+      changed_.notify_all();
+      return IOError("injected fsync failure");
+    }
     ++syncs_;
-    unsynced_ = false;
+    MarkSynced(covered);
+    changed_.notify_all();
     return OkStatus();
   }
 
@@ -117,6 +130,7 @@ class FakePersistence final : public Persistence {
   Result<uint64_t> BeginCheckpoint() override {
     std::lock_guard lock(mutex_);
     pending_tables_ = tables_;
+    commits_before_checkpoint_ = commits_.size();
     return log_base_ + log_.size();
   }
   Status CheckpointWrite(const CommitBatch& batch) override {
@@ -143,7 +157,11 @@ class FakePersistence final : public Persistence {
   }
   Status FinishCheckpoint(uint64_t token) override {
     std::lock_guard lock(mutex_);
-    if (unsynced_) return IOError("checkpoint finished over unsynced commits");
+    // What the checkpoint drops must be on stable storage; commits after it began may still
+    // wait for their fsync (the sync thread's), as they stay in the log.
+    if (synced_ < commits_before_checkpoint_) {
+      return IOError("checkpoint finished over unsynced commits");
+    }
     tables_ = pending_tables_;
     log_.erase(log_.begin(), log_.begin() + static_cast<ptrdiff_t>(token - log_base_));
     log_base_ = token;
@@ -173,6 +191,33 @@ class FakePersistence final : public Persistence {
     std::lock_guard lock(mutex_);
     held_ = held;
     changed_.notify_all();
+  }
+  // Syncs wait at a gate of their own (commits go on meanwhile), or fail.
+  void SetSyncHeld(bool held) {
+    std::lock_guard lock(mutex_);
+    sync_held_ = held;
+    changed_.notify_all();
+  }
+  void SetSyncFailing(bool failing) {
+    std::lock_guard lock(mutex_);
+    sync_failing_ = failing;
+  }
+  // Waits until a Sync is blocked at the gate.
+  bool WaitForBlockedSync() {
+    std::unique_lock lock(mutex_);
+    return changed_.wait_for(lock, kPatience, [&] { return syncs_blocked_ > 0; });
+  }
+  bool WaitForSyncFailures(uint64_t n) {
+    std::unique_lock lock(mutex_);
+    return changed_.wait_for(lock, kPatience, [&] { return sync_failures_ >= n; });
+  }
+  // Waits until a commit of `epoch` was written.
+  bool WaitForCommit(uint64_t epoch) {
+    std::unique_lock lock(mutex_);
+    return changed_.wait_for(lock, kPatience, [&] {
+      return std::any_of(commits_.begin(), commits_.end(),
+                         [&](const CommitRecord& commit) { return commit.epoch == epoch; });
+    });
   }
   bool WaitForFailures(uint64_t n) {
     std::unique_lock lock(mutex_);
@@ -228,10 +273,16 @@ class FakePersistence final : public Persistence {
   // True when everything committed has been fsync'd.
   bool all_synced() const {
     std::lock_guard lock(mutex_);
-    return !unsynced_;
+    return synced_ == commits_.size();
   }
 
  private:
+  // The first `count` commits are on stable storage. REQUIRES: mutex_ held.
+  void MarkSynced(size_t count) {
+    for (size_t i = synced_; i < count; ++i) commits_[i].synced = true;
+    synced_ = std::max(synced_, count);
+  }
+
   // REQUIRES: mutex_ held.
   void Log(LoggedOp op) {
     switch (op.kind) {
@@ -260,7 +311,12 @@ class FakePersistence final : public Persistence {
   bool failing_ = false;
   bool failing_checkpoints_ = false;
   bool held_ = false;
-  bool unsynced_ = false;
+  bool sync_held_ = false;
+  bool sync_failing_ = false;
+  size_t synced_ = 0;                     // commits_[0, synced_) are on stable storage
+  size_t commits_before_checkpoint_ = 0;  // commits_.size() at the last BeginCheckpoint
+  int syncs_blocked_ = 0;
+  uint64_t sync_failures_ = 0;
   uint64_t commit_calls_ = 0;
   uint64_t failures_ = 0;
   uint64_t syncs_ = 0;
@@ -311,8 +367,9 @@ inline Snapshot Snap(const std::map<std::string, CounterRecord>& records) {
 }
 
 // Polls `predicate` until it holds or patience runs out.
-inline bool Eventually(const std::function<bool()>& predicate) {
-  const auto deadline = std::chrono::steady_clock::now() + kPatience;
+inline bool Eventually(const std::function<bool()>& predicate,
+                       std::chrono::milliseconds patience = kPatience) {
+  const auto deadline = std::chrono::steady_clock::now() + patience;
   while (!predicate()) {
     if (std::chrono::steady_clock::now() > deadline) return false;
     std::this_thread::sleep_for(1ms);

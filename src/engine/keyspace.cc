@@ -34,6 +34,11 @@ struct alignas(64) StripeState {
   std::atomic<size_t> size{0};
   std::atomic<size_t> expiring{0};
   std::atomic<size_t> memory{0};
+  // Per database (engine/databases.h), counters and counters with a deadline, kept only for
+  // databases 1 and up; entry 0 sums them all (database 0's are the stripe's rest). Written
+  // under `mutex`, read anywhere.
+  std::array<std::atomic<uint32_t>, kMaxDatabases> database_size{};
+  std::array<std::atomic<uint32_t>, kMaxDatabases> database_expiring{};
   WriteSketch writes;  // the most-written keys (see HotKeys)
 
   void CountIncrements(uint64_t n) {
@@ -49,6 +54,21 @@ struct alignas(64) StripeState {
                  std::memory_order_relaxed);
   }
 
+  // Adds `delta` to the per-database count of `key`'s database, when that is not 0.
+  static void CountInDatabase(std::array<std::atomic<uint32_t>, kMaxDatabases>& counts,
+                              std::string_view key, int delta) {
+    const uint32_t db = DatabaseOf(key);
+    if (db == 0) return;
+    for (const uint32_t i : {db, 0u}) {
+      counts[i].store(counts[i].load(std::memory_order_relaxed) + delta, std::memory_order_relaxed);
+    }
+  }
+
+  void ClearDatabaseCounts() {
+    for (auto& count : database_size) count.store(0, std::memory_order_relaxed);
+    for (auto& count : database_expiring) count.store(0, std::memory_order_relaxed);
+  }
+
   void MarkDirty(EntryId id) {
     if (!map.HasFlag(id, CounterMap::kDirty)) {
       map.SetFlag(id, CounterMap::kDirty);
@@ -62,6 +82,9 @@ struct alignas(64) StripeState {
   }
 
   void SetDeadline(EntryId id, int64_t deadline_ms) {
+    if (!map.HasFlag(id, CounterMap::kHasExpiry)) {
+      CountInDatabase(database_expiring, map.key(id), 1);
+    }
     map.SetFlag(id, CounterMap::kHasExpiry);
     deadlines[id] = deadline_ms;
     expiry_queue.emplace(deadline_ms, id);
@@ -70,21 +93,29 @@ struct alignas(64) StripeState {
 
   void ClearDeadline(EntryId id) {
     if (!map.HasFlag(id, CounterMap::kHasExpiry)) return;
+    CountInDatabase(database_expiring, map.key(id), -1);
     map.ClearFlag(id, CounterMap::kHasExpiry);
     deadlines.erase(id);
     UpdateMirrors();
   }
 
-  void Remove(EntryId id) {
+  // Erases the entry without recording a deletion (what loading does).
+  void Erase(EntryId id) {
     ClearDeadline(id);
-    deleted.emplace_back(map.key(id));
+    CountInDatabase(database_size, map.key(id), -1);
     map.Erase(id);
     UpdateMirrors();
+  }
+
+  void Remove(EntryId id) {
+    deleted.emplace_back(map.key(id));
+    Erase(id);
   }
 
   // REQUIRES: `key` is absent (the callers looked it up just before).
   EntryId Insert(const HashedKey& key) {
     const EntryId id = map.Insert(key);
+    CountInDatabase(database_size, key.key, 1);
     UpdateMirrors();
     return id;
   }
@@ -321,6 +352,7 @@ void View::FlushAll() {
   for (size_t i = 0; i < kStripeCount; ++i) {
     StripeState& stripe = keyspace_->stripe(i);
     stripe.map.Clear();
+    stripe.ClearDatabaseCounts();
     stripe.deadlines.clear();
     stripe.expiry_queue = {};
     stripe.dirty.clear();
@@ -329,6 +361,25 @@ void View::FlushAll() {
     stripe.UpdateMirrors();
   }
   keyspace_->clear_all_pending_ = true;
+  required_epoch_ = std::max(required_epoch_, epoch);
+  wrote_ = true;
+}
+
+void View::FlushDatabase(uint32_t db) {
+  assert(locked_.all());
+  if (keyspace_->database_size(db) == keyspace_->size()) {
+    FlushAll();  // nothing of another database to keep: the whole store is cleared at once
+    return;
+  }
+  const uint64_t epoch = keyspace_->open_epoch();
+  for (size_t i = 0; i < kStripeCount; ++i) {
+    StripeState& stripe = keyspace_->stripe(i);
+    if (db != 0 && stripe.database_size[db].load(std::memory_order_relaxed) == 0) continue;
+    for (EntryId id = 0; id < stripe.map.entry_limit(); ++id) {
+      if (stripe.map.IsLive(id) && DatabaseOf(stripe.map.key(id)) == db) stripe.Remove(id);
+    }
+    stripe.last_write_epoch = epoch;
+  }
   required_epoch_ = std::max(required_epoch_, epoch);
   wrote_ = true;
 }
@@ -385,10 +436,7 @@ void Keyspace::LoadPut(std::string_view key_bytes, const CounterRecord& record, 
   std::lock_guard lock(s.mutex);
   EntryId id = s.map.Find(key);
   if (record.deadline_ms != 0 && record.deadline_ms <= clock_->NowMillis()) {
-    if (id != kNoEntry) {
-      s.ClearDeadline(id);
-      s.map.Erase(id);
-    }
+    if (id != kNoEntry) s.Erase(id);
     s.deleted.emplace_back(key_bytes);
     s.UpdateMirrors();
     return;
@@ -411,9 +459,7 @@ void Keyspace::LoadDelete(std::string_view key_bytes, LoadSource source) {
   if (source == LoadSource::kLog) s.checkpoint_deleted.emplace_back(key_bytes);
   const EntryId id = s.map.Find(key);
   if (id == kNoEntry) return;
-  s.ClearDeadline(id);
-  s.map.Erase(id);
-  s.UpdateMirrors();
+  s.Erase(id);
 }
 
 void Keyspace::LoadClear(LoadSource source) {
@@ -421,6 +467,7 @@ void Keyspace::LoadClear(LoadSource source) {
   for (size_t i = 0; i < kStripeCount; ++i) {
     StripeState& s = stripe(i);
     s.map.Clear();
+    s.ClearDatabaseCounts();
     s.deadlines.clear();
     s.expiry_queue = {};
     s.deleted.clear();
@@ -607,6 +654,23 @@ size_t Keyspace::size() const {
   size_t total = 0;
   for (const auto& s : stripes_) total += s->size.load(std::memory_order_relaxed);
   return total;
+}
+
+size_t Keyspace::database_size(uint32_t db) const {
+  size_t total = 0;
+  for (const auto& s : stripes_) total += s->database_size[db].load(std::memory_order_relaxed);
+  if (db != 0) return total;
+  // Database 0's are the rest; the mirrors are read apart, so clamp a passing skew.
+  const size_t all = size();
+  return all > total ? all - total : 0;
+}
+
+size_t Keyspace::database_expiring(uint32_t db) const {
+  size_t total = 0;
+  for (const auto& s : stripes_) total += s->database_expiring[db].load(std::memory_order_relaxed);
+  if (db != 0) return total;
+  const size_t all = expiring_count();
+  return all > total ? all - total : 0;
 }
 
 size_t Keyspace::expiring_count() const {

@@ -41,6 +41,7 @@
 #include "core/clock.h"
 #include "core/status.h"
 #include "engine/counter_map.h"
+#include "engine/databases.h"
 #include "engine/key_hash.h"
 #include "engine/persistence.h"
 #include "engine/write_sketch.h"
@@ -138,6 +139,10 @@ class View {
 
   // Removes every counter. REQUIRES: the view holds all stripes (Keyspace::LockAll).
   void FlushAll();
+  // Removes every counter of database `db` (engine/databases.h), one deletion each, or the
+  // whole store at once (FlushAll) when no other database has a counter. REQUIRES: the view
+  // holds all stripes; db < kMaxDatabases.
+  void FlushDatabase(uint32_t db);
 
   // The commit epoch that must be durable before a reply built from this view may be sent.
   uint64_t required_epoch() const { return required_epoch_; }
@@ -234,7 +239,11 @@ class Keyspace {
 
   size_t size() const;            // counters held, expired-but-not-reclaimed included
   size_t expiring_count() const;  // counters with a deadline
-  size_t memory_bytes() const;    // bytes of the maps and indexes
+  // The same for one database (engine/databases.h); database 0's include tally's own
+  // records. Lock-free, approximate while writers run. REQUIRES: db < kMaxDatabases.
+  size_t database_size(uint32_t db) const;
+  size_t database_expiring(uint32_t db) const;
+  size_t memory_bytes() const;  // bytes of the maps and indexes
   // Increments applied since start, from every origin (an overflow refused is not one).
   uint64_t increments_applied() const;
   uint64_t open_epoch() const { return open_epoch_.load(std::memory_order_acquire); }

@@ -49,18 +49,28 @@ class Persistence {
  public:
   virtual ~Persistence() = default;
 
+  // Threads. Commit() and BeginCheckpoint() run one at a time (the committer's
+  // commit_mutex_). Sync() runs one at a time too (the committer's log_sync_mutex_, which
+  // BeginCheckpoint() and a Commit() with `sync` also hold), but may overlap one Commit()
+  // without `sync` on another thread: the committer writes commit N+1 while N is fsync'd.
+
   // Writes the whole batch atomically. With `sync`, returns only once the batch is on
-  // stable storage (fsync'd), so that it survives a crash of the machine.
+  // stable storage (fsync'd), so that it survives a crash of the machine. The committer
+  // writes without `sync` and calls Sync() (see above). A failed Commit may have written part
+  // of the batch; writing the same batch again is harmless (its puts are absolute values).
   virtual Status Commit(const CommitBatch& batch, bool sync) = 0;
 
-  // Makes everything committed so far durable against a machine crash (fsync).
+  // Makes every Commit() that returned before this call began durable against a machine
+  // crash (fsync); cheap when nothing was written since the last Sync. After a failure
+  // nothing is promised about what was written since the last successful Sync (the kernel
+  // may have dropped those pages): the caller writes those batches again before it retries.
   virtual Status Sync() = 0;
 
   // Replays the stored state at start: every counter of the tables as a Put, in any order,
   // then the logged operations in commit order. A later operation supersedes an earlier.
   virtual Status Load(LoadVisitor& visitor) = 0;
 
-  // REQUIRES: no Commit() runs concurrently. Returns a token for FinishCheckpoint().
+  // REQUIRES: no Commit() or Sync() runs concurrently. Returns a token for FinishCheckpoint().
   virtual Result<uint64_t> BeginCheckpoint() = 0;
   // Writes the batch's operations to the tables (not durable until FinishCheckpoint).
   virtual Status CheckpointWrite(const CommitBatch& batch) = 0;

@@ -4,14 +4,13 @@
 
 #include <algorithm>
 #include <chrono>
+#include <map>
 
+#include "core/absl_string.h"
 #include "engine/key_hash.h"
 
 namespace tally::engine {
 namespace {
-
-// Debian's abseil has its own string_view: heterogeneous lookups take that one.
-absl::string_view Absl(std::string_view text) { return {text.data(), text.size()}; }
 
 // Keys a prefix snapshot's scan visits per step (each step locks one stripe at a time).
 constexpr size_t kSnapshotScanStep = 1024;
@@ -32,6 +31,19 @@ void Merge(AskedBy& into, const AskedBy& more) {
       into.prefixes.push_back(prefix);
     }
   }
+}
+
+// Calls `test` with each prefix of the stored `key` whose length is in `lengths` (a length ->
+// count map, ascending) and which may follow the key (its own database only, databases.h),
+// shortest first, until `test` returns true; returns whether one did.
+template <typename Test>
+bool AnyFollowingPrefix(std::string_view key, const std::map<size_t, size_t>& lengths,
+                        Test&& test) {
+  for (auto it = lengths.lower_bound(ShortestPrefixFor(key));
+       it != lengths.end() && it->first <= key.size(); ++it) {
+    if (test(key.substr(0, it->first))) return true;
+  }
+  return false;
 }
 
 }  // namespace
@@ -57,19 +69,15 @@ bool SubscriptionHub::PrefixSet::contains(std::string_view prefix) const {
 
 template <typename Visit>
 void SubscriptionHub::PrefixSet::ForEachMatch(std::string_view key, Visit&& visit) const {
-  for (const auto& [length, count] : lengths_) {
-    if (length > key.size()) break;
-    const auto it = prefixes_.find(Absl(key.substr(0, length)));
-    if (it != prefixes_.end()) visit(*it);
-  }
+  AnyFollowingPrefix(key, lengths_, [&](std::string_view prefix) {
+    if (const auto it = prefixes_.find(Absl(prefix)); it != prefixes_.end()) visit(*it);
+    return false;
+  });
 }
 
 bool SubscriptionHub::PrefixSet::Matches(std::string_view key) const {
-  for (const auto& [length, count] : lengths_) {
-    if (length > key.size()) break;
-    if (prefixes_.contains(Absl(key.substr(0, length)))) return true;
-  }
-  return false;
+  return AnyFollowingPrefix(
+      key, lengths_, [&](std::string_view prefix) { return prefixes_.contains(Absl(prefix)); });
 }
 
 // --- SubscriptionHub ---------------------------------------------------------------------
@@ -328,12 +336,12 @@ void SubscriptionHub::ForEachMatch(std::string_view key, Visit&& visit) {
   if (const auto it = exact_.find(Absl(key)); it != exact_.end()) {
     for (Subscriber* subscriber : it->second) visit(*subscriber);
   }
-  for (const auto& [length, count] : prefix_lengths_) {
-    if (length > key.size()) break;
-    const auto it = prefixes_.find(Absl(key.substr(0, length)));
-    if (it == prefixes_.end()) continue;
-    for (Subscriber* subscriber : it->second) visit(*subscriber);
-  }
+  AnyFollowingPrefix(key, prefix_lengths_, [&](std::string_view prefix) {
+    if (const auto it = prefixes_.find(Absl(prefix)); it != prefixes_.end()) {
+      for (Subscriber* subscriber : it->second) visit(*subscriber);
+    }
+    return false;
+  });
 }
 
 void SubscriptionHub::Offer(Subscriber& subscriber, std::string_view key, int64_t value,
@@ -449,6 +457,7 @@ void SubscriptionHub::Flush() {
     if (!dropped.empty()) {
       sink->Disconnect(std::move(dropped));
     } else if (delivery) {
+      if (options_.shower) options_.shower->Show(delivery->updates());
       sink->Deliver(std::move(*delivery));
     }
   }
@@ -469,10 +478,11 @@ std::optional<SubscriptionDelivery> SubscriptionHub::TakeDue(Subscriber& subscri
     }
     const auto sent = subscriber.sent.find(it->first);
     const int64_t last = sent == subscriber.sent.end() ? 0 : sent->second;
-    if (pending.value != last) {
-      updates.push_back(SubscriptionUpdate{it->first, pending.value, std::nullopt});
+    // A key shown as more than its integer may have changed with its integer unchanged.
+    if (pending.value != last || ShowsMore(it->first)) {
+      updates.push_back(SubscriptionUpdate{it->first, pending.value, std::nullopt, std::nullopt});
       if (pending.value == 0) {
-        subscriber.sent.erase(sent);  // `last` was not 0: it was there
+        if (sent != subscriber.sent.end()) subscriber.sent.erase(sent);
       } else if (sent != subscriber.sent.end()) {
         sent->second = pending.value;
       } else {
@@ -480,7 +490,8 @@ std::optional<SubscriptionDelivery> SubscriptionHub::TakeDue(Subscriber& subscri
       }
     } else if (pending.asked) {
       // Unchanged: only the subscriptions that asked for it want it again.
-      updates.push_back(SubscriptionUpdate{it->first, pending.value, std::move(pending.asked)});
+      updates.push_back(
+          SubscriptionUpdate{it->first, pending.value, std::move(pending.asked), std::nullopt});
     }
     it = subscriber.pending.erase(it);
     --pending_keys_;

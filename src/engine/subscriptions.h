@@ -41,6 +41,10 @@
 // first `snapshot_max_keys` keys found by a keyspace scan (any order) that visits at most
 // `snapshot_max_scan` entries per Subscribe(); more keys of the family arrive as they change.
 //
+// Values beyond an integer. A derived counter's group may show more than its key's integer
+// (min, max, avg, ...): a ValueShower names such keys, which are then sent whenever written,
+// and fills in their values on the flusher thread.
+//
 // Thread-safety: every method may be called from any thread.
 #pragma once
 
@@ -63,9 +67,30 @@
 #include "core/status.h"
 #include "engine/commit_batch.h"
 #include "engine/committer.h"
+#include "engine/databases.h"
 #include "engine/keyspace.h"
 
 namespace tally::engine {
+
+struct SubscriptionUpdate;
+
+// Shows the counters whose value is more than the integer their key holds: a derived
+// counter's min, max, avg, count(DISTINCT), numeric sum or several aggregates, whose key
+// holds its rows (or distinct values, or units) while the rest lies in hidden records. Set
+// by the node (SubscriptionOptions::shower); its layer keeps those values.
+class ValueShower {
+ public:
+  virtual ~ValueShower() = default;
+  // True for a key whose value shows more than its integer: its updates are sent whenever
+  // the key is written, its integer unchanged or not (another part of its value may have
+  // changed). Called under the hub's lock: quick, taking no lock that is not a leaf.
+  virtual bool ShowsMore(std::string_view key) const = 0;
+  // Sets `shown` of each update whose key ShowsMore to the key's value now, and returns
+  // once that value is durable (so that, like every value sent, it is one a crash cannot
+  // take back). Called on the hub's flusher thread, outside the hub's lock, before the
+  // updates go to the subscriber's sink.
+  virtual void Show(std::span<SubscriptionUpdate> updates) = 0;
+};
 
 struct SubscriptionOptions {
   // tallyd --subscription-interval-ms: a subscriber gets at most one value per counter per
@@ -94,6 +119,8 @@ struct SubscriptionOptions {
   std::vector<std::string> allowed_origins;
   // Keys never delivered, whatever matches them (tally's internal records). Null = none.
   std::function<bool(std::string_view key)> hidden;
+  // The values of keys that are more than their integer. Null = every value is its integer.
+  std::shared_ptr<ValueShower> shower;
 };
 
 // The subscriptions of one subscriber that asked for a key's current value (Subscribe).
@@ -102,15 +129,24 @@ struct AskedBy {
   std::vector<std::string> prefixes;  // these prefixes of the key
 };
 
+// A counter's value when it is more than its integer (ValueShower), spelled for each
+// protocol.
+struct ShownValue {
+  std::string text;  // a Redis message's payload: "12.75", "NULL", a JSON object of several
+  std::string json;  // an HTTP event's "value": 12, "12.75", null, an object of several
+};
+
 // One new value of one counter.
 struct SubscriptionUpdate {
   std::string key;
-  int64_t value = 0;
+  int64_t value = 0;  // what the key holds
   // Empty: a new value, for every subscription of the subscriber that follows the key. Set:
   // a current value the subscriber was sent already, sent again only because these
   // subscriptions (just made) asked for it; a connection that tells its subscriptions apart
   // shows it only for them.
   std::optional<AskedBy> only_for;
+  // Set by the ValueShower for a key that shows more than `value`: sent instead of it.
+  std::optional<ShownValue> shown;
 };
 
 // A batch of updates handed to a subscriber's thread. While one is alive (not yet taken),
@@ -127,6 +163,7 @@ class SubscriptionDelivery {
   }
 
   const std::vector<SubscriptionUpdate>& updates() const { return updates_; }
+  std::vector<SubscriptionUpdate>& updates() { return updates_; }
 
  private:
   std::vector<SubscriptionUpdate> updates_;
@@ -220,7 +257,8 @@ class SubscriptionHub {
     bool Insert(const std::string& prefix);  // false when present already
     bool Erase(std::string_view prefix);     // false when absent
     bool contains(std::string_view prefix) const;
-    // Calls `visit(prefix)` for each prefix that `key` starts with.
+    // Calls `visit(prefix)` for each prefix that `key` starts with, within the key's own
+    // database (ShortestPrefixFor, engine/databases.h).
     template <typename Visit>
     void ForEachMatch(std::string_view key, Visit&& visit) const;
     bool Matches(std::string_view key) const;
@@ -307,6 +345,9 @@ class SubscriptionHub {
                                     std::span<const std::string> prefixes);
   // tally's internal records, never delivered.
   bool Hidden(std::string_view key) const { return options_.hidden && options_.hidden(key); }
+  bool ShowsMore(std::string_view key) const {
+    return options_.shower && options_.shower->ShowsMore(key);
+  }
 
   Keyspace* const keyspace_;
   const SubscriptionOptions options_;

@@ -1,11 +1,13 @@
 #include "engine/subscriptions.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <map>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -205,6 +207,34 @@ TEST_F(SubscriptionHubTest, PrefixesMatchEveryKeyOfTheFamilyOnce) {
   EXPECT_EQ(sink_c->Take(), (Values{{"likes:80", {10}}, {"lik", {11}}, {"other", {12}}}));
 }
 
+TEST_F(SubscriptionHubTest, APrefixFollowsTheKeysOfItsOwnDatabaseOnly) {
+  const std::string likes2 = StoredKey(2, "likes:7");
+  const std::string likes3 = StoredKey(3, "likes:7");
+  Set("likes:7", 1);
+  Set(likes2, 2);
+  Set(likes3, 3);
+  Commit();
+  auto [zero, sink_zero] = Subscriber();
+  auto [nul, sink_nul] = Subscriber();
+  auto [two, sink_two] = Subscriber();
+  ASSERT_TRUE(Subscribe(zero, {}, {""}));  // every key of database 0
+  ASSERT_TRUE(Subscribe(nul, {}, {std::string("\0d", 2)}));
+  ASSERT_TRUE(Subscribe(two, {}, {StoredKey(2, "")}));  // every key of database 2
+  hub_->Flush();
+  EXPECT_EQ(sink_zero->Take(), (Values{{"likes:7", {1}}}));
+  EXPECT_EQ(sink_nul->Take(), Values{});
+  EXPECT_EQ(sink_two->Take(), (Values{{likes2, {2}}}));
+
+  Set("likes:7", 10);
+  Set(likes2, 20);
+  Set(likes3, 30);
+  Commit();
+  hub_->Flush();
+  EXPECT_EQ(sink_zero->Take(), (Values{{"likes:7", {10}}}));
+  EXPECT_EQ(sink_nul->Take(), Values{});
+  EXPECT_EQ(sink_two->Take(), (Values{{likes2, {20}}}));
+}
+
 TEST_F(SubscriptionHubTest, APrefixSendsAtMostSnapshotMaxKeysFirst) {
   SubscriptionOptions options;
   options.snapshot_max_keys = 10;
@@ -341,6 +371,55 @@ TEST_F(SubscriptionHubTest, HiddenKeysAreNeverDelivered) {
   Commit();
   hub_->Flush();
   EXPECT_EQ(sink->Take(), (Values{{"visible", {2}}}));
+}
+
+// Shows keys under "shop:" as "rows=<n> #<calls>": a value beyond its integer.
+class CountingShower final : public ValueShower {
+ public:
+  bool ShowsMore(std::string_view key) const override { return key.starts_with("shop:"); }
+  void Show(std::span<SubscriptionUpdate> updates) override {
+    for (SubscriptionUpdate& update : updates) {
+      if (!ShowsMore(update.key)) continue;
+      ++calls;
+      update.shown = ShownValue{fmt::format("rows={} #{}", update.value, calls), "{}"};
+    }
+  }
+  int calls = 0;
+};
+
+TEST_F(SubscriptionHubTest, AKeyShownAsMoreIsSentWheneverWrittenWithItsShownValue) {
+  SubscriptionOptions options;
+  auto shower = std::make_shared<CountingShower>();
+  options.shower = shower;
+  MakeHub(options);
+  auto [id, sink] = Subscriber();
+  ASSERT_TRUE(Subscribe(id, {"shop:4", "plain"}));
+  Set("shop:4", 1);
+  Set("plain", 1);
+  Commit();
+  hub_->Flush();
+  auto shown = [](const std::vector<SubscriptionUpdate>& updates) {
+    std::map<std::string, std::string> out;
+    for (const SubscriptionUpdate& update : updates) {
+      out[update.key] = update.shown ? update.shown->text : std::to_string(update.value);
+    }
+    return out;
+  };
+  EXPECT_EQ(shown(sink->TakeUpdates()),
+            (std::map<std::string, std::string>{{"shop:4", "rows=1 #1"}, {"plain", "1"}}));
+  // Written again with the same integer: the shown key goes out again, the plain one not.
+  Set("shop:4", 1);
+  Set("plain", 1);
+  Commit();
+  hub_->Flush();
+  EXPECT_EQ(shown(sink->TakeUpdates()),
+            (std::map<std::string, std::string>{{"shop:4", "rows=1 #2"}}));
+  // Gone: 0 goes out once it is written, shown too.
+  Delete("shop:4");
+  Commit();
+  hub_->Flush();
+  EXPECT_EQ(shown(sink->TakeUpdates()),
+            (std::map<std::string, std::string>{{"shop:4", "rows=0 #3"}}));
 }
 
 TEST_F(SubscriptionHubTest, NobodySubscribedStillTracksTheDurableEpoch) {

@@ -10,6 +10,8 @@
 #include "engine/engine_metrics.h"
 #include "programs/monitoring.h"
 #include "servers/http/server.h"
+#include "servers/http/shown_values.h"
+#include "servers/redis/acl_commands.h"
 #include "servers/redis/server.h"
 #include "servers/services.h"
 #include "storage/rocksdb_store.h"
@@ -32,6 +34,15 @@ uint16_t Node::redis_port() const { return redis_ == nullptr ? 0 : redis_->port(
 
 uint16_t Node::http_port() const { return http_ == nullptr ? 0 : http_->port(); }
 
+uint16_t Node::redis_tls_port() const { return redis_ == nullptr ? 0 : redis_->tls_port(); }
+
+uint16_t Node::http_tls_port() const { return http_ == nullptr ? 0 : http_->tls_port(); }
+
+Status Node::ReloadTls() {
+  if (tls_ == nullptr) return InvalidArgument("no TLS to reload (no --tls-cert-file)");
+  return tls_->Reload();
+}
+
 Status Node::Start() {
   Status status = StartParts();
   if (!status) Stop();
@@ -39,6 +50,10 @@ Status Node::Start() {
 }
 
 Status Node::StartParts() {
+  // First: they need nothing of the store, and a bad certificate, port choice or aclfile is
+  // then refused before the commit log is replayed.
+  if (auto status = LoadTls(); !status) return status;
+  if (auto status = LoadUsers(); !status) return status;
   if (auto status = OpenStore(); !status) return status;
   if (auto status = StartEngine(); !status) return status;
   if (auto status = LoadCounters(); !status) return status;
@@ -114,12 +129,50 @@ void Node::PrepareSource() {
 }
 
 void Node::PrepareSubscriptions() {
-  // Fed by every durable commit; tally's own records are never sent.
+  // Fed by every durable commit; tally's own records are never sent; a derived group whose
+  // value is more than its key's integer is sent as reads show it.
   options_.subscriptions.hidden = derived::IsInternalKey;
+  options_.subscriptions.shower =
+      std::make_shared<http::DerivedValueShower>(*derived_, engine_->committer());
   subscriptions_ =
       std::make_unique<engine::SubscriptionHub>(&engine_->keyspace(), options_.subscriptions);
   subscriptions_->Attach(engine_->committer());
   RegisterSubscriptionMetrics(*subscriptions_, metrics_);
+}
+
+Status Node::LoadTls() {
+  if ((!options_.redis.plain && options_.redis.tls_port == 0) ||
+      (!options_.http.plain && options_.http.tls_port == 0)) {
+    return InvalidArgument(
+        "--plain-ports no needs both --tls-port and --http-tls-port (a server would listen "
+        "nowhere)");
+  }
+  const bool tls_ports = options_.redis.tls_port != 0 || options_.http.tls_port != 0;
+  if (!options_.tls.enabled()) {
+    if (tls_ports) return InvalidArgument("--tls-port and --http-tls-port need --tls-cert-file");
+    return OkStatus();
+  }
+  if (!tls_ports) {
+    return InvalidArgument("--tls-cert-file is given but no --tls-port nor --http-tls-port");
+  }
+  auto context = tls::TlsContext::Create(options_.tls);
+  if (!context) return tl::make_unexpected(context.error());
+  tls_ = std::move(*context);
+  return OkStatus();
+}
+
+Status Node::LoadUsers() {
+  acl_ = std::make_unique<auth::Acl>(redis::AclCommandInfo(), options_.redis.requirepass);
+  acl_->set_max_auth_failures(options_.max_auth_failures);
+  const std::string& file = options_.redis.aclfile;
+  if (file.empty()) return OkStatus();
+  if (!std::filesystem::exists(file)) {
+    spdlog::info("--aclfile {} does not exist yet: ACL SAVE will write it", file);
+    return OkStatus();
+  }
+  if (auto status = acl_->Load(file); !status) return Failed("--aclfile", status.error());
+  spdlog::info("{} user(s) loaded from {}", acl_->Users().size(), file);
+  return OkStatus();
 }
 
 Status Node::StartServers() {
@@ -127,6 +180,8 @@ Status Node::StartServers() {
   services.derived = derived_.get();
   services.subscriptions = subscriptions_.get();
   services.metrics = &metrics_;
+  services.tls = tls_.get();
+  services.acl = acl_.get();
   if (source_ != nullptr) {
     services.source_report = [source = source_.get()] { return source->Report(); };
     services.readiness = [source = source_.get(), max_lag_ms = options_.ready_max_lag_ms] {

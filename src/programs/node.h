@@ -19,8 +19,10 @@
 #include "engine/derived/derived_counters.h"
 #include "engine/engine.h"
 #include "engine/subscriptions.h"
+#include "servers/auth/acl.h"
 #include "servers/http/http_options.h"
 #include "servers/redis/server_options.h"
+#include "servers/tls/tls_context.h"
 #include "sources/postgres/postgres_source.h"
 
 namespace tally::storage {
@@ -43,9 +45,15 @@ struct NodeOptions {
   // --definitions: a SQL script of CREATE SOURCE / CREATE COUNTER statements applied once the
   // counters are loaded (statements already in effect are no-ops); empty = none.
   std::string definitions_file;
-  // --bind, --port, --workers... Its data_dir is set by the node (the absolute --data-dir).
+  // --bind, --port, --workers, --requirepass (the default user's password), --aclfile (read
+  // at start when it exists)... Its data_dir is set by the node (the absolute --data-dir).
   redis::ServerOptions redis;
-  http::HttpOptions http;                  // --http-*
+  http::HttpOptions http;  // --http-*
+  // --tls-*: the certificate of both servers' TLS ports (redis.tls_port, http.tls_port).
+  tls::TlsOptions tls;
+  // --max-auth-failures: failed passwords (AUTH, HTTP) a client address may send a minute;
+  // past it, its AUTHs are refused unchecked until the minute is over. 0 = no limit.
+  int64_t max_auth_failures = 10;
   postgres::PostgresSourceOptions source;  // --source...; an empty conninfo: no source
   // --ready-max-lag-ms: GET /readyz answers 503 while the source lags more than this.
   int64_t ready_max_lag_ms = 10000;
@@ -71,9 +79,16 @@ class Node {
   // and last the engine, which commits and fsyncs everything. Safe to call more than once.
   void Stop();
 
-  // Valid after a successful Start().
+  // Reads the TLS certificate, key and CA files again (tallyd's SIGHUP): new TLS connections
+  // use them, open ones keep theirs. On an error (or without TLS) nothing changes. Any thread
+  // while the node runs.
+  Status ReloadTls();
+
+  // Valid after a successful Start(); 0 for a port not listened on.
   uint16_t redis_port() const;
   uint16_t http_port() const;
+  uint16_t redis_tls_port() const;
+  uint16_t http_tls_port() const;
   // The absolute --data-dir.
   const std::string& data_dir() const { return options_.redis.data_dir; }
   const NodeOptions& options() const { return options_; }
@@ -81,6 +96,8 @@ class Node {
  private:
   // The steps of Start(), in order; each registers how what it started stops (OnStop).
   Status StartParts();
+  Status LoadTls();
+  Status LoadUsers();
   Status OpenStore();
   Status StartEngine();
   Status LoadCounters();
@@ -100,6 +117,8 @@ class Node {
   // Built before the servers and started after them: INFO and GET /v1/status read its figures.
   std::unique_ptr<postgres::PostgresSource> source_;
   std::unique_ptr<engine::SubscriptionHub> subscriptions_;
+  std::unique_ptr<tls::TlsContext> tls_;  // null without TLS
+  std::unique_ptr<auth::Acl> acl_;        // the users of both servers
   std::unique_ptr<redis::RedisServer> redis_;
   std::unique_ptr<http::HttpServer> http_;
   std::vector<std::function<void()>> stops_;  // of what started, in the order it started

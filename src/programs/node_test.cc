@@ -51,7 +51,7 @@ TEST_F(NodeTest, AFailedStartSaysWhyAndStopsWhatStarted) {
     Node node(options_);
     auto status = node.Start();
     ASSERT_FALSE(status);
-    EXPECT_EQ(status.error().message, "bad HTTP bind address 'not an address'");
+    EXPECT_EQ(status.error().message, "bad bind address 'not an address' for HTTP");
     EXPECT_EQ(node.http_port(), 0);
   }
   // The engine and the Redis server had started: they stopped, and the store closed with the
@@ -70,6 +70,26 @@ TEST_F(NodeTest, BadDefinitionsNameTheFile) {
   auto status = node.Start();
   ASSERT_FALSE(status);
   EXPECT_TRUE(status.error().message.starts_with(script + ": ")) << status.error().message;
+}
+
+TEST_F(NodeTest, ABadAclfileStopsTheStartBeforeTheStoreOpens) {
+  const std::string file = (dir_ / "users.acl").string();
+  options_.redis.aclfile = file;
+  {
+    Node node(options_);  // a missing aclfile is fine: ACL SAVE writes it
+    auto status = node.Start();
+    ASSERT_TRUE(status) << status.error().message;
+  }
+  std::filesystem::remove_all(dir_ / "data");
+  std::ofstream(file) << "user alice on >pw ~* +@all\nuser bob on +@nope\n";
+  Node node(options_);
+  auto status = node.Start();
+  ASSERT_FALSE(status);
+  EXPECT_EQ(status.error().message,
+            "--aclfile: " + file +
+                ":2: Error in ACL SETUSER modifier '+@nope': Unknown command or category name "
+                "in ACL");
+  EXPECT_FALSE(std::filesystem::exists(dir_ / "data"));
 }
 
 }  // namespace

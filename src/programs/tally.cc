@@ -1,6 +1,6 @@
 // tally: the command-line tool for a running tallyd. One subcommand so far:
 //
-//   tally verify --source 'postgresql://…' [--server 127.0.0.1:6380] [--password p]
+//   tally verify --source 'postgresql://…' [--server 127.0.0.1:6380] [--user u] [--password p]
 //                [--repair] [--timeout 60] [--progress] [counter ...]
 //
 // compares derived counters with their definitions' SELECT run on the PostgreSQL source,
@@ -36,7 +36,10 @@ int main(int argc, char** argv) {
       ->required();
   command->add_option("--server", options.server, "tallyd's Redis address host:port")
       ->capture_default_str();
-  command->add_option("--password", options.password, "tallyd's --requirepass");
+  command->add_option("--user", options.tallyd.user,
+                      "a user of tallyd's ACL to sign in as (default: the default user)");
+  command->add_option("--password", options.tallyd.password,
+                      "the user's password (the default user's is tallyd's --requirepass)");
   command->add_flag("--repair", options.repair,
                     "set every differing group to the source's value (atomically per batch of "
                     "1000 groups), then check again");
@@ -52,7 +55,7 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
 
   // Never destroyed: the signal thread may use it until the process is gone.
-  auto& hold = *new verify::Hold(options.server, options.password);
+  auto& hold = *new verify::Hold(options.server, options.tallyd);
   hold.ReleaseOnSignals();
   std::signal(SIGPIPE, SIG_IGN);
 

@@ -23,7 +23,8 @@ void DurabilityGate::Settle() {
   if (waiting_.empty()) return;
   engine::Committer& committer = engine_.committer();
   if (committer.commits_on_waiting_thread()) {
-    // Our own announcement need not wake us: every waiter is looked at right below.
+    // An announcement made meanwhile need not wake us: every waiter is looked at right below.
+    // (This commit's own comes later, from the sync thread, and wakes us then.)
     notice_pending_.store(true, std::memory_order_relaxed);
     committer.TryCommitNow();
     notice_pending_.store(false, std::memory_order_relaxed);

@@ -4,18 +4,20 @@
 // event loop (Asio or another): the loop gives the gate a way to be woken, and calls Settle().
 //
 // Threads. Everything but OnDurable() runs on the loop's thread. OnDurable() runs on whichever
-// thread announced a durable epoch (the committer's listener, DurableListener below: the
-// committer thread, or another loop that committed inline); it reads two atomics and at most
-// calls `wake` once, which must make the loop's thread call Settle() soon without blocking
-// (post to the loop).
+// thread announced a durable epoch (the committer's listener, DurableListener below: in sync
+// mode the committer's sync thread, once its fdatasync returned); it reads two atomics and at
+// most calls `wake` once, which must make the loop's thread call Settle() soon without
+// blocking (post to the loop).
 //
 // A turn. The loop Admit()s each waiter whose replies are ready; one already durable is
 // released at once. At the end of its turn the loop calls Settle(): with inline group commit
-// (Committer::commits_on_waiting_thread, sync mode) it commits on its own thread first, as
-// Redis fsyncs before it replies — no hand-off to another thread, which on one core saves two
-// context switches per commit — then releases every waiter now durable. A waiter still held
-// (another thread was committing, or wrote before us and announced after) is released by a
-// later Settle, which that thread's announcement starts through `wake`.
+// (Committer::commits_on_waiting_thread, sync mode) it writes the commit on its own thread
+// first (drain and write(2): no hand-off for the write), then releases every waiter already
+// durable. The fdatasync of that commit runs on the committer's sync thread while the loop
+// goes on with its next turn (parsing and applying the requests of the next commit), so the
+// waiters of this commit stay held: the sync thread's announcement wakes the loop through
+// `wake`, and that Settle releases them. The same holds for a waiter whose epoch another
+// thread was writing.
 //
 // Why no waiter is forgotten. Settle() stores has_waiting_ = true, issues a seq_cst fence,
 // then reads each waiter's epoch against the durable epoch. The committer stores the durable
@@ -26,9 +28,11 @@
 // before its fence, so an announcement that found it set and woke nobody announced an epoch
 // that Settle reads.
 //
-// No wake-up per commit. A loop with nothing held is not woken (has_waiting_ is false); a
-// loop with a wake on its way is not woken again (notice_pending_); a loop's own inline commit
-// does not wake it (Settle is about to look at every waiter anyway).
+// No wake-up per announcement. A loop with nothing held is not woken (has_waiting_ is false);
+// a loop with a wake on its way is not woken again (notice_pending_); an announcement made
+// while the loop writes its own commit in Settle does not wake it (Settle is about to look
+// at every waiter anyway). A loop whose replies wait is woken once per fdatasync that makes
+// them durable.
 #pragma once
 
 #include <atomic>
@@ -83,8 +87,8 @@ class DurabilityGate {
   template <typename Waiter>
   bool Admit(const std::shared_ptr<Waiter>& waiter);
 
-  // The end of a turn: commits on this thread (inline group commit), then releases every held
-  // waiter whose epoch is durable. Loop thread.
+  // The end of a turn: writes the commit on this thread (inline group commit; the sync thread
+  // fsyncs it), then releases every held waiter whose epoch is durable. Loop thread.
   void Settle();
 
   // Drops every held waiter unreleased (the loop stops). Loop thread.

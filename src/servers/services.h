@@ -13,6 +13,8 @@
 #include "engine/derived/derived_counters.h"
 #include "engine/engine.h"
 #include "engine/subscriptions.h"
+#include "servers/auth/acl.h"
+#include "servers/tls/tls_context.h"
 
 namespace tally::servers {
 
@@ -30,6 +32,11 @@ struct Services {
   metrics::Registry* metrics = nullptr;
   // The PostgreSQL source's figures: INFO's "# Source" section, GET /v1/status's "source".
   StatusReporter source_report;
+  // Users and permissions (--requirepass is the default user's password). Without one, each
+  // server makes its own from its options' password.
+  auth::Acl* acl = nullptr;
+  // The node's certificates: a server with a TLS port serves it with them. Null without TLS.
+  tls::TlsContext* tls = nullptr;
   // GET /readyz's checks beyond the store's health: an error means not ready and says why.
   // Called from the HTTP threads.
   std::function<Status()> readiness;

@@ -14,6 +14,7 @@
 // and it is cut off. Anywhere else it is corruption, and recovery stops with an error.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -40,13 +41,20 @@ class CommitLog {
   CommitLog(const CommitLog&) = delete;
   CommitLog& operator=(const CommitLog&) = delete;
 
+  // Threads: Append() and Rotate() run one at a time; Sync() runs one at a time and may
+  // overlap an Append() without `sync` on another thread (RocksDbStore passes the
+  // committer's locks on; see engine/persistence.h). Rotate() and an Append() with `sync`
+  // are Syncs too.
+
   // Appends one record; with `sync`, returns once it is on stable storage.
   Status Append(std::string_view payload, bool sync);
 
-  // Makes every appended record durable.
+  // Makes every record appended before the call durable (one fdatasync; none when nothing
+  // was appended since the last Sync).
   Status Sync();
 
   // Syncs and closes the current segment and starts the next one. Returns its number.
+  // REQUIRES: no Append() or Sync() runs concurrently.
   Result<uint64_t> Rotate();
 
   // Deletes the segments numbered below `segment`.
@@ -67,7 +75,10 @@ class CommitLog {
   uint64_t segment_;
   int fd_;
   uint64_t segment_bytes_ = 0;
-  bool unsynced_ = false;
+  // Records appended, ever (written by Append), and of those the ones a Sync made durable
+  // (Sync's own): a Sync that overlaps an Append covers what was appended before it began.
+  std::atomic<uint64_t> appended_{0};
+  uint64_t synced_ = 0;
   std::string buffer_;  // header + payload of the record being written
 };
 

@@ -54,8 +54,10 @@ class RocksDbStore final : public engine::Persistence {
   std::unique_ptr<rocksdb::DB> db_;
   const RocksDbOptions options_;
   const std::string log_dir_;
-  std::unique_ptr<CommitLog> log_;  // Commit/Sync/BeginCheckpoint: one thread at a time
-  std::string encoded_;             // with log_
+  // Commit and BeginCheckpoint one at a time, Sync one at a time and beside a Commit (see
+  // engine/persistence.h; CommitLog takes the same rules).
+  std::unique_ptr<CommitLog> log_;
+  std::string encoded_;  // Commit's
   std::atomic<uint64_t> log_bytes_since_checkpoint_{0};
 };
 

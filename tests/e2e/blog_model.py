@@ -291,6 +291,28 @@ def definitions_sql(counters=None):
 # Keys: tally's canonical spelling.
 
 
+def key_parts(key):
+    """The parts of a canonical key after the counter's name, as the key spells them (split
+    at each ':' that is not escaped, escapes kept): none for the group of a counter without
+    key columns."""
+    if ":" not in key:
+        return []
+    parts, part, i = [], "", key.index(":") + 1
+    while i < len(key):
+        if key[i] == "\\" and i + 1 < len(key):
+            part += key[i:i + 2]
+            i += 2
+            continue
+        if key[i] == ":":
+            parts.append(part)
+            part = ""
+        else:
+            part += key[i]
+        i += 1
+    parts.append(part)
+    return parts
+
+
 def encode_part(v):
     if v is None:
         return "\\N"

@@ -16,9 +16,11 @@
 // watches that group by itself and lists it (definitions: 1 group; top groups); once a
 // counter is written, the page watches it instead.
 //
-// Environment: DASHBOARD_URL, TALLY_PORT (Redis protocol), TALLY_PASSWORD, SCREENSHOT (a
-// .png path; "main" only), SCENARIO, TALLY_DASHBOARD_DIR (where node_modules is), CHROMIUM
-// (default /usr/bin/chromium). The last line printed is a JSON summary for the Python side.
+// Environment: DASHBOARD_URL, TALLY_PORT (Redis protocol), TALLY_PASSWORD (the scenario's
+// writes use it), TALLY_PAGE_TOKEN (what the page signs in with: "user:password" for a user;
+// default TALLY_PASSWORD), SCREENSHOT (a .png path; "main" only), SCENARIO, TALLY_DASHBOARD_DIR (where node_modules is), CHROMIUM
+// (default /usr/bin/chromium), DASHBOARD_SELF_SIGNED (an HTTPS URL with the test's own CA).
+// The last line printed is a JSON summary for the Python side.
 // Every wait is bounded; the browser is closed on every path.
 import { execFileSync } from 'node:child_process';
 import { createRequire } from 'node:module';
@@ -29,6 +31,7 @@ const { chromium } = require('playwright-core');
 
 const URL = process.env.DASHBOARD_URL;
 const PASSWORD = process.env.TALLY_PASSWORD;
+const PAGE_TOKEN = process.env.TALLY_PAGE_TOKEN || PASSWORD;
 const WAIT_MS = 20000;
 const PLAIN = 'likes:post:7';
 const GROUP = 'blog_posts:7:3';
@@ -40,7 +43,7 @@ const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 
 function redis(...args) {
   return execFileSync('redis-cli', ['-p', process.env.TALLY_PORT, '--no-auth-warning',
-    '-a', PASSWORD, ...args], { encoding: 'utf8', timeout: 10000 }).trim();
+    '-a', PASSWORD, ...args], { encoding: 'utf8', timeout: 60000 }).trim();
 }
 
 async function api(method, path, body) {
@@ -97,10 +100,13 @@ async function signIn(page) {
   await page.fill('#login-password', 'not-the-password');
   await page.press('#login-password', 'Enter');
   await page.waitForSelector('#login-error:not([hidden])');
-  await page.fill('#login-password', PASSWORD);
+  // "user:password" goes in the two fields, a password alone in its own.
+  const colon = PAGE_TOKEN.indexOf(':');
+  await page.fill('#login-user', colon < 0 ? '' : PAGE_TOKEN.slice(0, colon));
+  await page.fill('#login-password', colon < 0 ? PAGE_TOKEN : PAGE_TOKEN.slice(colon + 1));
   await page.press('#login-password', 'Enter');
   await page.waitForSelector('#login:not([open])', { state: 'attached' });
-  check(await page.evaluate(() => sessionStorage.getItem('tally.token')) === PASSWORD,
+  check(await page.evaluate(() => sessionStorage.getItem('tally.token')) === PAGE_TOKEN,
     'the password is not kept in sessionStorage');
 }
 
@@ -221,8 +227,9 @@ async function mainScenario(page) {
 
   await page.screenshot({ path: process.env.SCREENSHOT });
   console.log(`screenshot: ${process.env.SCREENSHOT}`);
+  const protocol = await page.evaluate(() => globalThis.location.protocol);
   return { displayed, expected, live, first_view: firstView, reloaded, automatic,
-           top: top.items };
+           top: top.items, protocol };
 }
 
 async function restartScenario(page) {
@@ -257,7 +264,10 @@ const browser = await chromium.launch({
 });
 const errors = [];
 try {
-  const page = await browser.newPage({ viewport: { width: 1280, height: 800 } });
+  // DASHBOARD_SELF_SIGNED: an HTTPS page whose certificate's CA the test made (node trusts
+  // it through NODE_EXTRA_CA_CERTS; chromium is told to take it).
+  const page = await browser.newPage({ viewport: { width: 1280, height: 800 },
+                                       ignoreHTTPSErrors: !!process.env.DASHBOARD_SELF_SIGNED });
   page.setDefaultTimeout(WAIT_MS);
   page.on('pageerror', (error) => errors.push(error.message));
   const summary = process.env.SCENARIO === 'restart' ? await restartScenario(page)

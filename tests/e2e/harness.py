@@ -246,7 +246,8 @@ class TallyServer:
       requirepass, maxclients, timeout, proto_max_bulk_len, client_output_buffer_limit
       (bytes; redis: "normal B B 0"), client_query_buffer_limit,
       durability ("sync" | "async"; redis: appendonly with appendfsync always | everysec),
-      max_multibulk_length (tally only), workers (tally only)
+      max_multibulk_length (tally only), workers (tally only), bind (tally only: the
+      listening address instead of 127.0.0.1, which still reaches it when bind is 0.0.0.0)
     extra_args: raw arguments appended to the command line (tally only unless redis).
     """
 
@@ -292,7 +293,8 @@ class TallyServer:
             elif o.get("durability") == "async":
                 cmd += ["--appendonly", "yes", "--appendfsync", "everysec"]
             return cmd + self.extra_args
-        cmd = [TALLYD, "--port", str(self.port), "--bind", HOST, "--data-dir", self.data_dir]
+        cmd = [TALLYD, "--port", str(self.port), "--bind", o.get("bind", HOST),
+               "--data-dir", self.data_dir]
         names = {
             "requirepass": "--requirepass",
             "maxclients": "--maxclients",
@@ -306,6 +308,8 @@ class TallyServer:
             "log_level": "--log-level",
         }
         for key, value in o.items():
+            if key == "bind":
+                continue
             if key not in names:
                 raise ValueError("unknown server option %r" % key)
             cmd += [names[key], str(value)]
@@ -542,6 +546,28 @@ def wait_until(predicate, timeout=10.0, interval=0.02):
         time.sleep(interval)
         value = predicate()
     return value
+
+
+def run_in_threads(work, count, timeout=120.0):
+    """Runs work(i) for i in range(count), each on its own thread, all at once, and returns
+    what went wrong: the repr of each exception a call raised, and a line for each thread still
+    running after `timeout` seconds. [] when every call returned."""
+    errors = []
+
+    def run(i):
+        try:
+            work(i)
+        except Exception as e:  # noqa: BLE001 - returned to the test
+            errors.append(repr(e))
+
+    threads = [threading.Thread(target=run, args=(i,), daemon=True) for i in range(count)]
+    for t in threads:
+        t.start()
+    deadline = time.monotonic() + timeout
+    for t in threads:
+        t.join(max(0.0, deadline - time.monotonic()))
+    errors += ["%s still running after %.0fs" % (t.name, timeout) for t in threads if t.is_alive()]
+    return errors
 
 
 def blog_posts_schema(extra_columns="", extra_counters=""):

@@ -18,24 +18,24 @@ class Coordinator:
         self.paused = False     # threads park at their next request boundary
         self.killing = False    # connection errors are expected
         self.stop = False
+        self.workers = []
 
     # ---- load threads
 
     def at_boundary(self, worker, must_park, close):
-        """Between two requests of `worker` (with a `parked_gen` attribute): "stop" when the
-        test is over, "parked" after a pause was waited out (or `must_park`: the connection
-        failed), with the connection closed by `close`; "go" to make the next request."""
+        """Between two requests of `worker` (with a `parked_gen` attribute): while the load is
+        paused (or once, with `must_park`: its connection failed), closes the connection with
+        `close` and parks until resumed. True to make the next request, False when the test
+        is over."""
         with self.cond:
-            if self.stop:
-                return "stop"
-            if not (self.paused or must_park):
-                return "go"
-            close()
-            worker.parked_gen = self.generation
-            self.cond.notify_all()
-            while self.generation == worker.parked_gen and not self.stop:
-                self.cond.wait(timeout=1.0)
-            return "parked"
+            while not self.stop and (self.paused or must_park):
+                close()
+                worker.parked_gen = self.generation
+                self.cond.notify_all()
+                while self.generation == worker.parked_gen and not self.stop:
+                    self.cond.wait(timeout=1.0)
+                must_park = False
+            return not self.stop
 
     # ---- the main thread
 
@@ -46,17 +46,23 @@ class Coordinator:
             if killing is not None:
                 self.killing = killing
 
-    def wait_parked(self, workers):
-        """Waits until every worker parked in this generation; returns False after
-        park_timeout."""
+    def start(self, workers):
+        """Starts the load threads this coordinator holds."""
+        self.workers = list(workers)
+        for w in self.workers:
+            w.start()
+
+    def wait_parked(self):
+        """Waits until every load thread parked in this generation; AssertionError (a test
+        failure) after park_timeout."""
         deadline = time.monotonic() + self.park_timeout
         with self.cond:
-            while not all(w.parked_gen == self.generation for w in workers):
+            while not all(w.parked_gen == self.generation for w in self.workers):
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    return False
+                    raise AssertionError("the load threads did not park within %.0f s"
+                                         % self.park_timeout)
                 self.cond.wait(timeout=min(left, 0.5))
-        return True
 
     def resume(self):
         with self.cond:
@@ -65,9 +71,9 @@ class Coordinator:
             self.generation += 1
             self.cond.notify_all()
 
-    def stop_all(self, workers, join_timeout):
+    def stop_all(self, join_timeout):
         with self.cond:
             self.stop = True
             self.cond.notify_all()
-        for w in workers:
+        for w in self.workers:
             w.join(timeout=join_timeout)

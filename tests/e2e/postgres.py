@@ -167,8 +167,18 @@ class Postgres:
 
     def restart(self):
         """A clean restart (fast shutdown, then the same server on the same directory)."""
+        self.shut_down()
+        self.start_again()
+
+    def shut_down(self):
+        """A fast shutdown that keeps the cluster's directory (and its port) for
+        start_again()."""
         self.proc.send_signal(signal.SIGINT)
         self.proc.wait(timeout=60)
+
+    def start_again(self):
+        """The server shut_down() stopped, on the same directory and port; returns once it
+        answers."""
         self._spawn()
 
     def _spawn(self):

@@ -223,6 +223,68 @@ class ConnectionChurnTest(BadClientCase):
         self.check_healthy()
 
 
+class SocketIoTest(BadClientCase):
+    """The server's reads and writes at the socket's edges: replies larger than the send
+    buffer, input larger than one turn's share, a client that half-closes its end."""
+
+    def assertReceives(self, sock, expected, chunk_size):
+        """Reads until `expected` has arrived (the server must not close first)."""
+        got = b""
+        while len(got) < len(expected):
+            chunk = sock.recv(chunk_size)
+            self.assertTrue(chunk, "closed after %d of %d bytes" % (len(got), len(expected)))
+            got += chunk
+        self.assertEqual(got, expected)
+
+    def test_reply_larger_than_the_send_buffer_read_slowly(self):
+        big = self.server.raw_socket()
+        payload = bytes(range(256)) * (4 * MIB // 256)
+        big.sendall(encode_command("ECHO", payload) + encode_command("INCR", "after-echo"))
+        # The client reads nothing for a while: the server's send buffer is full, and other
+        # clients are served meanwhile.
+        time.sleep(0.3)
+        self.check_healthy()
+        self.assertReceives(big, b"$%d\r\n" % len(payload) + payload + b"\r\n:1\r\n", 64 * 1024)
+        big.close()
+        self.check_healthy()
+
+    def test_pipeline_beyond_one_turns_share_is_read_whole(self):
+        # About 3 MiB of requests in one burst: more than one turn reads from one client.
+        count = 100000
+        s = self.server.raw_socket()
+        s.sendall(encode_command("INCR", "burst") * count)
+        self.assertReceives(s, b"".join(b":%d\r\n" % i for i in range(1, count + 1)), 256 * 1024)
+        s.close()
+        self.assertEqual(self.good.call("GET", "burst"), str(count))
+        self.check_healthy()
+
+    def test_half_closed_client_gets_every_reply_then_the_end(self):
+        s = self.server.raw_socket()
+        s.sendall(encode_command("INCR", "half") * 3 + encode_command("GET", "half"))
+        s.shutdown(socket.SHUT_WR)
+        got = b""
+        while True:
+            chunk = s.recv(1024)
+            if not chunk:
+                break
+            got += chunk
+        s.close()
+        self.assertEqual(got, b":1\r\n:2\r\n:3\r\n$1\r\n3\r\n")
+        self.check_healthy()
+
+    def test_request_split_at_every_byte_boundary(self):
+        request = encode_command("INCRBY", "split", "5")
+        s = self.server.raw_socket()
+        for cut in range(1, len(request)):
+            s.sendall(request[:cut])
+            time.sleep(0.002)
+            s.sendall(request[cut:])
+        self.assertReceives(s, b"".join(b":%d\r\n" % (5 * i) for i in range(1, len(request))),
+                            1024)
+        s.close()
+        self.check_healthy()
+
+
 class ManyIdleConnectionsTest(BadClientCase):
     IDLE = 3000
 

@@ -6,13 +6,12 @@ import select
 import shutil
 import subprocess
 import tempfile
-import threading
 import time
 import unittest
 
 import redis
 
-from harness import ServerTestCase
+from harness import ServerTestCase, run_in_threads
 
 CLI = shutil.which("redis-cli") or "/usr/bin/redis-cli"
 BENCH = shutil.which("redis-benchmark") or "/usr/bin/redis-benchmark"
@@ -284,30 +283,20 @@ class PythonRedisTest(ServerTestCase):
 
     def test_concurrent_clients(self):
         threads, per_thread = 8, 300
-        errors = []
 
         def work(t):
+            c = self.server.client()
             try:
-                c = self.server.client()
-                try:
-                    for i in range(per_thread):
-                        c.incrby("shared", 1)
-                        c.incrby("own:%d" % t, i)
-                    with c.pipeline(transaction=True) as p:
-                        p.incrby("shared", 1000).incrby("own:%d" % t, 1)
-                        p.execute()
-                finally:
-                    c.close()
-            except Exception as e:  # noqa: BLE001 - reported below
-                errors.append(repr(e))
+                for i in range(per_thread):
+                    c.incrby("shared", 1)
+                    c.incrby("own:%d" % t, i)
+                with c.pipeline(transaction=True) as p:
+                    p.incrby("shared", 1000).incrby("own:%d" % t, 1)
+                    p.execute()
+            finally:
+                c.close()
 
-        ts = [threading.Thread(target=work, args=(t,)) for t in range(threads)]
-        for t in ts:
-            t.start()
-        for t in ts:
-            t.join(timeout=120)
-        self.assertFalse(any(t.is_alive() for t in ts), "client threads did not finish")
-        self.assertEqual(errors, [])
+        self.assertEqual(run_in_threads(work, threads), [])
         self.assertEqual(self.r.get("shared"), str(threads * (per_thread + 1000)))
         own = sum(range(per_thread)) + 1
         self.assertEqual(self.r.mget(["own:%d" % t for t in range(threads)]),

@@ -81,12 +81,9 @@ class Client(threading.Thread):
         need_park = False
         try:
             while True:
-                action = self.coord.at_boundary(self, need_park, self._close)
-                if action == "stop":
+                if not self.coord.at_boundary(self, need_park, self._close):
                     return
-                if action == "parked":
-                    need_park = False
-                    continue
+                need_park = False
                 if self.conn is None:
                     try:
                         self.conn = RespConn(self.port, timeout=15.0)
@@ -186,16 +183,11 @@ class CrashTest(unittest.TestCase):
         all_keys = sorted(set(k for c in clients for k in c.keys))
         base = {k: 0 for k in all_keys}
 
-        self.addCleanup(coord.stop_all, clients, 20)
-        for c in clients:
-            c.start()
+        self.addCleanup(coord.stop_all, 20)
+        coord.start(clients)
 
         stats = {"acked": 0, "inflight": 0, "inflight_applied": 0, "recovery_kills": 0,
                  "sigterm": 0}
-
-        def wait_parked():
-            if not coord.wait_parked(clients):
-                self.fail("clients did not stop within %.0fs after the kill" % PARK_TIMEOUT)
 
         def check(cycle, how):
             problems = [p for c in clients for p in c.problems]
@@ -244,7 +236,7 @@ class CrashTest(unittest.TestCase):
                 self.assertEqual(server.stop(), 0, "clean stop failed\n%s" % server.log_tail())
             else:
                 server.kill9()
-            wait_parked()
+            coord.wait_parked()
             if cycle % 5 == 0:
                 # Kill again while the server is starting up (recovering), then start.
                 how += " + kill -9 during recovery"
@@ -259,7 +251,7 @@ class CrashTest(unittest.TestCase):
         # Final: stop the clients, check, then a clean restart must give the same values.
         time.sleep(0.3)
         coord.set(paused=True, killing=False)
-        wait_parked()
+        coord.wait_parked()
         check(CYCLES + 1, "final, server up")
         final = dict(base)
         server.restart()

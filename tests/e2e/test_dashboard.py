@@ -18,10 +18,12 @@ import os
 import re
 import shutil
 import subprocess
+import tempfile
 import time
 import unittest
 
 from harness import TallyServer, blog_posts_schema, free_port, tally_only
+from tls_certs import Certificates
 
 HOST = "127.0.0.1"
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -53,10 +55,10 @@ class DashboardServer:
     """A tallyd with --requirepass and a known HTTP port, the schema above defined (and
     `extra_counters`)."""
 
-    def __init__(self, add_cleanup, extra_counters=""):
+    def __init__(self, add_cleanup, extra_counters="", extra_args=()):
         self.http_port = free_port()
         self.server = TallyServer(options={"requirepass": PASSWORD},
-                                  extra_args=["--http-port", str(self.http_port)])
+                                  extra_args=["--http-port", str(self.http_port), *extra_args])
         add_cleanup(self.server.cleanup)
         self.server.start()
         self.auth = {"Authorization": "Bearer " + PASSWORD}
@@ -149,8 +151,12 @@ class DashboardFilesTest(unittest.TestCase):
 
 @tally_only
 class DashboardBrowserTest(unittest.TestCase):
-    def run_browser(self, tally, scenario, screenshot=""):
-        """Runs dashboard_browser.mjs's `scenario` against `tally`; returns its summary."""
+    def run_browser(self, tally, scenario, screenshot="", page_token=PASSWORD, url=None,
+                    ca_file=None):
+        """Runs dashboard_browser.mjs's `scenario` against `tally` (at `url`, by default its
+        plain HTTP port), the page signed in with `page_token`; returns its summary. With
+        `ca_file`, the CA of an HTTPS `url`: node trusts it, chromium takes the page's
+        certificate as it is."""
         for path, what in ((CHROMIUM, "chromium (make deps installs it)"),
                            (os.path.join(DASHBOARD_DIR, "node_modules", "playwright-core"),
                             "playwright-core (make deps runs npm ci in dashboard/)")):
@@ -159,10 +165,13 @@ class DashboardBrowserTest(unittest.TestCase):
         node = shutil.which("node") or shutil.which("nodejs")
         self.assertIsNotNone(node, "node is missing (make deps installs nodejs)")
         env = dict(os.environ,
-                   DASHBOARD_URL="http://%s:%d/" % (HOST, tally.http_port),
+                   DASHBOARD_URL=url or "http://%s:%d/" % (HOST, tally.http_port),
                    TALLY_PORT=str(tally.server.port), TALLY_PASSWORD=PASSWORD,
+                   TALLY_PAGE_TOKEN=page_token,
                    SCREENSHOT=screenshot, SCENARIO=scenario, TALLY_DASHBOARD_DIR=DASHBOARD_DIR,
                    CHROMIUM=CHROMIUM)
+        if ca_file:
+            env.update(NODE_EXTRA_CA_CERTS=ca_file, DASHBOARD_SELF_SIGNED="1")
         # Its own process group, so that a timeout stops chromium with it.
         proc = subprocess.Popen([node, os.path.join(HERE, "dashboard_browser.mjs")], env=env,
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -203,23 +212,71 @@ class DashboardBrowserTest(unittest.TestCase):
         self.assertTrue(os.path.getsize(screenshot) > 10000, screenshot)
         print("dashboard screenshot: %s" % screenshot)
 
-    def test_first_view_after_a_restart(self):
+    def test_page_over_https(self):
+        # The same scenario over tallyd's --http-tls-port, with a certificate of a CA made
+        # here: the page, its data calls and its live stream (SSE over TLS) all work.
+        certs = Certificates()
+        self.addCleanup(certs.cleanup)
+        https_port = free_port()
+        tally = DashboardServer(self.addCleanup, extra_args=[
+            "--http-tls-port", str(https_port), "--tls-cert-file", certs.path("server.crt"),
+            "--tls-key-file", certs.path("server.key")])
+        os.makedirs(ARTIFACTS, exist_ok=True)
+        summary = self.run_browser(tally, "main", os.path.join(ARTIFACTS, "dashboard-https.png"),
+                                   url="https://%s:%d/" % (HOST, https_port),
+                                   ca_file=certs.path("ca.crt"))
+        self.assertEqual(summary["protocol"], "https:")
+        r = tally.server.client()
+        self.addCleanup(r.close)
+        self.assertEqual(summary["displayed"], {
+            "likes:post:7": int(r.get("likes:post:7")),
+            "blog_posts:7:3": int(r.get("blog_posts:7:3")),
+        })
+        self.assertEqual(summary["live"], "live")
+
+    def first_view_after_a_restart(self, extra_args=(), before_restart=None,
+                                   page_token=PASSWORD):
         # Counted, then restarted: nothing is hot, and the first derived counter by name has
         # no GROUP BY; its one group must be found again in the index rebuilt at start.
         tally = DashboardServer(self.addCleanup, extra_counters="""
-CREATE COUNTER all_posts AS SELECT count(*) FROM posts WHERE is_published;""")
+CREATE COUNTER all_posts AS SELECT count(*) FROM posts WHERE is_published;""",
+                                extra_args=extra_args)
         changes = [{"source": "posts", "new": {
             "id": i, "user_id": i % 3, "blog_id": 1 + i % 2, "rating": i % 5,
             "is_published": i % 4 != 0, "is_deleted": False}} for i in range(1, 21)]
         tally.call("POST", "/v1/changes", json.dumps(changes))
+        if before_restart is not None:
+            before_restart(tally)
         tally.restart()
         listing = {c["name"]: c["groups"] for c in tally.call("GET", "/v1/definitions")["counters"]}
         self.assertEqual(listing["all_posts"], 1)
         self.assertEqual(tally.call("GET", "/v1/hot")["counters"], [])
 
-        summary = self.run_browser(tally, "restart")
+        summary = self.run_browser(tally, "restart", page_token=page_token)
         self.assertEqual(summary["all_posts"], 15)
         self.assertEqual(summary["mode"], "automatic: the largest groups of all_posts")
+
+    def test_first_view_after_a_restart(self):
+        self.first_view_after_a_restart()
+
+    def test_page_with_a_read_only_user(self):
+        # Signed in as a user that may only read and follow counters (the scenario's writes
+        # use the default user's password), kept in an aclfile across the restart: every
+        # panel of the page still works.
+        def add_viewer(tally):
+            r = tally.server.client()
+            self.addCleanup(r.close)
+            self.assertTrue(r.execute_command("ACL", "SETUSER", "viewer", "on", ">view-pw",
+                                              "~*", "+@read", "+@pubsub"))
+            self.assertTrue(r.execute_command("ACL", "SAVE"))
+            status, _, _ = request(tally.http_port, "POST", "/v1/changes",
+                                   {"Authorization": "Bearer viewer:view-pw"}, b"[]")
+            self.assertEqual(status, 403)  # read-only indeed
+
+        directory = tempfile.mkdtemp(prefix="tally-dashboard-users-")
+        self.addCleanup(shutil.rmtree, directory, True)
+        self.first_view_after_a_restart(["--aclfile", os.path.join(directory, "users.acl")],
+                                        add_viewer, "viewer:view-pw")
 
 
 if __name__ == "__main__":

@@ -32,7 +32,7 @@ import unittest
 import blog_model as bm
 from kill_cycles import Coordinator
 from harness import ConnectionClosed, RespConn, RespError, tally_only
-from test_derived import DerivedServer, diff, snapshot_scan
+from derived_case import DerivedServer, diff, snapshot_scan
 
 SEED = int(os.environ.get("E2E_SEED", "20250601"))
 CYCLES = int(os.environ.get("E2E_DERIVED_CRASH_CYCLES", "20"))
@@ -128,12 +128,9 @@ class Sender(threading.Thread):
         need_park = False
         try:
             while True:
-                action = self.coord.at_boundary(self, need_park, self._close)
-                if action == "stop":
+                if not self.coord.at_boundary(self, need_park, self._close):
                     return
-                if action == "parked":
-                    need_park = False
-                    continue
+                need_park = False
                 if self.pending is None:
                     self.pending = self.next_batch()
                 batch = self.pending
@@ -177,15 +174,10 @@ class DerivedCrashTest(unittest.TestCase):
         senders = [Sender(i, ds, coord, rng.randrange(1 << 30),
                           "redis" if i == THREADS - 1 else "http") for i in range(THREADS)]
 
-        self.addCleanup(coord.stop_all, senders, 30)
-        for s in senders:
-            s.start()
+        self.addCleanup(coord.stop_all, 30)
+        coord.start(senders)
         stats = {"inflight": 0, "inflight_applied": 0, "quiet": 0, "sigterm": 0,
                  "recovery_kills": 0}
-
-        def wait_parked():
-            if not coord.wait_parked(senders):
-                self.fail("senders did not stop within %.0fs" % PARK_TIMEOUT)
 
         def snapshot():
             with ds.server.raw(timeout=30) as conn:
@@ -263,7 +255,7 @@ class DerivedCrashTest(unittest.TestCase):
                 how = "kill -9 between batches"
                 stats["quiet"] += 1
                 coord.set(paused=True)
-                wait_parked()
+                coord.wait_parked()
                 coord.set(killing=True)
                 ds.server.kill9()
             else:
@@ -275,7 +267,7 @@ class DerivedCrashTest(unittest.TestCase):
                                      % ds.server.log_tail())
                 else:
                     ds.server.kill9()
-                wait_parked()
+                coord.wait_parked()
             if cycle % 5 == 0:
                 how += " + kill -9 during recovery"
                 stats["recovery_kills"] += 1
@@ -289,7 +281,7 @@ class DerivedCrashTest(unittest.TestCase):
 
         time.sleep(0.3)
         coord.set(paused=True)
-        wait_parked()
+        coord.wait_parked()
         check(CYCLES + 1, "final, server up")
         final = snapshot()
         ds.restart()

@@ -9,7 +9,6 @@ import http.client
 import json
 import os
 import re
-import time
 import unittest
 
 import postgres

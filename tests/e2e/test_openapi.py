@@ -32,7 +32,7 @@ import urllib.parse
 
 import jsonschema
 
-from harness import TALLYD, TallyServer, free_port, tally_only, wait_until
+from harness import TALLYD, RespConn, TallyServer, free_port, tally_only, wait_until
 
 HOST = "127.0.0.1"
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -57,6 +57,17 @@ CREATE COUNTER likes_per_day AS
   GROUP BY post_id, day;
 CREATE COUNTER likes_by_day AS
   SELECT date_trunc('day', created_at) AS day, sum(n) FROM likes GROUP BY day;
+CREATE COUNTER like_stats_per_day AS
+  SELECT post_id, date_trunc('day', created_at) AS day, count(*) AS likes, max(n) AS most,
+         count(DISTINCT n) AS sizes
+  FROM likes GROUP BY post_id, day;
+CREATE SOURCE orders (id bigint, shop bigint, total numeric(12,2), at timestamptz);
+CREATE COUNTER revenue AS SELECT shop, sum(total) FROM orders GROUP BY shop;
+CREATE COUNTER revenue_per_day AS
+  SELECT date_trunc('day', at) AS day, sum(total) FROM orders GROUP BY day;
+CREATE COUNTER shop_stats AS
+  SELECT shop, count(*) AS orders, sum(total) AS revenue, max(at) AS latest, avg(total) AS mean
+  FROM orders GROUP BY shop;
 """
 
 # Statuses a connection gets whatever its route (or before one is known): each one needs to
@@ -70,8 +81,10 @@ NOT_PROVOKED = {
 # not provoked here (test_metrics.py provokes /readyz's); their 503 is seen as every route's
 # "too many connections".
 
-# A route's path pattern in routes.cc: {{"GET", "/v1/list/{counter}/*", "cursor limit"}, &Api::GetList},
-ROUTE_ENTRY = re.compile(r'\{\{"([A-Z]+)",\s*"([^"]*)",\s*"([^"]*)"\},\s*&Api::(\w+)\}')
+# A route's path pattern in routes.cc, then its handler and the Redis command whose permission
+# it needs: {{"GET", "/v1/list/{counter}/*", "cursor limit"}, &Api::GetList, "counter.scan"},
+ROUTE_ENTRY = re.compile(
+    r'\{\{"([A-Z]+)",\s*"([^"]*)",\s*"([^"]*)"\},\s*&Api::(\w+),\s*"[^"]*"\}')
 
 
 def load_document():
@@ -384,6 +397,7 @@ class OpenApiServerTest(unittest.TestCase):
         self.websocket()
         self.dashboard()
         self.every_operation_refuses_bad_query_and_no_password()
+        self.every_operation_refuses_users_and_guessers()
         self.paths_without_an_operation()
         self.connection_limits()
         missing = self.api.missing()
@@ -394,7 +408,7 @@ class OpenApiServerTest(unittest.TestCase):
     def definitions(self):
         results = self.ok("POST", "/v1/definitions", SCHEMA, "application/sql")["results"]
         self.assertEqual(results[0], "CREATE SOURCE posts")
-        self.assertEqual(len(results), 7)
+        self.assertEqual(len(results), 12)
         self.error(400, "line 1, column", "POST", "/v1/definitions", "CREATE COUNTER x AS",
                    content_type="application/sql")
         self.error(404, "counter nope does not exist", "POST", "/v1/definitions",
@@ -444,6 +458,12 @@ class OpenApiServerTest(unittest.TestCase):
         lines = "\n".join(json.dumps({"source": "posts", "new": dict(post, id=i, user_id=7)})
                           for i in (5, 6))
         self.assertEqual(self.ok("POST", "/v1/changes", lines, "application/x-ndjson")["applied"], 2)
+        # Orders: a decimal as a string and as a JSON number, a NULL total.
+        orders = [{"source": "orders", "new": {"id": 1, "shop": 4, "total": "12.50",
+                                               "at": "2024-05-01T10:00:00Z"}},
+                  {"source": "orders", "new": {"id": 2, "shop": 4, "total": 0.25, "at": None}},
+                  {"source": "orders", "new": {"id": 3, "shop": 5, "total": None, "at": None}}]
+        self.assertEqual(self.ok("POST", "/v1/changes", orders)["applied"], 3)
 
     def reads(self):
         self.assertEqual(self.ok("GET", "/v1/value/blog_posts/7/3"),
@@ -477,21 +497,51 @@ class OpenApiServerTest(unittest.TestCase):
         self.error(404, "does not exist", "GET", "/v1/top/nope")
         window = "from=2024-05-01T00:00:00Z&to=2024-05-03T00:00:00Z"
         self.assertEqual(self.ok("GET", "/v1/range/likes_per_day/9?" + window),
-                         {"sum": 10, "buckets": 2})
+                         {"sum": 10, "value": 10, "buckets": 2})
         self.assertEqual(self.ok("GET", "/v1/range/likes_by_day?from=2024-05-01&to=2024-05-02"),
-                         {"sum": 5 + INT64_MAX // 2 + 1, "buckets": 1})
+                         {"sum": 5 + INT64_MAX // 2 + 1, "value": 5 + INT64_MAX // 2 + 1,
+                          "buckets": 1})
         self.error(409, "out of the int64 range", "GET", "/v1/range/likes_by_day?" + window)
         self.error(400, "a range needs", "GET", "/v1/range/likes_per_day/9")
         self.error(400, "has no time bucket", "GET", "/v1/range/blog_posts?" + window)
         self.error(404, "does not exist", "GET", "/v1/range/nope/9?" + window)
         self.error(404, "does not exist", "GET", "/v1/range/nope?" + window)
         self.error(409, "out of the int64 range", "GET", "/v1/range/likes_per_day/10?" + window)
+        # Decimals are strings, NULL is null, several aggregates an object by name.
+        self.assertEqual(self.ok("GET", "/v1/value/revenue/4"),
+                         {"key": "revenue:4", "value": "12.75"})
+        self.assertEqual(self.ok("GET", "/v1/value/shop_stats/4")["value"],
+                         {"orders": 2, "revenue": "12.75", "latest": "20240501T100000Z",
+                          "mean": "6.3750000000000000"})
+        self.assertEqual(self.ok("GET", "/v1/value/shop_stats/5")["value"],
+                         {"orders": 1, "revenue": None, "latest": None, "mean": None})
+        self.assertEqual(self.ok("GET", "/v1/value/shop_stats/9")["value"],
+                         {"orders": 0, "revenue": None, "latest": None, "mean": None})
+        # Ranges of other kinds: the buckets' rows as one group, in the group's value's form.
+        self.assertEqual(self.ok("GET", "/v1/range/like_stats_per_day/9?" + window),
+                         {"value": {"likes": 2, "most": 5, "sizes": 1}, "buckets": 2})
+        self.assertEqual(self.ok("GET", "/v1/range/like_stats_per_day/10?" + window),
+                         {"value": {"likes": 2, "most": INT64_MAX // 2 + 1, "sizes": 1},
+                          "buckets": 2})
+        self.assertEqual(self.ok("GET", "/v1/range/like_stats_per_day/9?from=2025-01-01&to="
+                                        "2025-02-01"),
+                         {"value": {"likes": 0, "most": None, "sizes": 0}, "buckets": 0})
+        self.assertEqual(self.ok("GET", "/v1/range/revenue_per_day?from=2024-05-01&to=2024-05-02"),
+                         {"value": "12.50", "buckets": 1})
+        self.error(400, "has no time bucket", "GET",
+                   "/v1/range/revenue?from=2024-05-01&to=2024-05-02")
+        self.assertEqual(self.ok("POST", "/v1/values", {"counter": "revenue", "keys": [[4], [6]]}),
+                         {"values": [{"key": "revenue:4", "value": "12.75"},
+                                     {"key": "revenue:6", "value": "0.00"}]})
+        self.assertEqual([i["key"] for i in self.ok("GET", "/v1/top/shop_stats?k=2")["items"]],
+                         ["shop_stats:4", "shop_stats:5"])
+        self.assertEqual(len(self.ok("GET", "/v1/list/shop_stats")["items"]), 2)
 
     def monitoring(self):
         status = self.ok("GET", "/v1/status")
         self.assertEqual(status["version"], self.api.doc["info"]["version"])
         self.assertEqual((status["durability"], status["counters"], status["source"]),
-                         ("sync", 5, None))
+                         ("sync", 9, None))
         with self.server.raw() as conn:
             conn.call("AUTH", PASSWORD)
             info = conn.call("INFO", "server")
@@ -599,6 +649,38 @@ class OpenApiServerTest(unittest.TestCase):
                     self.call(method.upper(), path + "?zz=1", expect=400)
                     if operation.get("security", self.api.doc["security"]):
                         self.call(method.upper(), path, auth=False, expect=401)
+
+    def every_operation_refuses_users_and_guessers(self):
+        """On a server of its own: a user without any permission gets 403 on every operation
+        that is not open; past the failed-password limit of the client's address, each gets
+        429, the right password too."""
+        port = free_port()
+        server = TallyServer(options={"requirepass": PASSWORD},
+                             extra_args=["--http-port", str(port), "--max-auth-failures", "1"])
+        self.addCleanup(server.cleanup)
+        server.start()
+        with RespConn(server.port) as conn:
+            self.assertEqual(conn.call("AUTH", PASSWORD), "OK")
+            self.assertEqual(conn.call("ACL", "SETUSER", "nobody", "on", ">nobody-pw"), "OK")
+        protected = []
+        for template, item in self.api.doc["paths"].items():
+            path = re.sub(r"\{[^}]+\}", "x", template)
+            for method, operation in item.items():
+                if operation.get("security", self.api.doc["security"]):
+                    protected.append((method.upper(), path))
+        nobody = {"Authorization": "Bearer nobody:nobody-pw"}
+        for method, path in protected:
+            with self.subTest(operation="%s %s" % (method, path)):
+                reply = self.call(method, path, auth=False, headers=nobody, port=port,
+                                  expect=403)[2]
+                self.assertTrue(reply["error"].startswith("NOPERM User nobody has no "
+                                                          "permissions to run"), reply)
+        self.call("GET", "/v1/status", auth=False, headers={"Authorization": "Bearer guess"},
+                  port=port, expect=401)
+        for method, path in protected:
+            with self.subTest(operation="%s %s" % (method, path)):
+                self.error(429, "too many failed authentication attempts", method, path,
+                           port=port)
 
     def paths_without_an_operation(self):
         self.error(404, "no such route: /v1/nope", "GET", "/v1/nope")

@@ -5,7 +5,8 @@ a recount of random likes pushed over both protocols (instants as ISO 8601, the 
 and Unix seconds); a change dated in a bucket already past retention is skipped (its push
 reports no increment); every error's exact message on both protocols (8 digits refused as
 ambiguous, not read as seconds); the definitions, normalised with their retention, and the
-sums survive a restart.
+sums survive a restart. A counter of count(DISTINCT), min, max and avg reads its buckets as
+one group of their rows (a value of two days counted once).
 
 DefinitionTest: each refusal of WITH (retention = ...) with its exact message, over Redis and
 HTTP, and nothing defined by a refused statement.
@@ -24,7 +25,7 @@ import unittest
 import urllib.parse
 
 from harness import RespError, ServerTestCase, free_port, tally_only, wait_until
-from test_http import Http, http_ready
+from http_case import Http, http_ready
 
 DAY = 86400
 SCHEMA = """
@@ -36,6 +37,13 @@ CREATE COUNTER weight_per_hour AS
   SELECT date_trunc('hour', created_at) AS hour, post_id, sum(weight) FROM likes
   GROUP BY hour, post_id WITH (retention = '10 days');
 CREATE COUNTER likes_per_post AS SELECT post_id, count(*) FROM likes GROUP BY post_id;
+"""
+STATS = """
+CREATE COUNTER like_stats_per_day AS
+  SELECT post_id, date_trunc('day', created_at) AS day, count(*) AS likes,
+         count(DISTINCT weight) AS weights, min(weight) AS lightest, max(created_at) AS latest,
+         avg(weight) AS mean
+  FROM likes GROUP BY post_id, day WITH (retention = '30 days');
 """
 
 
@@ -74,7 +82,8 @@ class RetentionCase(ServerTestCase):
     def setUp(self):
         super().setUp()
         self.conn = self.raw()
-        for name in ("likes_per_day", "weight_per_hour", "likes_per_post", "sweep"):
+        for name in ("likes_per_day", "weight_per_hour", "likes_per_post", "like_stats_per_day",
+                     "sweep"):
             self.conn.call("COUNTER.DROP", name)
         self.assertNotIsInstance(self.conn.call("COUNTER.DEFINE", SCHEMA), RespError)
         self.http = Http(self.http_port)
@@ -96,6 +105,33 @@ class RetentionCase(ServerTestCase):
 
 
 class RangeTest(RetentionCase):
+    def test_ranges_of_other_kinds_take_the_buckets_as_one_group(self):
+        self.assertNotIsInstance(self.conn.call("COUNTER.DEFINE", STATS), RespError)
+        today = floor(int(time.time()), DAY)
+        first, second = today - 2 * DAY + 3600, today - DAY + 7200
+        self.push([insert(like(1, 7, 3, first)), insert(like(2, 7, 5, first)),
+                   insert(like(3, 7, 5, second)), insert(like(4, 7, 9, second)),
+                   insert(like(5, 8, 1, second))])
+        # Both days: weight 5 of both counted once, the lightest and the latest of all.
+        both = {"likes": 4, "weights": 3, "lightest": 3, "latest": basic(second),
+                "mean": "5.5000000000000000"}
+        self.assertEqual(self.get(self.range_path("like_stats_per_day", [7], today - 2 * DAY,
+                                                  today)),
+                         (200, {"value": both, "buckets": 2}))
+        reply = self.conn.call("COUNTER.RANGE", "like_stats_per_day", str(today - 2 * DAY),
+                               str(today), "7")
+        self.assertEqual(dict(zip(reply[::2], reply[1::2])), both)
+        self.assertEqual(self.get(self.range_path("like_stats_per_day", [7], today - DAY,
+                                                  today)),
+                         (200, {"value": {"likes": 2, "weights": 2, "lightest": 5,
+                                          "latest": basic(second), "mean": "7.0000000000000000"},
+                                "buckets": 1}))
+        # No bucket: counts 0, the rest null, as a group without rows reads.
+        self.assertEqual(self.conn.call("COUNTER.RANGE", "like_stats_per_day", str(today),
+                                        str(today + DAY), "7"),
+                         ["likes", 0, "weights", 0, "lightest", None, "latest", None,
+                          "mean", None])
+
     def test_range_sums_equal_a_recount(self):
         rng = random.Random(20240501)
         now = int(time.time())
@@ -242,7 +278,7 @@ class RangeTest(RetentionCase):
         # One of the two hours alone fits.
         self.assertEqual(self.get(self.range_path("weight_per_hour", [7],
                                                   str(floor(now - 3600, 3600)), str(now + 1))),
-                         (200, {"sum": 5_000_000_000_000_000_000, "buckets": 1}))
+                         (200, {"sum": 5 * 10**18, "value": 5 * 10**18, "buckets": 1}))
 
 
 class DefinitionTest(RetentionCase):

@@ -7,7 +7,9 @@ prefix); many subscribers of every kind, with writers on many connections, all e
 counter's final value (GET); DEL, expiry and FLUSHALL arrive as 0; Redis's reply shapes and
 RESP2's subscribed mode; the HTTP routes' errors and the password; a subscriber that stops
 reading is disconnected while the server keeps serving and counting right; one past
---subscriber-max-pending is told why before it is closed.
+--subscriber-max-pending is told why before it is closed; a derived counter of min, max, a
+numeric sum or several aggregates is sent as reads show it, also when only its hidden
+records change.
 
 Clients are small ones on plain sockets (SSE and WebSocket framing below), so that the bytes
 on the wire are what is tested. Every wait is bounded; no assertion depends on timing.
@@ -48,6 +50,15 @@ def info_field(server, name):
         if line.startswith(name + ":"):
             return int(line.split(":", 1)[1])
     raise AssertionError("INFO has no %s:\n%s" % (name, text))
+
+
+def message_value(data):
+    """A Redis message's payload: an integer, a JSON object (a derived counter of several
+    aggregates), else its text ("12.50", "NULL")."""
+    try:
+        return int(data)
+    except ValueError:
+        return json.loads(data) if data.startswith("{") else data
 
 
 # ----------------------------------------------------------------------------------------
@@ -266,7 +277,7 @@ class RedisFollower(Follower):
         while not self.stop.is_set():
             m = self.pubsub.get_message(timeout=0.2)
             if m and m["type"] in ("message", "pmessage"):
-                self.record(m["channel"], int(m["data"]))
+                self.record(m["channel"], message_value(m["data"]))
 
     def _run(self):
         try:
@@ -302,9 +313,9 @@ class Resp3Follower(Follower):
         while True:
             reply = self.conn.read_reply()
             if isinstance(reply, Push) and reply[0] == "message":
-                self.record(reply[1], int(reply[2]))
+                self.record(reply[1], message_value(reply[2]))
             elif isinstance(reply, Push) and reply[0] == "pmessage":
-                self.record(reply[2], int(reply[3]))
+                self.record(reply[2], message_value(reply[3]))
 
     def close(self):
         self.conn.close()
@@ -415,6 +426,56 @@ class CurrentValueFirstTest(SubscriptionServerCase):
 
 
 @tally_only
+class DerivedValuesTest(SubscriptionServerCase):
+    """A derived counter whose value is more than its key's integer (its rows): sent as
+    reads show it, and whenever it changes, also when its rows do not."""
+
+    DEFINITIONS = """
+    CREATE SOURCE orders (id bigint, shop bigint, total numeric(12,2));
+    CREATE COUNTER shop_stats AS
+      SELECT shop, count(*) AS orders, sum(total) AS revenue, max(total) AS dearest
+      FROM orders GROUP BY shop;
+    CREATE COUNTER dearest AS SELECT shop, max(total) FROM orders GROUP BY shop;
+    CREATE COUNTER revenue AS SELECT shop, sum(total) FROM orders GROUP BY shop;
+    """
+
+    def push(self, *changes):
+        with self.server.raw() as c:
+            reply = c.call("COUNTER.PUSH", json.dumps(list(changes)))
+            self.assertNotIsInstance(reply, RespError, reply)
+
+    def test_groups_are_sent_as_reads_show_them(self):
+        with self.server.raw() as c:
+            self.assertNotIsInstance(c.call("COUNTER.DEFINE", self.DEFINITIONS), RespError)
+        order = {"id": 1, "shop": 4, "total": "12.50"}
+        dearer = dict(order, total="99.99")
+        self.push({"source": "orders", "new": order})
+        keys = ["shop_stats:4", "dearest:4", "revenue:4"]
+        followers = [self.sse(keys=keys), self.ws(keys=keys),
+                     self.follower(RedisFollower(self.server, patterns=["shop_stats:*"],
+                                                 keys=keys[1:])),
+                     self.follower(Resp3Follower(self.server, keys=keys))]
+        first = {"shop_stats:4": {"orders": 1, "revenue": "12.50", "dearest": "12.50"},
+                 "dearest:4": "12.50", "revenue:4": "12.50"}
+        for f in followers:
+            self.wait_values(f, first)
+            self.assertEqual(f.firsts(), first, type(f).__name__)
+        # The row count stays 1: only the hidden records change, and the news still comes.
+        self.push({"source": "orders", "old": order, "new": dearer})
+        for f in followers:
+            self.wait_values(f, {"shop_stats:4": {"orders": 1, "revenue": "99.99",
+                                                  "dearest": "99.99"},
+                                 "dearest:4": "99.99", "revenue:4": "99.99"})
+        # The group goes: its value as a read of a missing group shows it.
+        self.push({"source": "orders", "old": dearer})
+        gone = {"shop_stats:4": {"orders": 0, "revenue": None, "dearest": None},
+                "revenue:4": "0.00"}
+        for f in followers:
+            redis_side = isinstance(f, (RedisFollower, Resp3Follower))
+            self.wait_values(f, dict(gone, **{"dearest:4": "NULL" if redis_side else None}))
+
+
+@tally_only
 class ManySubscribersTest(SubscriptionServerCase):
     extra_args = ("--workers", "2", "--http-threads", "2")
 
@@ -477,9 +538,11 @@ class RedisProtocolTest(SubscriptionServerCase):
         self.assertEqual(c.call("PING", "x"), ["pong", "x"])
         self.r.set("p:1", 5)
         self.assertEqual(c.read_reply(), ["pmessage", "p:*", "p:1", "5"])
-        self.assertEqual(c.call("UNSUBSCRIBE", "a", "zz"), ["unsubscribe", "a", 2])
+        # Each confirmation counts what is still followed after its name, as in Redis.
+        self.assertEqual(c.call("UNSUBSCRIBE", "a", "zz", "b"), ["unsubscribe", "a", 2])
         self.assertEqual(c.read_reply(), ["unsubscribe", "zz", 2])
-        self.assertEqual(c.call("UNSUBSCRIBE"), ["unsubscribe", "b", 1])
+        self.assertEqual(c.read_reply(), ["unsubscribe", "b", 1])
+        self.assertEqual(c.call("UNSUBSCRIBE"), ["unsubscribe", None, 1])
         self.assertEqual(c.call("PUNSUBSCRIBE"), ["punsubscribe", "p:*", 0])
         self.assertEqual(c.call("PUNSUBSCRIBE"), ["punsubscribe", None, 0])
         # Out of subscribed mode: every command again.

@@ -38,7 +38,7 @@ import unittest
 
 import blog_model as bm
 import postgres
-import test_pg_source as pgs
+import pg_case as pgs
 from harness import RespConn, TallyServer, tally_only
 
 TALLY_CLI = os.environ.get("TALLY_CLI", "/work/main/build/bin/tally")
@@ -96,6 +96,10 @@ class VerifyTest(unittest.TestCase):
         r = subprocess.run(argv + list(args), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                            stdin=subprocess.DEVNULL, timeout=timeout)
         return r.returncode, r.stdout.decode(), r.stderr.decode()
+
+    def delete_user(self, name):
+        with RespConn(self.server.port) as c:
+            c.call("ACL", "DELUSER", name)
 
     def assert_released(self, port=None):
         with RespConn(port or self.server.port) as c:
@@ -209,6 +213,20 @@ class VerifyTest(unittest.TestCase):
         self.assertRegex(out, r"(?m)^rated_posts: equal")
         self.assertRegex(out, r"(?m)^blog_sentiment: equal")
         self.assertNotIn("blog_posts", out)
+        self.assert_released()
+
+        # As a named user of tallyd's ACL; a wrong password is an error, the hold untouched.
+        with RespConn(self.server.port) as c:
+            self.assertEqual(c.call("ACL", "SETUSER", "verifier", "on", ">verify-pw", "~*",
+                                    "+@all"), "OK")
+        self.addCleanup(self.delete_user, "verifier")
+        code, out, err = self.verify("--user", "verifier", "--password", "verify-pw",
+                                     "rated_posts")
+        self.assertEqual(code, 0, out + err)
+        self.assertRegex(out, r"(?m)^rated_posts: equal")
+        code, out, err = self.verify("--user", "verifier", "--password", "nope", "rated_posts")
+        self.assertEqual(code, 2, out + err)
+        self.assertIn("AUTH: WRONGPASS", err)
         self.assert_released()
 
         # An unknown counter.

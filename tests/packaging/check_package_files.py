@@ -69,7 +69,8 @@ def check(source, tallyd, version):
         for line in conf.splitlines():
             line = re.sub(r"^# ([a-z][a-z0-9-]* = )", r"\1", line)
             if line.startswith(("data-dir = ", "source = ", "definitions = ", "port = ",
-                                "http-port = ")):
+                                "http-port = ", "tls-cert-file = ", "tls-key-file = ",
+                                "tls-ca-cert-file = ")):
                 continue
             lines.append(line)
         path = os.path.join(tmp, "tally.conf")

@@ -16,6 +16,7 @@ namespace tally::definitions {
 enum class ExprKind : uint8_t {
   kColumn,   // name (qualifier optional)
   kInteger,  // int_value
+  kDecimal,  // text: digits with a '.', a numeric literal ("9.99")
   kString,   // text
   kBool,     // int_value 0 or 1
   kNull,
@@ -37,10 +38,11 @@ struct Expr {
   std::string op;            // kUnary, kBinary
   std::string name;          // kColumn, kFunction (lower case)
   std::string qualifier;     // kColumn: "posts" in posts.user_id, else empty
-  std::string text;          // kString
+  std::string text;          // kString, kDecimal
   int64_t int_value = 0;     // kInteger, kBool
   bool negated = false;      // kIsNull, kIn, kBetween
   bool star = false;         // kFunction: count(*)
+  bool distinct = false;     // kFunction: count(DISTINCT x)
   bool has_operand = false;  // kCase: simple CASE x WHEN ...
   bool has_else = false;     // kCase
   int depth = 1;             // the height of the tree below this node, itself included

@@ -4,14 +4,20 @@
 // What is accepted must mean the same in PostgreSQL, so that running the counter's
 // SELECT there gives tally's values; where PostgreSQL would coerce implicitly (a text
 // literal compared with an int64, say) the definition is refused instead. Rules:
-//   - exactly one aggregate, count(*), count(expr) or sum(int64 expr), standing alone as
-//     the last select item; none in WHERE or GROUP BY, none nested;
+//   - the key columns, then one or more aggregates, each standing alone as a select item:
+//     count(*), count(x), count(DISTINCT x) (x not a float), sum(x) and avg(x) of an int64
+//     or numeric x, min(x) and max(x) of an int64, numeric or timestamp x; sum, avg, min
+//     and max of a float are refused as not exact; with several aggregates their names
+//     (aliases, else the function's name) must differ; none in WHERE or GROUP BY, none
+//     nested;
 //   - every other select item appears in GROUP BY (as the same expression or by its
 //     alias) and every GROUP BY item appears in the select list; a GROUP BY name means a
 //     source column first and an alias only when no column has that name (PostgreSQL's
 //     rule); the key is the select items in select-list order;
-//   - WHERE is a boolean; operands of + - * / % are int64, of AND OR NOT bool; compared
-//     values have the same type; CASE and coalesce branches share a type;
+//   - WHERE is a boolean; operands of + - * / % are int64, of + - * also numeric (at
+//     PostgreSQL's scales; / and % of a numeric are refused), of AND OR NOT bool; compared
+//     values have the same type or are int64 and numeric; floats are never compared; CASE
+//     and coalesce branches share a type; a key column is not numeric or float;
 //   - date_trunc's unit is a literal 'minute', 'hour', 'day', 'week' or 'month';
 //   - WITH ( retention = '<n> <unit>' ), the one option: n from 1 to 1,000,000, unit minute,
 //     hour, day, week or month (singular or plural); the counter must have exactly one time
@@ -31,7 +37,8 @@ namespace tally::definitions {
 // Finds a source's schema by name; nullptr when there is no such source.
 using Catalog = std::function<const SourceSchema*(std::string_view source)>;
 
-// Checks and compiles one definition.
+// Checks and compiles one definition. Its create_sql() (what the catalog keeps) always reads
+// back: a definition whose normal form would nest past the parser's limit is refused.
 Result<CompiledCounter> Compile(const CreateCounter& create, const Catalog& catalog);
 
 // Parses and compiles one CREATE COUNTER statement. kInvalidArgument for any other
@@ -45,13 +52,16 @@ Result<CompiledCounter> CompileSql(std::string_view sql, const Catalog& catalog)
 //   text, varchar[(n)], character varying[(n)]                        -> text
 //   timestamp[(p)] [without time zone], timestamptz[(p)],
 //   timestamp[(p)] with time zone                                     -> timestamp
-// (a varchar's length is not enforced: the source database does that). Refused: any other
+//   numeric(p[,s]) decimal(p[,s]), s from 0 to 18                     -> numeric (scale s)
+//   real float4 double precision float8 float[(p)]                    -> float
+// (a bare numeric, without a scale, is refused: its sums would have no scale; a varchar's
+// length is not enforced: the source database does that). Refused: any other
 // type, a duplicate column, more than 1600 columns (PostgreSQL's limit), and a ':' or '\'
 // in the source's or a column's name. Errors read "line L, column C: ...".
 Result<SourceSchema> CompileSource(const CreateSource& create);
 
 // The normalised CREATE SOURCE of a schema, one type name per tally type (bigint, boolean,
-// text, timestamp), names quoted where PostgreSQL needs it:
+// text, timestamp, numeric(p,s), double precision), names quoted where PostgreSQL needs it:
 //   CREATE SOURCE posts (id bigint, title text, created_at timestamp, is_published boolean)
 // CompileSource of its parse gives the schema back.
 std::string SourceSql(const SourceSchema& schema);

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include "engine/definitions/lexer.h"
+#include "engine/definitions/numeric.h"
 #include "engine/definitions/program.h"
 
 namespace tally::definitions {
@@ -82,19 +83,23 @@ std::string_view OpName(Op op) {
       return "value_sum";
     case Op::kValueOne:
       return "value_one";
+    case Op::kArgument:
+      return "argument";
   }
   return "?";
 }
 
 namespace {
 
-// -1, 0 or 1 as a < b, a = b, a > b. REQUIRES: both non-NULL of the same type. Text
-// compares bytewise, which is PostgreSQL's COLLATE "C" order for UTF-8.
+// -1, 0 or 1 as a < b, a = b, a > b. REQUIRES: both non-NULL of the same type, or int64
+// and numeric. Text compares bytewise, which is PostgreSQL's COLLATE "C" order for UTF-8;
+// numerics of different scales (an int64 has scale 0) compare exactly.
 int Compare(const Value& a, const Value& b) {
   if (a.type == Type::kText) {
     const int c = a.s.compare(b.s);
     return c < 0 ? -1 : (c > 0 ? 1 : 0);
   }
+  if (a.scale != b.scale) return CompareUnits(a.i, a.scale, b.i, b.scale);
   return a.i < b.i ? -1 : (a.i > b.i ? 1 : 0);
 }
 
@@ -104,6 +109,32 @@ bool IsFalse(const Value& v) { return v.type == Type::kBool && v.i == 0; }
 tl::unexpected<Error> OutOfRange() {
   // PostgreSQL's own message for int8 overflow.
   return MakeError(ErrorCode::kOverflow, "bigint out of range");
+}
+
+tl::unexpected<Error> NumericOutOfRange() {
+  return MakeError(ErrorCode::kOverflow,
+                   "numeric value out of range (tally keeps at most 18 digits)");
+}
+
+// a <op> b for + - * when either is numeric (the other int64, scale 0), into a: + and -
+// at the larger scale, * at the sum of the scales.
+Status ApplyNumericArithmetic(Op op, Value& a, const Value& b) {
+  int64_t r = 0;
+  int scale = 0;
+  if (op == Op::kMul) {
+    scale = a.scale + b.scale;
+    if (__builtin_mul_overflow(a.i, b.i, &r)) return NumericOutOfRange();
+  } else {
+    scale = std::max(a.scale, b.scale);
+    const std::optional<int64_t> x = Rescale(a.i, a.scale, scale);
+    const std::optional<int64_t> y = Rescale(b.i, b.scale, scale);
+    if (!x || !y) return NumericOutOfRange();
+    const bool overflow =
+        op == Op::kAdd ? __builtin_add_overflow(*x, *y, &r) : __builtin_sub_overflow(*x, *y, &r);
+    if (overflow) return NumericOutOfRange();
+  }
+  a = Value::Numeric(r, scale);
+  return OkStatus();
 }
 
 // The one-operand instructions -a, NOT a, a IS [NOT] NULL and date_trunc(unit, a), in place.
@@ -121,8 +152,8 @@ Status ApplyUnary(const Instr& instr, Value& a) {
   if (a.is_null()) return OkStatus();  // NULL in, NULL out
   switch (instr.op) {
     case Op::kNeg:
-      if (a.i == INT64_MIN) return OutOfRange();
-      a = Value::Int(-a.i);
+      if (a.i == INT64_MIN) return a.type == Type::kNumeric ? NumericOutOfRange() : OutOfRange();
+      a.i = -a.i;
       break;
     case Op::kNot:
       a = Value::Bool(a.i == 0);
@@ -143,6 +174,7 @@ Status ApplyArithmetic(Op op, Value& a, const Value& b) {
     a = Value::Null();
     return OkStatus();
   }
+  if (a.type == Type::kNumeric || b.type == Type::kNumeric) return ApplyNumericArithmetic(op, a, b);
   int64_t r = 0;
   switch (op) {
     case Op::kAdd:
@@ -268,6 +300,7 @@ Result<Evaluation> CompiledCounter::Evaluate(RowView row, EvalScratch& scratch) 
   scratch.stack_.resize(static_cast<size_t>(max_stack_));
   scratch.key_.resize(key_columns_.size());
   scratch.temps_.resize(static_cast<size_t>(temp_count_));
+  if (layout_ != Layout::kPlain) scratch.args_.assign(aggregates_.size(), Value::Bool(true));
   scratch.arena_.clear();
   Value* const stack = scratch.stack_.data();
   int sp = 0;  // the number of values on the stack; stack[sp - 1] is the top
@@ -359,16 +392,28 @@ Result<Evaluation> CompiledCounter::Evaluate(RowView row, EvalScratch& scratch) 
         break;
       case Op::kValueSum: {
         const Value& a = stack[--sp];
-        out.value = a.is_null() ? 0 : a.i;
+        if (a.is_null()) {
+          out.value = 0;
+        } else if (a.scale == instr.arg) {
+          out.value = a.i;
+        } else {
+          const std::optional<int64_t> units = Rescale(a.i, a.scale, instr.arg);
+          if (!units) return NumericOutOfRange();
+          out.value = *units;
+        }
         break;
       }
       case Op::kValueOne:
         out.value = 1;
         break;
+      case Op::kArgument:
+        scratch.args_[static_cast<size_t>(instr.arg)] = stack[--sp];
+        break;
     }
   }
   out.passes = true;
   out.key = scratch.key_;
+  out.args = scratch.args_;
   return out;
 }
 
@@ -384,6 +429,9 @@ std::string CompiledCounter::Explain() const {
   }
   out += fmt::format("\n  filter: {}\n", filter_sql_.empty() ? "(none)" : filter_sql_);
   out += fmt::format("  value: {}\n", value_sql_);
+  if (layout_ != Layout::kPlain) {
+    out += fmt::format("  layout: {}\n", layout_ == Layout::kDistinct ? "distinct" : "composite");
+  }
   if (retention_) {
     out += fmt::format("  retention: {} of time bucket {}\n", RetentionText(*retention_),
                        key_columns_[time_bucket_->column].name);
@@ -407,8 +455,12 @@ std::string CompiledCounter::Explain() const {
       case Op::kConst:
         operand = fmt::format(" {}", DebugString(constants_[static_cast<size_t>(instr.arg)]));
         break;
+      case Op::kValueSum:
+        if (instr.arg > 0) operand = fmt::format(" scale {}", instr.arg);
+        break;
       case Op::kIn:
       case Op::kKey:
+      case Op::kArgument:
       case Op::kStoreTemp:
       case Op::kLoadTemp:
       case Op::kJump:

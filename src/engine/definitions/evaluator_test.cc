@@ -255,6 +255,38 @@ TEST(EvaluatorTest, RowsAreChecked) {
   EXPECT_EQ(Eval(c, row), "c:7=1");
 }
 
+// What the catalog keeps, create_sql(), is fully parenthesised and nests deeper than the text
+// it came from. Found by fuzz/sql_definitions_fuzz.cc: 127 NOTs were accepted, but their
+// create_sql() (one more pair of parentheses) was refused when the catalog was loaded, so
+// the server could not start again. Now every definition accepted reads back, and one whose
+// normal form would not is refused at the deepest expression.
+TEST(CompileTest, EveryAcceptedDefinitionReadsBackFromItsCreateSql) {
+  const auto chain = [](std::string_view link, int links, std::string_view end) {
+    std::string sql = "CREATE COUNTER c AS SELECT count(*) FROM posts WHERE ";
+    for (int i = 0; i < links; ++i) sql += link;
+    return sql + std::string(end);
+  };
+  for (const std::string& sql :
+       {chain("NOT ", 126, "true"), chain("NOT ", 127, "true"), chain("- ", 63, "rating > 0"),
+        chain("- ", 64, "rating > 0"), chain("rating + ", 127, "1 > 0")}) {
+    auto compiled = CompileSql(sql, testing::PostsCatalog);
+    if (!compiled) {
+      EXPECT_TRUE(
+          compiled.error().message.ends_with("expression nested too deeply (over 128 levels)"))
+          << sql << ": " << compiled.error().message;
+      continue;
+    }
+    auto again = CompileSql(compiled->create_sql(), testing::PostsCatalog);
+    ASSERT_TRUE(again) << again.error().message;
+    EXPECT_EQ(again->Explain(), compiled->Explain());
+  }
+  EXPECT_TRUE(CompileSql(chain("NOT ", 126, "true"), testing::PostsCatalog));
+  const auto refused = CompileSql(chain("NOT ", 127, "true"), testing::PostsCatalog);
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error().message,
+            "line 1, column 54: expression nested too deeply (over 128 levels)");
+}
+
 TEST(KeyTest, CanonicalSpelling) {
   EXPECT_EQ(EncodeKey("blog_posts", std::vector<Value>{Value::Int(7), Value::Int(3)}),
             "blog_posts:7:3");
@@ -324,6 +356,10 @@ TEST(RetentionTest, BucketExpiresWhenItsEndIsRetentionOld) {
   EXPECT_EQ(RetentionCutoff(Retention{90, TimeUnit::kMinute}, day), day - 90 * kMicrosPerMinute);
   EXPECT_EQ(RetentionCutoff(thirty_days, INT64_MIN + 5), std::nullopt);
   EXPECT_FALSE(BucketExpired(TimeUnit::kDay, day, thirty_days, INT64_MIN + 5));
+  // Found by fuzzing (fuzz/key_spelling_fuzz.cc): a month's retention took the time of day
+  // as micros - days * kMicrosPerDay, whose product leaves int64 near INT64_MIN (UBSan).
+  EXPECT_EQ(RetentionCutoff(one_month, INT64_MIN + 5), std::nullopt);
+  EXPECT_FALSE(BucketExpired(TimeUnit::kMonth, MicrosFromCivil(2024, 2, 1), one_month, INT64_MIN));
   // A month bucket with a month of retention: [Feb 1, Mar 1) goes when now - 1 month
   // reaches Mar 1, on April 1.
   EXPECT_FALSE(BucketExpired(TimeUnit::kMonth, MicrosFromCivil(2024, 2, 1), one_month,

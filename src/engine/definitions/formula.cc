@@ -2,6 +2,10 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
+#include "engine/definitions/numeric.h"
+
 namespace tally::definitions {
 namespace {
 
@@ -46,6 +50,104 @@ Status AppendIncrements(const CompiledCounter& counter, std::optional<RowView> o
   }
   if (minus && minus->delta != 0) out->push_back(std::move(*minus));
   if (plus && plus->delta != 0) out->push_back(std::move(*plus));
+  return OkStatus();
+}
+
+namespace {
+
+// The units of an int64 or numeric argument at the scale of its aggregate.
+Result<int64_t> UnitsOf(const AggregateColumn& column, const Value& value) {
+  const std::optional<int64_t> units = Rescale(value.i, value.scale, column.scale);
+  if (!units) {
+    return MakeError(ErrorCode::kOverflow,
+                     "numeric value out of range (tally keeps at most 18 digits)");
+  }
+  return *units;
+}
+
+// The deltas one side of a change (sign -1: the old row, +1: the new) brings, appended to
+// `out` unmerged.
+Status AppendSide(const CompiledCounter& counter, RowView row, int sign, std::string_view which,
+                  EvalScratch& scratch, std::vector<RecordDelta>* out) {
+  auto eval = counter.Evaluate(row, scratch);
+  if (!eval) return WithCounter(counter, which, eval.error());
+  if (!eval->passes) return OkStatus();
+  const std::string group = counter.Key(*eval);
+  auto add = [&](uint32_t aggregate, RecordKind kind, std::string value, int64_t delta) {
+    out->push_back(RecordDelta{group, aggregate, kind, std::move(value), delta});
+  };
+  if (counter.layout() == Layout::kComposite) add(0, RecordKind::kRows, {}, sign);
+  const std::vector<AggregateColumn>& aggregates = counter.aggregates();
+  for (uint32_t i = 0; i < aggregates.size(); ++i) {
+    const AggregateColumn& column = aggregates[i];
+    const Value& arg = eval->args[i];
+    if (column.kind == Aggregate::kCountStar || arg.is_null()) continue;
+    switch (column.kind) {
+      case Aggregate::kCount:
+        add(i, RecordKind::kCount, {}, sign);
+        break;
+      case Aggregate::kSum:
+      case Aggregate::kAvg: {
+        auto units = UnitsOf(column, arg);
+        if (!units) return WithCounter(counter, which, units.error());
+        if (sign < 0 && *units == INT64_MIN) {
+          return MakeError(ErrorCode::kOverflow,
+                           fmt::format("counter {}: bigint out of range", counter.name()));
+        }
+        add(i, RecordKind::kSum, {}, sign * *units);
+        // avg needs its count; a sum too, to be NULL while it has no value (PostgreSQL's).
+        add(i, RecordKind::kCount, {}, sign);
+        break;
+      }
+      default: {
+        auto bytes = ValueBytes(column, arg);
+        if (!bytes) return WithCounter(counter, which, bytes.error());
+        add(i, RecordKind::kValue, std::move(*bytes), sign);
+        break;
+      }
+    }
+  }
+  return OkStatus();
+}
+
+}  // namespace
+
+Status AppendRecordDeltas(const CompiledCounter& counter, std::optional<RowView> old_row,
+                          std::optional<RowView> new_row, EvalScratch& scratch,
+                          std::vector<RecordDelta>* out) {
+  thread_local std::vector<RecordDelta> sides;
+  sides.clear();
+  if (old_row) {
+    if (auto s = AppendSide(counter, *old_row, -1, "old", scratch, &sides); !s) return s;
+  }
+  if (new_row) {
+    if (auto s = AppendSide(counter, *new_row, +1, "new", scratch, &sides); !s) return s;
+  }
+  // Merge per record: an update that keeps a row in its group and its values changes
+  // nothing. A side has few deltas, so a quadratic merge is the cheap one.
+  const size_t first = out->size();
+  for (RecordDelta& delta : sides) {
+    auto same = [&](const RecordDelta& d) {
+      return d.aggregate == delta.aggregate && d.kind == delta.kind && d.value == delta.value &&
+             d.group == delta.group;
+    };
+    const auto it =
+        std::find_if(out->begin() + static_cast<std::ptrdiff_t>(first), out->end(), same);
+    if (it == out->end()) {
+      out->push_back(std::move(delta));
+      continue;
+    }
+    int64_t sum;
+    if (__builtin_add_overflow(it->delta, delta.delta, &sum)) {
+      out->resize(first);
+      return MakeError(ErrorCode::kOverflow,
+                       fmt::format("counter {}: bigint out of range", counter.name()));
+    }
+    it->delta = sum;
+  }
+  out->erase(std::remove_if(out->begin() + static_cast<std::ptrdiff_t>(first), out->end(),
+                            [](const RecordDelta& d) { return d.delta == 0; }),
+             out->end());
   return OkStatus();
 }
 

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "engine/definitions/aggregate.h"
 #include "engine/definitions/program.h"
 
 namespace tally::definitions {
@@ -35,6 +36,14 @@ struct Increment {
 Status AppendIncrements(const CompiledCounter& counter, std::optional<RowView> old_row,
                         std::optional<RowView> new_row, EvalScratch& scratch,
                         std::vector<Increment>* out);
+
+// The formula for a counter of layout kDistinct or kComposite (aggregate.h): appends the
+// record deltas of one change to `out`, what the old row takes away and the new row adds,
+// merged per record, zeros dropped (none for a change the counter does not see). On error
+// (a bad row, an overflow) `out` is unchanged and the message names the counter.
+Status AppendRecordDeltas(const CompiledCounter& counter, std::optional<RowView> old_row,
+                          std::optional<RowView> new_row, EvalScratch& scratch,
+                          std::vector<RecordDelta>* out);
 
 // The same, returning the increments.
 Result<std::vector<Increment>> ComputeIncrements(const CompiledCounter& counter,

@@ -32,7 +32,7 @@
 namespace tally::definitions {
 namespace {
 
-// The blog model's posts (test_util.h), and likes of posts.
+// The blog model's posts (test_util.h), likes of posts, and orders.
 const SourceSchema* TestCatalog(std::string_view name) {
   static const SourceSchema kLikes{"likes",
                                    {{"id", Type::kInt64},
@@ -40,8 +40,20 @@ const SourceSchema* TestCatalog(std::string_view name) {
                                     {"user_id", Type::kInt64},
                                     {"created_at", Type::kTimestamp},
                                     {"Kind", Type::kText}}};
+  // Orders of a shop: money in numeric columns, a weight in a float one.
+  static const SourceSchema kOrders{"orders",
+                                    {{"id", Type::kInt64},
+                                     {"customer_id", Type::kInt64},
+                                     {"product_id", Type::kInt64},
+                                     {"total", Type::kNumeric, 12, 2},
+                                     {"quantity", Type::kInt64},
+                                     {"discount", Type::kNumeric, 5, 3},
+                                     {"weight", Type::kFloat},
+                                     {"status", Type::kText},
+                                     {"created_at", Type::kTimestamp}}};
   if (name == "posts") return &testing::PostsSchema();
   if (name == "likes") return &kLikes;
+  if (name == "orders") return &kOrders;
   return nullptr;
 }
 

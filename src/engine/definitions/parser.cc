@@ -257,7 +257,7 @@ class Parser {
     do {
       if (Peek().IsOp("*")) {
         return ErrorAt(Peek().pos,
-                       "SELECT * is not supported: list the group columns and one aggregate");
+                       "SELECT * is not supported: list the group columns and the aggregates");
       }
       if (Peek().Is("from")) return Expected(Peek(), "a select item");
       SelectItem item;
@@ -592,10 +592,17 @@ class Parser {
         node->int_value = *value;
         return node;
       }
-      case TokenKind::kDecimal:
-        return ErrorAt(token.pos, fmt::format("numeric literal {} is not supported: only "
-                                              "integers",
-                                              token.text));
+      case TokenKind::kDecimal: {
+        if (token.text.find_first_of("eE") != std::string::npos) {
+          return ErrorAt(token.pos, fmt::format("numeric literal {} is not supported: write it "
+                                                "without an exponent",
+                                                token.text));
+        }
+        Advance();
+        ExprPtr node = Node(ExprKind::kDecimal, token.pos);
+        node->text = token.text;
+        return node;
+      }
       case TokenKind::kString: {
         Advance();
         ExprPtr node = Node(ExprKind::kString, token.pos);
@@ -657,7 +664,16 @@ class Parser {
     Advance();  // (
     ExprPtr node = Node(ExprKind::kFunction, name.pos);
     node->name = name.text;
-    if (Peek().Is("distinct")) return NotSupported(Peek(), "DISTINCT");
+    if (Peek().Is("distinct")) {
+      if (name.text != "count") {
+        return ErrorAt(Peek().pos, fmt::format("{}(DISTINCT ...) is not supported: DISTINCT "
+                                               "is for count(DISTINCT x) only",
+                                               name.text));
+      }
+      Advance();
+      node->distinct = true;
+      if (Peek().IsOp("*") || Peek().IsOp(")")) return Expected(Peek(), "an expression");
+    }
     if (Peek().Is("all")) return NotSupported(Peek(), fmt::format("{}(ALL ...)", name.text));
     if (Peek().IsOp("*")) {
       Advance();

@@ -18,12 +18,13 @@
 //               | expr [ NOT ] BETWEEN expr AND expr | expr [ NOT ] IN ( expr, ... )
 //               | expr ( + | - ) expr | expr ( * | / | % ) expr | - expr
 //               | CASE [ expr ] WHEN expr THEN expr ... [ ELSE expr ] END
-//               | name ( [ * | expr, ... ] ) | [ source . ] column | literal | ( expr )
-//   literal    := integer | 'text' | TRUE | FALSE | NULL
+//               | name ( [ * | [ DISTINCT ] expr, ... ] ) | [ source . ] column | literal
+//               | ( expr )
+//   literal    := integer | decimal | 'text' | TRUE | FALSE | NULL   (decimal: 9.99, no exponent)
 //
 // Precedence, lowest first, is PostgreSQL's: OR, AND, NOT, IS, comparisons, BETWEEN/IN,
 // + -, * / %, unary minus. Comparisons do not associate (a < b < c is an error).
-// Constructs of SQL outside the subset (joins, subqueries, DISTINCT, HAVING, ORDER BY,
+// Constructs of SQL outside the subset (joins, subqueries, SELECT DISTINCT, HAVING, ORDER BY,
 // LIMIT, window functions, casts, ...) are recognised and refused with a precise error,
 // "line L, column C: ...", rather than a bare syntax error.
 #pragma once

@@ -59,8 +59,9 @@ enum class Op : uint8_t {
   kFilter,         // pop: stop with "does not pass" unless true
   kKey,            // pop into key[arg]
   kValueCount,     // pop: value = 0 if NULL else 1 (count(expr))
-  kValueSum,       // pop: value = 0 if NULL else the int64 (sum(expr))
+  kValueSum,       // pop: value = 0 if NULL else the int64, or the numeric's units at scale arg
   kValueOne,       // value = 1 (count(*))
+  kArgument,       // pop into args[arg]: the argument of aggregate arg (not a plain counter)
 };
 
 // "column", "add", ... for listings.
@@ -73,8 +74,45 @@ struct Instr {
   int32_t arg = 0;
 };
 
-// The aggregate of a counter.
-enum class Aggregate : uint8_t { kCountStar, kCount, kSum };
+// The aggregates a counter keeps.
+enum class Aggregate : uint8_t {
+  kCountStar,      // count(*)
+  kCount,          // count(x): the rows whose x is not NULL
+  kSum,            // sum(x) of int64 or numeric x, exact
+  kCountDistinct,  // count(DISTINCT x)
+  kMin,            // min(x) of int64, numeric or timestamp x
+  kMax,            // max(x)
+  kAvg,            // avg(x) of int64 or numeric x: kept as its sum and count
+};
+
+// One aggregate of a counter: a select item after the key columns.
+struct AggregateColumn {
+  // Its alias, else the function's name ("count", "sum", "min", "max", "avg"): the field
+  // that holds it in a read of a counter with several aggregates. Distinct within a counter.
+  std::string name;
+  Aggregate kind = Aggregate::kCountStar;
+  Type type = Type::kNull;  // of its argument; kNull for count(*)
+  int scale = 0;            // a numeric argument's: its sum, min, max and avg keep this scale
+  std::string sql;          // as the plan shows it: "sum(price)"
+  // Its argument as PostgreSQL reads it, fully parenthesised ("price", "(price * 2)");
+  // empty for count(*). What `tally verify --repair` reads a group's records by.
+  std::string argument_sql;
+};
+
+// How a counter keeps its groups in the keyspace (the storage is described in
+// engine/derived/aggregate_state.h):
+enum class Layout : uint8_t {
+  // One count(*), count(x) or sum(x): the group's key holds its value, kept by increments
+  // alone; a group whose value is 0 is no group.
+  kPlain,
+  // One count(DISTINCT x): the key holds the number of distinct values; hidden records hold
+  // the rows of each value.
+  kDistinct,
+  // min, max or avg, or several aggregates: the key holds the group's number of rows (a
+  // group exists while it has rows, as in PostgreSQL's GROUP BY); hidden records hold each
+  // aggregate's state.
+  kComposite,
+};
 
 // One group key column of a compiled counter.
 struct KeyColumn {
@@ -94,6 +132,10 @@ struct SourceSchema {
   struct Column {
     std::string name;
     Type type = Type::kNull;
+    // numeric(precision, scale): scale 0..18, precision 1..1000 (kept only to spell the
+    // column back); 0 for other types.
+    int precision = 0;
+    int scale = 0;
   };
   std::string name;
   std::vector<Column> columns;
@@ -115,6 +157,7 @@ class EvalScratch {
   std::vector<Value> stack_;
   std::vector<Value> key_;
   std::vector<Value> temps_;
+  std::vector<Value> args_;
   std::deque<std::string> arena_;  // a deque: adding a string never moves the others
 };
 
@@ -123,7 +166,11 @@ class EvalScratch {
 struct Evaluation {
   bool passes = false;         // the row passes WHERE (a NULL condition does not pass)
   std::span<const Value> key;  // one Value per key column, in select-list order
-  int64_t value = 0;           // 1 for count(*); 0 or 1 for count(expr); sum's term, NULL as 0
+  // A plain counter's term: 1 for count(*); 0 or 1 for count(expr); sum's term, NULL as 0,
+  // a numeric's in units of the aggregate's scale.
+  int64_t value = 0;
+  // Any other counter's: the argument of each aggregate, in order (true for count(*)).
+  std::span<const Value> args;
 };
 
 // A checked, compiled CREATE COUNTER: immutable, so any number of threads may evaluate
@@ -142,8 +189,14 @@ class CompiledCounter {
   const std::string& name() const { return name_; }
   const SourceSchema& source() const { return source_; }
   const std::vector<KeyColumn>& key_columns() const { return key_columns_; }
-  Aggregate aggregate() const { return aggregate_; }
+  // The aggregates, in select-list order (one at least).
+  const std::vector<AggregateColumn>& aggregates() const { return aggregates_; }
+  // The first aggregate's kind.
+  Aggregate aggregate() const { return aggregates_.front().kind; }
+  Layout layout() const { return layout_; }
   const std::string& sql() const { return sql_; }
+  // The WHERE condition as PostgreSQL reads it, fully parenthesised; empty without one.
+  const std::string& filter_sql() const { return filter_sql_; }
   // The indexes in source() of the columns the program reads, ascending.
   const std::vector<int32_t>& columns_used() const { return columns_used_; }
   // The time bucket, when exactly one key column is a date_trunc(...) select item: what
@@ -188,7 +241,8 @@ class CompiledCounter {
   std::string sql_;  // the normalised SELECT
   SourceSchema source_;
   std::vector<KeyColumn> key_columns_;
-  Aggregate aggregate_ = Aggregate::kCountStar;
+  std::vector<AggregateColumn> aggregates_;
+  Layout layout_ = Layout::kPlain;
   std::string filter_sql_;
   std::string value_sql_;
   std::vector<Instr> code_;

@@ -21,7 +21,7 @@ std::optional<int64_t> FloorTo(int64_t micros, int64_t unit) {
 // 'N months'. nullopt past the int64 range.
 std::optional<int64_t> AddMonths(int64_t micros, int64_t months) {
   const int64_t days = FloorDiv(micros, kMicrosPerDay);
-  const int64_t time_of_day = micros - days * kMicrosPerDay;
+  const int64_t time_of_day = FloorMod(micros, kMicrosPerDay);
   const CivilDate date = CivilFromDays(days);
   // Months since year 0, then back to a year and month; |months| is bounded by the
   // retention's limit, so this cannot overflow.

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "core/timestamp.h"
+#include "engine/definitions/numeric.h"
 
 namespace tally::definitions {
 
@@ -20,6 +21,10 @@ std::string_view TypeName(Type type) {
       return "text";
     case Type::kTimestamp:
       return "timestamp";
+    case Type::kNumeric:
+      return "numeric";
+    case Type::kFloat:
+      return "float";
   }
   return "?";
 }
@@ -49,6 +54,13 @@ void AppendKey(std::string_view counter_name, std::span<const Value> key, std::s
           if (c == '\\' || c == ':') out->push_back('\\');
           out->push_back(c);
         }
+        break;
+      // Never a key column (the compiler refuses them); spelled for completeness.
+      case Type::kNumeric:
+        AppendDecimal(part.i, part.scale, out);
+        break;
+      case Type::kFloat:
+        out->append(fmt::format("{}", part.float_value()));
         break;
     }
   }
@@ -84,6 +96,10 @@ std::string DebugString(const Value& value) {
       return value.i != 0 ? "true" : "false";
     case Type::kTimestamp:
       return fmt::format("timestamp '{}'", FormatTimestamp(value.i));
+    case Type::kNumeric:
+      return FormatDecimal(value.i, value.scale);
+    case Type::kFloat:
+      return fmt::format("{}", value.float_value());
     case Type::kText: {
       std::string out = "'";
       for (const char c : value.s) {

@@ -2,6 +2,7 @@
 // intermediate results of the evaluator and the parts of a group key.
 #pragma once
 
+#include <bit>
 #include <cstdint>
 #include <optional>
 #include <span>
@@ -18,25 +19,33 @@ enum class Type : uint8_t {
   kBool,       // PostgreSQL boolean
   kText,       // PostgreSQL text, UTF-8 bytes, compared bytewise (COLLATE "C")
   kTimestamp,  // PostgreSQL timestamp (UTC), int64 microseconds since the Unix epoch
+  kNumeric,    // PostgreSQL numeric(p,s): an int64 count of units of 10^-scale (numeric.h)
+  kFloat,      // PostgreSQL real / double precision: inexact, so only counted, never summed
 };
 
-// "int64", "bool", "text", "timestamp" or "null".
+// "int64", "bool", "text", "timestamp", "numeric", "float" or "null".
 std::string_view TypeName(Type type);
 
 // One cell: a NULL or a value of one type. Trivially copyable (32 bytes); text is a view
 // whose bytes are owned by the row or by the evaluator's scratch arena.
 struct Value {
   Type type = Type::kNull;  // kNull: the SQL NULL, whatever the column's type
-  int64_t i = 0;            // kInt64 and kTimestamp; kBool as 0 or 1
+  int8_t scale = 0;         // kNumeric: digits after the point, 0..18
+  int64_t i = 0;            // kInt64, kTimestamp; kBool as 0 or 1; kNumeric's units; kFloat's bits
   std::string_view s;       // kText
 
   bool is_null() const { return type == Type::kNull; }
 
   static Value Null() { return Value{}; }
-  static Value Int(int64_t v) { return Value{Type::kInt64, v, {}}; }
-  static Value Bool(bool v) { return Value{Type::kBool, v ? 1 : 0, {}}; }
-  static Value Text(std::string_view v) { return Value{Type::kText, 0, v}; }
-  static Value Timestamp(int64_t micros) { return Value{Type::kTimestamp, micros, {}}; }
+  static Value Int(int64_t v) { return Value{Type::kInt64, 0, v, {}}; }
+  static Value Bool(bool v) { return Value{Type::kBool, 0, v ? 1 : 0, {}}; }
+  static Value Text(std::string_view v) { return Value{Type::kText, 0, 0, v}; }
+  static Value Timestamp(int64_t micros) { return Value{Type::kTimestamp, 0, micros, {}}; }
+  static Value Numeric(int64_t units, int scale) {
+    return Value{Type::kNumeric, static_cast<int8_t>(scale), units, {}};
+  }
+  static Value Float(double v) { return Value{Type::kFloat, 0, std::bit_cast<int64_t>(v), {}}; }
+  double float_value() const { return std::bit_cast<double>(i); }
 };
 
 // A source row: one Value per column of the source's schema, in schema order.

@@ -9,6 +9,7 @@
 
 #include "core/integer.h"
 #include "engine/definitions/formula.h"
+#include "engine/derived/aggregate_apply.h"
 #include "engine/derived/derived_keyspace.h"
 
 namespace tally::derived {
@@ -21,8 +22,13 @@ namespace {
 struct Scratch {
   defs::EvalScratch eval;
   std::vector<defs::Increment> increments;
-  std::vector<Family*> families;     // the family of each increment
-  std::vector<size_t> change_end;    // increments of change i end here
+  std::vector<Family*> families;   // the family of each increment
+  std::vector<size_t> change_end;  // increments of change i end here
+  // The same for counters that are not plain: their record deltas (aggregate_apply.h).
+  std::vector<defs::RecordDelta> deltas;
+  std::vector<Family*> delta_families;
+  std::vector<size_t> delta_change;  // the change of each delta
+  StateWrites states;
   std::vector<std::string> markers;  // id marker keys
   std::vector<engine::HashedKey> hashed;
   struct Sum {
@@ -43,6 +49,9 @@ Status RunFormula(const CatalogSnapshot& catalog, std::span<const DecodedChange>
   scratch.increments.clear();
   scratch.families.clear();
   scratch.change_end.clear();
+  scratch.deltas.clear();
+  scratch.delta_families.clear();
+  scratch.delta_change.clear();
   for (size_t i = 0; i < changes.size(); ++i) {
     const DecodedChange& change = changes[i];
     const SourceEntry* source = catalog.sources.at(change.source->schema->name).get();
@@ -53,17 +62,23 @@ Status RunFormula(const CatalogSnapshot& catalog, std::span<const DecodedChange>
     for (const auto& family : source->counters) {
       if (!only_counter.empty() && family->counter.name() != only_counter) continue;
       if (family->start >= limit) continue;  // pending, or the change is in its backfill
-      auto status = defs::AppendIncrements(family->counter, old_row, new_row, scratch.eval,
-                                           &scratch.increments);
+      const bool plain = family->counter.layout() == defs::Layout::kPlain;
+      auto status = plain ? defs::AppendIncrements(family->counter, old_row, new_row, scratch.eval,
+                                                   &scratch.increments)
+                          : defs::AppendRecordDeltas(family->counter, old_row, new_row,
+                                                     scratch.eval, &scratch.deltas);
       if (!status) {
         // The row itself is bad (an overflow in an expression is the row's, not a counter's).
         return MakeError(ErrorCode::kInvalidArgument,
                          fmt::format("change {}: {}", i + 1, status.error().message));
       }
       scratch.families.resize(scratch.increments.size(), family.get());
+      scratch.delta_families.resize(scratch.deltas.size(), family.get());
+      scratch.delta_change.resize(scratch.deltas.size(), i);
     }
     scratch.change_end.push_back(scratch.increments.size());
   }
+  scratch.states.Take(scratch.deltas, scratch.delta_families);
   return OkStatus();
 }
 
@@ -104,6 +119,19 @@ Status WriteSums(engine::View& view, Scratch& scratch, PushOutcome* outcome) {
     begin = end;
     ++outcome->applied;
   }
+  // The record deltas of counters that are not plain, summed and checked the same way.
+  if (!scratch.deltas.empty()) {
+    const int64_t now_micros = view.now_ms() * 1000;
+    auto status = scratch.states.Plan(view, [&](size_t j) {
+      if (scratch.skip[scratch.delta_change[j]]) return false;
+      if (!scratch.delta_families[j]->counter.KeyExpired(scratch.deltas[j].group, now_micros)) {
+        return true;
+      }
+      ++outcome->expired;
+      return false;
+    });
+    if (!status) return status;
+  }
 
   // Check every result before writing any.
   for (const auto& [stored_key, sum] : scratch.sums) {
@@ -140,15 +168,18 @@ Status WriteSums(engine::View& view, Scratch& scratch, PushOutcome* outcome) {
     family.version.fetch_add(1, std::memory_order_relaxed);
     ++outcome->increments;
   }
+  if (!scratch.deltas.empty()) scratch.states.Write(view, outcome);
   return OkStatus();
 }
 
-// The keys of every increment in `scratch`, hashed, into scratch.hashed (replacing it).
+// The keys of every increment and record delta in `scratch`, hashed, into scratch.hashed
+// (replacing it).
 void HashIncrementKeys(Scratch& scratch) {
   scratch.hashed.clear();
   for (const defs::Increment& increment : scratch.increments) {
     scratch.hashed.emplace_back(increment.key);
   }
+  scratch.states.AddKeys(&scratch.hashed);
 }
 
 }  // namespace
@@ -298,7 +329,12 @@ Result<PushOutcome> Applier::ApplyPositioned(const CatalogSnapshot& catalog,
           if (family->start >= limit) continue;  // its backfill's snapshot is after this
           if (!only_counter.empty() && family->counter.name() != only_counter) continue;
           std::lock_guard lock(family->mutex);
-          for (const std::string& key : family->keys) view.Delete(engine::HashedKey(key));
+          std::vector<std::string> records;
+          for (const std::string& key : family->keys) {
+            view.Delete(engine::HashedKey(key));
+            family->AppendRecordKeys(key, &records);
+          }
+          for (const std::string& key : records) view.Delete(engine::HashedKey(key));
           family->ClearKeys();
           family->version.fetch_add(1, std::memory_order_relaxed);
         }

@@ -169,7 +169,7 @@ TEST_F(ApplierTest, IdsAndBatchIdsMakeChangesCountOnce) {
   EXPECT_EQ(Read("shop_orders:8"), 2);
 
   // The markers live for the idempotency window, by the keyspace's clock.
-  for (const std::string& id : {"a", "b", "batch-1"}) {
+  for (const std::string_view id : {"a", "b", "batch-1"}) {
     const std::string marker = MarkerKey(id);
     const engine::HashedKey hashed(marker);
     engine::View view = engine_->keyspace().Lock(hashed);

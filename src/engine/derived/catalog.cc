@@ -72,8 +72,8 @@ bool Catalog::IsProtectedKey(std::string_view key) const {
 
 std::string Catalog::ProtectedKeyError(std::string_view key) const {
   if (IsInternalKey(key)) {
-    return "ERR keys that start with \\x00id: or \\x00pos: are tally's own records "
-           "(idempotency markers, source positions)";
+    return "ERR keys that start with \\x00id:, \\x00pos: or \\x00agg: are tally's own records "
+           "(idempotency markers, source positions, the hidden state of derived counters)";
   }
   return fmt::format(
       "ERR key '{}' belongs to the derived counter '{}': it changes only through pushed "
@@ -82,6 +82,23 @@ std::string Catalog::ProtectedKeyError(std::string_view key) const {
 }
 
 // ---- Load -----------------------------------------------------------------------------
+
+void Catalog::LoadRecords(const CatalogSnapshot& catalog, std::span<const std::string> records,
+                          std::vector<std::string>* orphans) {
+  uint64_t epoch = 0;
+  const std::vector<int64_t> values = keyspace_.Get(records, &epoch);
+  for (size_t i = 0; i < records.size(); ++i) {
+    const auto name = ParseRecordKey(records[i]);
+    Family* family = name ? catalog.FindCounter(FamilyName(name->group)) : nullptr;
+    if (family == nullptr || family->states == nullptr || !family->IsGroupKey(name->group) ||
+        name->aggregate >= family->counter.aggregates().size()) {
+      orphans->push_back(records[i]);
+      continue;
+    }
+    std::lock_guard lock(family->mutex);
+    family->states->SetRecord(name->group, name->aggregate, name->kind, name->value, values[i]);
+  }
+}
 
 Result<std::vector<std::shared_ptr<Family>>> Catalog::Load() {
   auto records = store_.ReadCatalog();
@@ -135,11 +152,16 @@ Result<std::vector<std::shared_ptr<Family>>> Catalog::Load() {
   // The family indexes, from one pass over the keyspace.
   std::vector<std::string> keys;
   std::vector<std::string> orphans;  // groups of interrupted drops
+  std::vector<std::string> hidden;   // hidden records of groups (aggregate_state.h)
   uint64_t cursor = 0;
   do {
     keys.clear();
     cursor = keyspace_.keyspace().Scan(cursor, kScanStep, nullptr, &keys);
     for (std::string& key : keys) {
+      if (key.starts_with(kRecordPrefix)) {
+        hidden.push_back(std::move(key));
+        continue;
+      }
       const std::string_view name = FamilyName(key);
       if (Family* family = catalog->FindCounter(name)) {
         if (!family->IsGroupKey(key)) continue;
@@ -150,10 +172,11 @@ Result<std::vector<std::shared_ptr<Family>>> Catalog::Load() {
       }
     }
   } while (cursor != 0);
+  LoadRecords(*catalog, hidden, &orphans);
 
   Install(catalog->Rebuilt());
+  keyspace_.DeleteKeys(orphans);
   if (!catalog->dropping.empty()) {
-    keyspace_.DeleteKeys(orphans);
     std::vector<engine::Persistence::CatalogOp> ops;
     for (const std::string& name : catalog->dropping) {
       ops.push_back({RecordName(kDroppingRecord, name), std::nullopt});

@@ -32,6 +32,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -116,6 +117,10 @@ class Catalog {
  private:
   struct NameSet;
 
+  // Mirrors the hidden records `records` (aggregate_state.h) in their families' states;
+  // those of a counter being dropped, or of none, join `orphans`.
+  void LoadRecords(const CatalogSnapshot& catalog, std::span<const std::string> records,
+                   std::vector<std::string>* orphans);
   // Replaces the snapshot and the protected names.
   void Install(std::shared_ptr<const CatalogSnapshot> catalog);
   Result<std::string> CreateSource(const definitions::CreateSource& create);

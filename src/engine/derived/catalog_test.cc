@@ -9,6 +9,8 @@
 #include <memory>
 #include <string>
 
+#include "engine/databases.h"
+#include "engine/derived/aggregate_state.h"
 #include "engine/derived/derived_test_util.h"
 
 namespace tally::derived {
@@ -117,6 +119,13 @@ TEST_F(CatalogTest, ACountersKeysAreProtectedUntilItIsDropped) {
   EXPECT_FALSE(catalog_->IsProtectedKey("shop_orders_x:7"));
   EXPECT_TRUE(catalog_->IsProtectedKey(std::string("\0id:x", 5)));
   EXPECT_TRUE(catalog_->IsProtectedKey(std::string("\0pos:orders", 11)));
+  // The hidden records of count(DISTINCT), min, max, avg (aggregate_state.h); they cannot
+  // collide with the keys of databases 1 and up ("\0db", engine/databases.h).
+  const std::string record = std::string(kRecordPrefix) + "13:shop_orders:70n";
+  EXPECT_TRUE(catalog_->IsProtectedKey(record));
+  EXPECT_FALSE(engine::IsReservedKey(record));
+  EXPECT_FALSE(IsInternalKey(engine::StoredKey(1, record)));
+  EXPECT_NE(catalog_->ProtectedKeyError(record).find("\\x00agg:"), std::string::npos);
   EXPECT_FALSE(catalog_->IsProtectedKey(std::string("\0other", 6)));
   EXPECT_NE(catalog_->ProtectedKeyError("shop_orders:7").find("derived counter 'shop_orders'"),
             std::string::npos);

@@ -1,5 +1,6 @@
-// The change decoder: simdjson's DOM parser over the whole body, then one walk per change
-// over the parsed values, converting each row cell to its column's type.
+// The change decoder: simdjson's DOM parser over the whole body (the framing), then one walk
+// per change over the parsed values (the walk), each row cell converted by ConvertCell
+// (change_cell.h).
 //
 // Why DOM rather than On-Demand: the DOM parser lives in libsimdjson and dispatches at run
 // time to the best kernel of the CPU (AVX2, AVX-512), while On-Demand is compiled into
@@ -10,8 +11,14 @@
 // The body's form: parse_many() over the whole body, in one batch, yields its top-level
 // values. A first value that is an array is the whole body and its elements are the
 // changes; otherwise every value is a change (one object, or JSON lines). simdjson says
-// what is wrong with invalid JSON but not where: on that path only, a small strict scanner
-// (ErrorLocator) finds the byte.
+// what is wrong with invalid JSON but not where: on that path only, the scanner of
+// json_scan.h finds the byte.
+//
+// Numbers simdjson cannot hold (an integer past 64 bits, 1e400) are valid JSON that it
+// refuses as "Problem while parsing a number". On that refusal only, the decoder masks them
+// in its copy of the body (json_scan.h: "0.0" and spaces, offsets unchanged) and decodes
+// again: a masked number then reads as a number where it is ignored or refused for its type,
+// and a refused one is worded from its spelling in the body, found by its path.
 //
 // Memory: text cells and ids are copied into an arena of the decoder (parse_many reuses
 // the parser's string buffer for each value of the stream), and rows come from a pool of
@@ -24,343 +31,25 @@
 #include <simdjson.h>
 
 #include <algorithm>
-#include <charconv>
+#include <array>
 #include <cstring>
-#include <limits>
 
-#include "core/timestamp.h"
-#include "core/utf8.h"
+#include "engine/derived/change_cell.h"
+#include "engine/derived/json_scan.h"
+#include "engine/derived/message_text.h"
+#include "engine/derived/text_arena.h"
 
 namespace tally::derived {
 
-using definitions::Type;
 using definitions::Value;
 
 namespace {
 
 namespace dom = simdjson::dom;
 
-// How many bytes of a received string a message shows.
-constexpr size_t kShownBytes = 40;
-
-// `text` as a JSON string for a message: escaped, and cut after kShownBytes (at a UTF-8
-// boundary) with "..." when longer.
-std::string Quoted(std::string_view text) {
-  size_t shown = text.size();
-  if (shown > kShownBytes) {
-    shown = kShownBytes;
-    while (shown > 0 && (static_cast<unsigned char>(text[shown]) & 0xC0) == 0x80) --shown;
-  }
-  std::string out = "\"";
-  for (const char c : text.substr(0, shown)) {
-    switch (c) {
-      case '"':
-        out += "\\\"";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      case '\r':
-        out += "\\r";
-        break;
-      case '\t':
-        out += "\\t";
-        break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) {
-          out += fmt::format("\\u{:04x}", static_cast<unsigned>(c));
-        } else {
-          out.push_back(c);
-        }
-    }
-  }
-  if (shown < text.size()) out += "...";
-  out.push_back('"');
-  return out;
-}
-
-// What a JSON value is, for "got ..." in messages.
-std::string_view JsonKind(dom::element_type type) {
-  switch (type) {
-    case dom::element_type::ARRAY:
-      return "an array";
-    case dom::element_type::OBJECT:
-      return "an object";
-    case dom::element_type::INT64:
-    case dom::element_type::UINT64:
-    case dom::element_type::DOUBLE:
-      return "a number";
-    case dom::element_type::STRING:
-      return "a string";
-    case dom::element_type::BOOL:
-      return "a boolean";
-    case dom::element_type::NULL_VALUE:
-      return "null";
-  }
-  return "a value";
-}
-
-// What a cell of `type` must be, for "must be ..." in messages.
-std::string_view Expectation(Type type) {
-  switch (type) {
-    case Type::kInt64:
-      return "an int64";
-    case Type::kBool:
-      return "a bool";
-    case Type::kText:
-      return "a string";
-    case Type::kTimestamp:
-      return "a timestamp like \"2024-05-01T13:45:00Z\"";
-    case Type::kNull:
-      break;
-  }
-  return "null";
-}
-
-// ---- Where invalid JSON is -------------------------------------------------------------
-
-// The offset of the first byte that is not UTF-8, or nullopt.
-std::optional<size_t> FindInvalidUtf8(std::string_view text) {
-  for (size_t at = 0; at < text.size();) {
-    if (static_cast<unsigned char>(text[at]) < 0x80) {
-      ++at;
-      continue;
-    }
-    const size_t length = Utf8MultiByteLength(text, at);
-    if (length == 0) return at;
-    at += length;
-  }
-  return std::nullopt;
-}
-
-// A strict JSON scanner (RFC 8259 with simdjson's limits: 1024 levels of nesting, integers
-// within 64 bits, finite numbers) over whitespace-separated values. It runs only after
-// simdjson refused a body: simdjson says what is wrong, this says where.
-class ErrorLocator {
- public:
-  explicit ErrorLocator(std::string_view text) : text_(text) {}
-
-  // The offset of the first offending byte, or nullopt when the scanner finds none.
-  std::optional<size_t> Find() {
-    SkipSpace();
-    while (at_ < text_.size()) {
-      if (!ParseValue(0)) return error_;
-      SkipSpace();
-    }
-    return std::nullopt;
-  }
-
- private:
-  static constexpr int kMaxDepth = 1024;
-
-  bool Fail(size_t at) {
-    error_ = at;
-    return false;
-  }
-  bool At(char c) const { return at_ < text_.size() && text_[at_] == c; }
-  bool AtDigit() const { return at_ < text_.size() && text_[at_] >= '0' && text_[at_] <= '9'; }
-  void SkipDigits() {
-    while (AtDigit()) ++at_;
-  }
-  void SkipSpace() {
-    while (At(' ') || At('\t') || At('\n') || At('\r')) ++at_;
-  }
-  // True when a scalar may end here.
-  bool AtDelimiter() const {
-    return at_ == text_.size() || At(' ') || At('\t') || At('\n') || At('\r') || At(',') ||
-           At(']') || At('}');
-  }
-
-  bool ParseValue(int depth) {
-    if (at_ >= text_.size()) return Fail(at_);
-    switch (text_[at_]) {
-      case '{':
-      case '[':
-        return ParseContainer(depth + 1);
-      case '"':
-        return ParseString();
-      case 't':
-        return ParseLiteral("true");
-      case 'f':
-        return ParseLiteral("false");
-      case 'n':
-        return ParseLiteral("null");
-      default:
-        if (At('-') || AtDigit()) return ParseNumber();
-        return Fail(at_);
-    }
-  }
-
-  bool ParseContainer(int depth) {
-    const bool object = At('{');
-    const char close = object ? '}' : ']';
-    if (depth > kMaxDepth) return Fail(at_);
-    ++at_;
-    SkipSpace();
-    if (At(close)) {
-      ++at_;
-      return true;
-    }
-    while (true) {
-      if (object) {
-        if (!At('"')) return Fail(at_);
-        if (!ParseString()) return false;
-        SkipSpace();
-        if (!At(':')) return Fail(at_);
-        ++at_;
-        SkipSpace();
-      }
-      if (!ParseValue(depth)) return false;
-      SkipSpace();
-      if (At(',')) {
-        ++at_;
-        SkipSpace();
-        continue;
-      }
-      if (At(close)) {
-        ++at_;
-        return true;
-      }
-      return Fail(at_);
-    }
-  }
-
-  bool ParseLiteral(std::string_view word) {
-    const size_t start = at_;
-    if (text_.substr(at_, word.size()) != word) return Fail(start);
-    at_ += word.size();
-    return AtDelimiter() || Fail(start);
-  }
-
-  // Four hex digits at text_[at] into *out.
-  bool Hex4(size_t at, unsigned* out) const {
-    if (at + 4 > text_.size()) return false;
-    unsigned value = 0;
-    for (size_t i = 0; i < 4; ++i) {
-      const char c = text_[at + i];
-      unsigned digit = 0;
-      if (c >= '0' && c <= '9') {
-        digit = static_cast<unsigned>(c - '0');
-      } else if (c >= 'a' && c <= 'f') {
-        digit = static_cast<unsigned>(c - 'a' + 10);
-      } else if (c >= 'A' && c <= 'F') {
-        digit = static_cast<unsigned>(c - 'A' + 10);
-      } else {
-        return false;
-      }
-      value = value * 16 + digit;
-    }
-    *out = value;
-    return true;
-  }
-
-  bool ParseString() {
-    const size_t start = at_;
-    ++at_;
-    while (true) {
-      if (at_ >= text_.size()) return Fail(start);
-      const auto c = static_cast<unsigned char>(text_[at_]);
-      if (c == '"') {
-        ++at_;
-        return true;
-      }
-      if (c < 0x20) return Fail(at_);
-      if (c >= 0x80) {
-        const size_t length = Utf8MultiByteLength(text_, at_);
-        if (length == 0) return Fail(at_);
-        at_ += length;
-        continue;
-      }
-      if (c != '\\') {
-        ++at_;
-        continue;
-      }
-      const size_t escape = at_;
-      if (at_ + 1 >= text_.size()) return Fail(escape);
-      const char kind = text_[at_ + 1];
-      if (std::string_view("\"\\/bfnrt").find(kind) != std::string_view::npos) {
-        at_ += 2;
-        continue;
-      }
-      unsigned unit = 0;
-      if (kind != 'u' || !Hex4(at_ + 2, &unit)) return Fail(escape);
-      at_ += 6;
-      if (unit >= 0xDC00 && unit <= 0xDFFF) return Fail(escape);
-      if (unit >= 0xD800 && unit <= 0xDBFF) {
-        unsigned low = 0;
-        if (!At('\\') || at_ + 1 >= text_.size() || text_[at_ + 1] != 'u' || !Hex4(at_ + 2, &low) ||
-            low < 0xDC00 || low > 0xDFFF) {
-          return Fail(escape);
-        }
-        at_ += 6;
-      }
-    }
-  }
-
-  bool ParseNumber() {
-    const size_t start = at_;
-    const bool negative = At('-');
-    if (negative) ++at_;
-    if (!AtDigit()) return Fail(start);
-    if (At('0')) {
-      ++at_;
-    } else {
-      SkipDigits();
-    }
-    const size_t integer_end = at_;
-    bool integer = true;
-    int64_t exponent = 0;
-    if (At('.')) {
-      ++at_;
-      if (!AtDigit()) return Fail(start);
-      SkipDigits();
-      integer = false;
-    }
-    if (At('e') || At('E')) {
-      ++at_;
-      const bool negative_exponent = At('-');
-      if (At('+') || At('-')) ++at_;
-      if (!AtDigit()) return Fail(start);
-      for (; AtDigit(); ++at_)
-        exponent = std::min<int64_t>(exponent * 10 + (text_[at_] - '0'), 1 << 20);
-      if (negative_exponent) exponent = -exponent;
-      integer = false;
-    }
-    if (!AtDelimiter()) return Fail(start);
-    const std::string_view number = text_.substr(start, at_ - start);
-    if (integer) {
-      // simdjson keeps integers in [-2^63, 2^64 - 1].
-      uint64_t magnitude = 0;
-      const std::string_view digits =
-          text_.substr(start + (negative ? 1 : 0), integer_end - start - (negative ? 1 : 0));
-      for (const char c : digits) {
-        const auto digit = static_cast<uint64_t>(c - '0');
-        if (magnitude > (std::numeric_limits<uint64_t>::max() - digit) / 10) return Fail(start);
-        magnitude = magnitude * 10 + digit;
-      }
-      if (negative && magnitude > (uint64_t{1} << 63)) return Fail(start);
-      return true;
-    }
-    double value = 0;
-    const auto result = std::from_chars(number.data(), number.data() + number.size(), value);
-    // Out of range with a non-negative exponent is an overflow (an error to simdjson); with
-    // a negative one an underflow to 0, which simdjson accepts.
-    if (result.ec == std::errc::result_out_of_range && exponent >= 0) return Fail(start);
-    return true;
-  }
-
-  std::string_view text_;
-  size_t at_ = 0;
-  size_t error_ = 0;
-};
-
 // "invalid JSON: <simdjson's reason> near byte N" for a body simdjson refused.
 tl::unexpected<Error> InvalidJson(std::string_view body, simdjson::error_code code) {
-  std::optional<size_t> at =
-      code == simdjson::UTF8_ERROR ? FindInvalidUtf8(body) : ErrorLocator(body).Find();
+  const std::optional<size_t> at = LocateJsonError(body, code == simdjson::UTF8_ERROR);
   std::string message = fmt::format("invalid JSON: {}", simdjson::error_message(code));
   while (!message.empty() && message.back() == '.') message.pop_back();
   if (at) message += fmt::format(" near byte {}", *at);
@@ -370,44 +59,6 @@ tl::unexpected<Error> InvalidJson(std::string_view body, simdjson::error_code co
 tl::unexpected<Error> ChangeError(size_t number, std::string_view message) {
   return InvalidArgument(fmt::format("change {}: {}", number, message));
 }
-
-// Copies of strings, in blocks that never move: views stay valid until Reset.
-class TextArena {
- public:
-  // Drops every copy; keeps one block of at least `hint` bytes.
-  void Reset(size_t hint) {
-    if (blocks_.empty() || capacity_ < hint) {
-      blocks_.clear();
-      capacity_ = std::max(hint, kMinBlock);
-      blocks_.push_back(std::make_unique_for_overwrite<char[]>(capacity_));
-    } else {
-      blocks_.resize(1);
-    }
-    next_ = blocks_.front().get();
-    left_ = capacity_;
-  }
-
-  std::string_view Copy(std::string_view text) {
-    if (text.size() > left_) {
-      const size_t size = std::max(text.size(), kMinBlock);
-      blocks_.push_back(std::make_unique_for_overwrite<char[]>(size));
-      next_ = blocks_.back().get();
-      left_ = size;
-    }
-    if (!text.empty()) std::memcpy(next_, text.data(), text.size());
-    const std::string_view copy(next_, text.size());
-    next_ += text.size();
-    left_ -= text.size();
-    return copy;
-  }
-
- private:
-  static constexpr size_t kMinBlock = 4096;
-  std::vector<std::unique_ptr<char[]>> blocks_;
-  size_t capacity_ = 0;  // of blocks_.front()
-  char* next_ = nullptr;
-  size_t left_ = 0;
-};
 
 }  // namespace
 
@@ -420,9 +71,17 @@ struct ChangeDecoder::Impl {
     absl::flat_hash_map<std::string_view, int32_t> columns;
   };
 
+  // Where the current change is in the body, as json_scan.h counts paths: the top-level
+  // value, and its element when the body is an array.
+  struct Place {
+    uint32_t top = 0;
+    std::optional<uint32_t> element;
+  };
+
   dom::parser parser;
   std::unique_ptr<char[]> padded;  // the body and simdjson's padding
   size_t padded_capacity = 0;
+  std::string_view body;  // as received, for the spelling of refused numbers
   TextArena arena;
   std::vector<DecodedChange> changes;  // the first `count` are the result
   size_t count = 0;
@@ -432,18 +91,22 @@ struct ChangeDecoder::Impl {
   std::vector<uint32_t> seen;  // per column: == stamp when the current row had it
   uint32_t stamp = 0;
   absl::flat_hash_set<std::string_view> unknown_keys;  // of the current row
+  Place place;
+  bool masked = false;  // the body's unheld numbers are masked (the second walk)
 
-  Result<std::span<const DecodedChange>> Decode(std::string_view body, const SourceLookup& lookup);
+  Result<std::span<const DecodedChange>> Decode(std::string_view received,
+                                                const SourceLookup& lookup);
 
  private:
   void Recycle();
+  Result<std::span<const DecodedChange>> Walk(const SourceLookup& lookup,
+                                              simdjson::error_code* json_error);
   Status DecodeChange(dom::element element, size_t number, const SourceLookup& lookup);
   Result<size_t> FindSource(std::string_view name, size_t number, const SourceLookup& lookup);
   int32_t FindColumn(Source& source, std::string_view name, size_t guess);
-  Status DecodeRow(dom::element element, std::string_view which, size_t number, Source& source,
-                   std::vector<Value>* row);
-  Status DecodeCell(dom::element value, const definitions::SourceSchema::Column& column,
-                    std::string_view read_by, std::string_view which, size_t number, Value* cell);
+  Status DecodeRow(dom::element element, std::string_view which, uint32_t field, size_t number,
+                   Source& source, std::vector<Value>* row);
+  std::optional<std::string_view> SpellingAt(uint32_t field, uint32_t column_field) const;
 };
 
 void ChangeDecoder::Impl::Recycle() {
@@ -460,44 +123,67 @@ void ChangeDecoder::Impl::Recycle() {
   last_source = 0;
 }
 
-Result<std::span<const DecodedChange>> ChangeDecoder::Impl::Decode(std::string_view body,
+Result<std::span<const DecodedChange>> ChangeDecoder::Impl::Decode(std::string_view received,
                                                                    const SourceLookup& lookup) {
   Recycle();
-  arena.Reset(body.size());
-  if (body.find_first_not_of(" \t\r\n") == std::string_view::npos) {
+  arena.Reset(received.size());
+  if (received.find_first_not_of(" \t\r\n") == std::string_view::npos) {
     return InvalidArgument(
         "empty body: send a change object, a JSON array of changes or JSON lines");
   }
-  const size_t padded_size = body.size() + simdjson::SIMDJSON_PADDING;
+  const size_t padded_size = received.size() + simdjson::SIMDJSON_PADDING;
   if (padded_capacity < padded_size) {
     padded_capacity = std::max(padded_size, padded_capacity * 2);
     padded = std::make_unique_for_overwrite<char[]>(padded_capacity);
   }
-  std::memcpy(padded.get(), body.data(), body.size());
-  std::memset(padded.get() + body.size(), 0, simdjson::SIMDJSON_PADDING);
+  std::memcpy(padded.get(), received.data(), received.size());
+  std::memset(padded.get() + received.size(), 0, simdjson::SIMDJSON_PADDING);
+  body = received;
+  masked = false;
 
+  simdjson::error_code json_error = simdjson::SUCCESS;
+  auto result = Walk(lookup, &json_error);
+  // A number simdjson cannot hold: mask such numbers and decode again, once.
+  if (json_error == simdjson::NUMBER_ERROR && MaskUnheldNumbers(padded.get(), body.size()) > 0) {
+    Recycle();
+    arena.Reset(body.size());
+    masked = true;
+    result = Walk(lookup, &json_error);
+  }
+  return result;
+}
+
+Result<std::span<const DecodedChange>> ChangeDecoder::Impl::Walk(const SourceLookup& lookup,
+                                                                 simdjson::error_code* json_error) {
+  const auto invalid = [&](simdjson::error_code error) {
+    *json_error = error;
+    return InvalidJson(body, error);
+  };
   // One batch for the whole body: simdjson then sees every value at once.
   const size_t batch_size = std::max<size_t>(body.size(), simdjson::dom::MINIMAL_BATCH_SIZE);
   dom::document_stream stream;
   if (auto error = parser.parse_many(padded.get(), body.size(), batch_size).get(stream)) {
-    return InvalidJson(body, error);
+    return invalid(error);
   }
   size_t values = 0;
   size_t number = 0;
   bool array = false;
   for (auto it = stream.begin(); it != stream.end(); ++it) {
     dom::element root;
-    if (auto error = (*it).get(root)) return InvalidJson(body, error);
+    if (auto error = (*it).get(root)) return invalid(error);
     if (array) {
       return InvalidArgument(fmt::format(
           "a JSON array of changes must be the whole body, but more JSON follows at byte {}",
           it.current_index()));
     }
+    place = Place{static_cast<uint32_t>(values), std::nullopt};
     if (++values == 1 && root.type() == dom::element_type::ARRAY) {
       array = true;
       const dom::array elements = root.get_array().value_unsafe();
-      for (dom::element element : elements) {
-        if (auto s = DecodeChange(element, ++number, lookup); !s) return tl::unexpected(s.error());
+      uint32_t element = 0;
+      for (dom::element change : elements) {
+        place.element = element++;
+        if (auto s = DecodeChange(change, ++number, lookup); !s) return tl::unexpected(s.error());
       }
       continue;
     }
@@ -509,9 +195,19 @@ Result<std::span<const DecodedChange>> ChangeDecoder::Impl::Decode(std::string_v
     const size_t start = body.size() - truncated;
     dom::element ignored;
     auto error = parser.parse(padded.get() + start, truncated, false).get(ignored);
-    return InvalidJson(body, error ? error : simdjson::TAPE_ERROR);
+    return invalid(error ? error : simdjson::TAPE_ERROR);
   }
   return std::span<const DecodedChange>(changes.data(), count);
+}
+
+std::optional<std::string_view> ChangeDecoder::Impl::SpellingAt(uint32_t field,
+                                                                uint32_t column_field) const {
+  std::array<uint32_t, 4> path{place.top};
+  size_t depth = 1;
+  if (place.element) path[depth++] = *place.element;
+  path[depth++] = field;
+  path[depth++] = column_field;
+  return NumberAt(body, std::span(path.data(), depth));
 }
 
 Result<size_t> ChangeDecoder::Impl::FindSource(std::string_view name, size_t number,
@@ -563,7 +259,9 @@ Status ChangeDecoder::Impl::DecodeChange(dom::element element, size_t number,
   static constexpr std::string_view kNames[kFields] = {"source", "id", "old", "new"};
   dom::element fields[kFields];
   bool present[kFields] = {};
+  uint32_t ordinals[kFields] = {};  // each field's place in the object (json_scan.h paths)
   const dom::object object = element.get_object().value_unsafe();
+  uint32_t ordinal = 0;
   for (dom::key_value_pair field : object) {
     const auto* name = std::find(std::begin(kNames), std::end(kNames), field.key);
     if (name == std::end(kNames)) {
@@ -575,6 +273,7 @@ Status ChangeDecoder::Impl::DecodeChange(dom::element element, size_t number,
     if (present[index]) return ChangeError(number, fmt::format("duplicate key {}", Quoted(*name)));
     present[index] = true;
     fields[index] = field.value;
+    ordinals[index] = ordinal++;
   }
 
   if (!present[kSource]) return ChangeError(number, "missing \"source\"");
@@ -617,15 +316,16 @@ Status ChangeDecoder::Impl::DecodeChange(dom::element element, size_t number,
       row = std::move(spare_rows.back());
       spare_rows.pop_back();
     }
-    Status decoded = DecodeRow(fields[which], kNames[which], number, source, &row);
+    Status decoded = DecodeRow(fields[which], kNames[which], ordinals[which], number, source, &row);
     (which == kOld ? change.old_row : change.new_row) = std::move(row);
     if (!decoded) return decoded;
   }
   return OkStatus();
 }
 
-Status ChangeDecoder::Impl::DecodeRow(dom::element element, std::string_view which, size_t number,
-                                      Source& source, std::vector<Value>* row) {
+Status ChangeDecoder::Impl::DecodeRow(dom::element element, std::string_view which,
+                                      uint32_t field_ordinal, size_t number, Source& source,
+                                      std::vector<Value>* row) {
   if (element.type() != dom::element_type::OBJECT) {
     return ChangeError(number, fmt::format("\"{}\" must be an object (a row) or null, got {}",
                                            which, JsonKind(element.type())));
@@ -641,7 +341,9 @@ Status ChangeDecoder::Impl::DecodeRow(dom::element element, std::string_view whi
   size_t found = 0;
   size_t guess = 0;
   const dom::object object = element.get_object().value_unsafe();
+  uint32_t ordinal = 0;
   for (dom::key_value_pair field : object) {
+    const uint32_t cell_ordinal = ordinal++;
     const int32_t index = FindColumn(source, field.key, guess);
     if (index < 0) {
       // Not a column of the source: ignored, but a key twice is still refused.
@@ -658,11 +360,18 @@ Status ChangeDecoder::Impl::DecodeRow(dom::element element, std::string_view whi
     seen[column] = stamp;
     ++found;
     guess = column + 1;
-    const std::string_view read_by =
-        column < view.read_by.size() ? std::string_view(view.read_by[column]) : "";
-    if (auto s = DecodeCell(field.value, columns[column], read_by, which, number, &(*row)[column]);
-        !s) {
-      return s;
+    const std::optional<CellRefusal> refusal = ConvertCell(
+        field.value, columns[column], arena, masked,
+        [&] { return SpellingAt(field_ordinal, cell_ordinal); }, &(*row)[column]);
+    if (refusal) {
+      const std::string_view read_by =
+          column < view.read_by.size() ? std::string_view(view.read_by[column]) : "";
+      return ChangeError(
+          number,
+          fmt::format(
+              "\"{}\".{} {}{}, got {}", which, Quoted(columns[column].name), refusal->must,
+              read_by.empty() ? std::string() : fmt::format(" (counter {} reads it)", read_by),
+              refusal->got));
     }
   }
   if (found < columns.size()) {
@@ -676,99 +385,12 @@ Status ChangeDecoder::Impl::DecodeRow(dom::element element, std::string_view whi
   return OkStatus();
 }
 
-Status ChangeDecoder::Impl::DecodeCell(dom::element value,
-                                       const definitions::SourceSchema::Column& column,
-                                       std::string_view read_by, std::string_view which,
-                                       size_t number, Value* cell) {
-  const dom::element_type kind = value.type();
-  if (kind == dom::element_type::NULL_VALUE) return OkStatus();  // the cell stays NULL
-  auto refuse = [&](std::string_view got) {
-    return ChangeError(
-        number,
-        fmt::format(
-            "\"{}\".{} must be {}{}, got {}", which, Quoted(column.name), Expectation(column.type),
-            read_by.empty() ? std::string() : fmt::format(" (counter {} reads it)", read_by), got));
-  };
-  switch (column.type) {
-    case Type::kInt64:
-      if (kind == dom::element_type::INT64) {
-        *cell = Value::Int(value.get_int64().value_unsafe());
-        return OkStatus();
-      }
-      if (kind == dom::element_type::UINT64) {
-        return refuse(
-            fmt::format("{}, which is out of the int64 range", value.get_uint64().value_unsafe()));
-      }
-      if (kind == dom::element_type::DOUBLE) {
-        std::string number_text = fmt::format("{}", value.get_double().value_unsafe());
-        if (number_text.find_first_not_of("-0123456789") == std::string::npos) {
-          number_text += ".0";
-        }
-        return refuse(fmt::format("{} (a number with a fraction or an exponent)", number_text));
-      }
-      return refuse(JsonKind(kind));
-    case Type::kBool:
-      if (kind != dom::element_type::BOOL) return refuse(JsonKind(kind));
-      *cell = Value::Bool(value.get_bool().value_unsafe());
-      return OkStatus();
-    case Type::kText:
-      if (kind != dom::element_type::STRING) return refuse(JsonKind(kind));
-      *cell = Value::Text(arena.Copy(value.get_string().value_unsafe()));
-      return OkStatus();
-    case Type::kTimestamp: {
-      if (kind != dom::element_type::STRING) return refuse(JsonKind(kind));
-      const std::string_view text = value.get_string().value_unsafe();
-      const Result<int64_t> micros = ParseTimestamp(text);
-      if (!micros) return refuse(Quoted(text));
-      *cell = Value::Timestamp(*micros);
-      return OkStatus();
-    }
-    case Type::kNull:
-      break;
-  }
-  return refuse(JsonKind(kind));
-}
-
 ChangeDecoder::ChangeDecoder() : impl_(std::make_unique<Impl>()) {}
 ChangeDecoder::~ChangeDecoder() = default;
 
 Result<std::span<const DecodedChange>> ChangeDecoder::Decode(std::string_view body,
                                                              const SourceLookup& lookup) {
   return impl_->Decode(body, lookup);
-}
-
-Result<Value> ParseKeyPart(Type type, std::string_view text) {
-  if (text == "\\N") return Value::Null();
-  switch (type) {
-    case Type::kInt64: {
-      int64_t value = 0;
-      const auto result = std::from_chars(text.data(), text.data() + text.size(), value);
-      if (result.ec == std::errc::result_out_of_range && result.ptr == text.data() + text.size()) {
-        return InvalidArgument(fmt::format("{} is out of the int64 range", Quoted(text)));
-      }
-      if (text.empty() || result.ec != std::errc() || result.ptr != text.data() + text.size()) {
-        return InvalidArgument(fmt::format("{} is not an int64", Quoted(text)));
-      }
-      return Value::Int(value);
-    }
-    case Type::kBool:
-      if (text == "true") return Value::Bool(true);
-      if (text == "false") return Value::Bool(false);
-      return InvalidArgument(fmt::format("{} is not a bool (true or false)", Quoted(text)));
-    case Type::kText:
-      return Value::Text(text);
-    case Type::kTimestamp: {
-      const Result<int64_t> micros = ParseTimestamp(text);
-      if (!micros) {
-        return InvalidArgument(fmt::format(
-            "{} is not a timestamp (2024-05-01T13:45:00Z or 20240501T134500Z)", Quoted(text)));
-      }
-      return Value::Timestamp(*micros);
-    }
-    case Type::kNull:
-      break;
-  }
-  return InvalidArgument(fmt::format("{} is not NULL (\\N)", Quoted(text)));
 }
 
 }  // namespace tally::derived

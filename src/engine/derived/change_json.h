@@ -15,7 +15,19 @@
 // Cell types: int64 ← a JSON integer in the int64 range (1.0 and 1e3 are refused);
 // bool ← true/false; text ← a string; timestamp ← a string as ParseTimestamp reads it
 // (core/timestamp.h: "2024-05-01", "2024-05-01T13:45:07.5+02:00", "20240501T134507Z"; no
-// offset = UTC); any type ← null. Anything else is refused.
+// offset = UTC); numeric(p,s) ← a string "1234.50" or a JSON number, exactly, with at most s
+// digits after the point (an integer as written; a number with a fraction as the double
+// simdjson reads, taken exactly from its shortest spelling when that has at most 15
+// significant digits, else from the body's own spelling: "0.10000000000000001" is read as
+// 0.10, send a string to be sure); float ← a JSON number; any type ← null. Anything else is
+// refused (change_cell.h converts). A number of any size is valid JSON: one past what
+// simdjson holds (an integer past 64 bits, 1e400) is refused like any other for the column
+// it is in (a numeric column reads it exactly when it fits), and ignored in a key that is
+// not a column.
+//
+// The parts: change_json.cc frames the body and walks each change and row;
+// change_cell.{h,cc} converts a cell; json_scan.{h,cc} locates invalid JSON and the
+// numbers simdjson cannot hold; text_arena.h and message_text.h serve them.
 #pragma once
 
 #include <functional>
@@ -64,11 +76,14 @@ class ChangeDecoder {
   // reads
   //   change N: <what>        (N counts from 1 in the body's order)
   // e.g. `change 3: "new"."rating" must be an int64 (counter author_rating reads it), got a string`
-  //      `change 2: "new" has no column "rating", which counter author_rating reads`
+  //      `change 1: "new"."amount" is out of the int64 range, got 99999999999999999999`
+  //      `change 1: "new"."amount" must be an int64, got 1e3 (a number with a fraction or an
+  //      exponent)` `change 2: "new" has no column "rating", which counter author_rating reads`
   //      `change 1: unknown source "postz"`
   //      `invalid JSON: <simdjson's reason> near byte 17`   (bytes counted from 0)
-  // Received strings in messages are cut after 40 bytes. The result, its rows and their
-  // text cells are valid until the next Decode. An empty array decodes to no change.
+  // Received strings and numbers in messages are cut after 40 bytes (message_text.h).
+  // The result, its rows and their text cells are valid until the next Decode. An empty
+  // array decodes to no change.
   // The decoder keeps its buffers sized for the largest body it has seen: simdjson reserves
   // about 14 bytes of address space per body byte (a fraction of it touched), the decoder
   // two more; bound the body size before calling.
@@ -78,14 +93,5 @@ class ChangeDecoder {
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
-
-// Parses one part of a counter key as a client spells it in a read (a path segment, a
-// Redis argument) into a value of `type`: an int64 in decimal, true/false, a timestamp as
-// ParseTimestamp reads it (the key spelling "20240501T000000Z" or ISO 8601 as above),
-// text verbatim (the Value views `text`); "\N" is NULL for every type, so a text "\N"
-// cannot be read this way. Errors (kInvalidArgument): `"abc" is not an int64`,
-// `"99999999999999999999" is out of the int64 range`, `"yes" is not a bool (true or
-// false)`, `"2024-13-01" is not a timestamp (2024-05-01T13:45:00Z or 20240501T134500Z)`.
-Result<definitions::Value> ParseKeyPart(definitions::Type type, std::string_view text);
 
 }  // namespace tally::derived

@@ -120,6 +120,12 @@ std::optional<defs::SourceSchema> DerivedCounters::SourceSchemaOf(std::string_vi
   return catalog_.SourceSchemaOf(source);
 }
 
+bool DerivedCounters::ShowsMore(std::string_view key) const {
+  const std::shared_ptr<const CatalogSnapshot> catalog = catalog_.Snapshot();
+  const Family* family = catalog->FindCounter(FamilyName(key));
+  return family != nullptr && !definitions::ShowsInteger(family->counter);
+}
+
 bool DerivedCounters::IsProtectedKey(std::string_view key) const {
   return catalog_.IsProtectedKey(key);
 }
@@ -194,10 +200,21 @@ Result<PushOutcome> DerivedCounters::ApplyParts(std::span<const SourceTransactio
 
 Result<uint64_t> DerivedCounters::Repair(std::string_view counter,
                                          std::span<const KeyValue> values) {
+  return RepairFamily(counter, [&](Family& family) { return keyspace_.SetGroups(family, values); });
+}
+
+Result<uint64_t> DerivedCounters::RepairStates(std::string_view counter,
+                                               std::span<const GroupStateValue> states) {
+  return RepairFamily(counter,
+                      [&](Family& family) { return keyspace_.SetGroupStates(family, states); });
+}
+
+Result<uint64_t> DerivedCounters::RepairFamily(
+    std::string_view counter, const std::function<Result<uint64_t>(Family&)>& set) {
   std::shared_lock apply(apply_mutex_);
   auto family = catalog_.Snapshot()->Counter(counter);
   if (!family) return tl::unexpected(family.error());
-  return keyspace_.SetGroups(**family, values);
+  return set(**family);
 }
 
 // ---- Source positions and verification holds -------------------------------------------
@@ -287,6 +304,15 @@ Result<std::string> DerivedCounters::PrefixOf(std::string_view counter,
 std::vector<int64_t> DerivedCounters::Get(std::span<const std::string> keys,
                                           uint64_t* required_epoch) {
   return keyspace_.Get(keys, required_epoch);
+}
+
+Result<Page> DerivedCounters::Read(std::string_view counter, std::span<const std::string> keys) {
+  auto family = catalog_.Snapshot()->Counter(counter);
+  if (!family) return tl::unexpected(family.error());
+  Page page;
+  page.items = keyspace_.ReadGroups(**family, keys, &page.required_epoch);
+  page.names = FamilyReads::Names(**family);
+  return page;
 }
 
 Result<Page> DerivedCounters::List(std::string_view counter, std::string_view prefix,

@@ -24,8 +24,8 @@
 // Thread-safety. Every method may be called from any thread, concurrently, except Load
 // (once, before any other) and OnFlushAll (REQUIRES: every stripe held). One lock orders
 // the parts, the apply lock (a shared mutex): held shared by every apply (Push,
-// ApplyTransaction, ApplyBackfill, Repair), by retention sweeps and by the reads of a
-// counter's start (Counters, PendingCounters, CounterStart); held exclusively by DDL
+// ApplyTransaction, ApplyBackfill, Repair, RepairStates), by retention sweeps and by the
+// reads of a counter's start (Counters, PendingCounters, CounterStart); held exclusively by DDL
 // (Execute, Drop), by the backfill state changes (MarkStreamed, MarkEverySourceStreamed,
 // ActivateCounter, ResetCounter, ResetSource) and by Load; FinishBackfill needs neither
 // (it clears an atomic flag once its record is durable). So a definition appears or
@@ -41,6 +41,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <shared_mutex>
@@ -153,6 +154,12 @@ class DerivedCounters {
   // the repair of tally verify. Returns the epoch to wait for. kNotFound (no such counter),
   // kInvalidArgument (a key that is not one of its groups; nothing is written).
   Result<uint64_t> Repair(std::string_view counter, std::span<const KeyValue> values);
+  // The same for a counter that is not plain (count(DISTINCT), min, max, avg, several
+  // aggregates): sets whole groups, each its key and every hidden record
+  // (DerivedKeyspace::SetGroupStates), all in one commit. kNotFound (no such counter),
+  // kInvalidArgument (a plain counter, a key that is not one of its groups, a state no group
+  // can have; nothing is written).
+  Result<uint64_t> RepairStates(std::string_view counter, std::span<const GroupStateValue> states);
   // The stored position of `source`; 0 when none (never streamed, or reset).
   int64_t SourcePosition(std::string_view source);
   // Deletes every group of every counter on `source`, and its position (a backfill that
@@ -196,7 +203,8 @@ class DerivedCounters {
 
   // Reads (see family_reads.h for each one's errors). kNotFound when there is no counter
   // of that name.
-  // The canonical key of `counter`'s group given as parts (ParseKeyPart), all of them.
+  // The canonical key of `counter`'s group given as parts, all of them, each spelled as in
+  // the key (key_part.h: "re\:turn", "\N" for NULL, "\\N" for the text \N).
   Result<std::string> KeyOf(std::string_view counter,
                             std::span<const std::string_view> parts) const;
   // The key prefix "counter:part:...:" of the first parts.size() key columns ("counter"
@@ -208,6 +216,12 @@ class DerivedCounters {
   // depends on.
   std::vector<int64_t> Get(std::span<const std::string> keys, uint64_t* required_epoch);
 
+  // The groups `keys` of `counter` (from KeyOf; missing = 0) with their values as shown
+  // (KeyValue::shown, for a counter whose value is not one integer), in order, none left
+  // out. kNotFound when there is no such counter.
+  // Page::names is set as for a listing.
+  Result<Page> Read(std::string_view counter, std::span<const std::string> keys);
+
   // The live groups of `counter` whose key starts with `prefix` (from PrefixOf), in key
   // byte order, after `cursor` (a key from a previous page; empty = from the start).
   Result<Page> List(std::string_view counter, std::string_view prefix, std::string_view cursor,
@@ -217,8 +231,8 @@ class DerivedCounters {
   Result<Page> Top(std::string_view counter, std::string_view prefix, size_t k);
 
   // The sum of the time buckets of one group of `counter` whose start lies in [from, to):
-  // `parts` are the values of every key column but the time bucket; `from` and `to` are
-  // instants (ISO 8601, the key spelling or Unix seconds). Buckets past retention count as
+  // `parts` are the values of every key column but the time bucket (key_part.h); `from` and `to`
+  // are instants (ISO 8601, the key spelling or Unix seconds). Buckets past retention count as
   // gone. Errors: kNotFound (no such counter), kInvalidArgument (no single time bucket,
   // wrong parts, a bad or ambiguous instant, from after to), kOverflow (the sum leaves the
   // int64 range).
@@ -236,6 +250,11 @@ class DerivedCounters {
   // Stops and joins the sweeper; before the engine stops. Idempotent.
   void StopRetentionSweeper();
 
+  // True when `key` is a group of a counter whose value is not one integer (definitions::
+  // ShowsInteger false: min, max, avg, count(DISTINCT), a numeric sum, several aggregates):
+  // what its key holds is only a part of its value. Any thread; takes the catalog's leaf
+  // lock only.
+  bool ShowsMore(std::string_view key) const;
   // True for a key plain writes must not touch: a derived counter's or an id marker.
   bool IsProtectedKey(std::string_view key) const;
   // The error a plain write to a protected key gets.
@@ -265,6 +284,10 @@ class DerivedCounters {
                                  std::string_view only_counter);
   // Adds an applied outcome to the totals; `from_source`: of a source stream, else pushed.
   void Count(const PushOutcome& outcome, bool from_source);
+  // Repair and RepairStates: `set` on the family of `counter`, under the apply lock held
+  // shared. kNotFound when there is no such counter.
+  Result<uint64_t> RepairFamily(std::string_view counter,
+                                const std::function<Result<uint64_t>(Family&)>& set);
 
   const DerivedOptions options_;
   // Pushes, source transactions, sweeps and reads of starts shared; DDL and changes of

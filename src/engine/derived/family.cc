@@ -42,12 +42,18 @@ void Family::RemoveKey(std::string_view key) {
     }
   }
   keys.erase(Absl(key));
+  if (states != nullptr) states->Erase(key);
+}
+
+void Family::AppendRecordKeys(std::string_view key, std::vector<std::string>* out) const {
+  if (states != nullptr) states->RecordKeysOf(key, out);
 }
 
 void Family::ClearKeys() {
   keys.clear();
   by_bucket.clear();
   top_cache.clear();
+  if (states != nullptr) states->Clear();
 }
 
 }  // namespace tally::derived

@@ -23,19 +23,18 @@
 
 #include <atomic>
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
 
+#include "core/absl_string.h"
 #include "engine/definitions/program.h"
+#include "engine/derived/aggregate_state.h"
 
 namespace tally::derived {
-
-// Debian's Abseil has its own string_view: heterogeneous lookups in Abseil containers need
-// this spelling.
-inline absl::string_view Absl(std::string_view text) { return {text.data(), text.size()}; }
 
 // Family::start of a counter that waits for its backfill: no source transaction moves it.
 inline constexpr int64_t kPendingStart = INT64_MAX;
@@ -51,19 +50,30 @@ std::string_view CounterStateName(CounterState state);
 
 // One counter value of a read.
 struct KeyValue {
-  std::string key;  // canonical
-  int64_t value = 0;
+  std::string key;    // canonical
+  int64_t value = 0;  // what the key holds (aggregate_state.h for a counter that is not plain)
+  // The group's value as reads show it, for a counter whose value is not that integer
+  // (definitions::ShowsInteger false: a numeric sum, count(DISTINCT), min, max, avg,
+  // several aggregates); empty otherwise.
+  definitions::GroupValue shown = {};
 };
 
 // A page of a family listing.
 struct Page {
   std::vector<KeyValue> items;
   std::string next_cursor;  // empty when this was the last page
+  // The names of the counter's aggregates (AggregateColumn::name), when its value shows
+  // several: the fields of each item's value.
+  std::vector<std::string> names;
   uint64_t required_epoch = 0;
 };
 
 struct Family {
-  explicit Family(definitions::CompiledCounter compiled) : counter(std::move(compiled)) {}
+  explicit Family(definitions::CompiledCounter compiled)
+      : counter(std::move(compiled)),
+        states(counter.layout() == definitions::Layout::kPlain
+                   ? nullptr
+                   : std::make_unique<GroupStates>(counter)) {}
   Family(const Family&) = delete;
   Family& operator=(const Family&) = delete;
 
@@ -98,6 +108,9 @@ struct Family {
   };
   // Top-K answers by (prefix, k); guarded by mutex.
   absl::flat_hash_map<std::string, TopEntry> top_cache;
+  // The hidden records of a counter that is not plain (aggregate_state.h), mirrored; null for
+  // a plain one. Guarded by mutex.
+  const std::unique_ptr<GroupStates> states;
 
   // True when `key` is spelled as one of this counter's groups: its name alone when it has
   // no key columns (its one group), else its name, ':' and more (the parts, unchecked).
@@ -106,8 +119,13 @@ struct Family {
   // Every insertion and removal of a live group goes through these, so that `keys` and
   // `by_bucket` agree. REQUIRES: mutex held.
   void AddKey(std::string_view key);
+  // Also forgets the group's hidden records in `states`; whoever deletes a group's key
+  // deletes its records with it (AppendRecordKeys, before).
   void RemoveKey(std::string_view key);
-  // Empties the index and the top-K cache. REQUIRES: mutex held.
+  // Appends the keys of the hidden records of group `key` (none for a plain counter).
+  // REQUIRES: mutex held.
+  void AppendRecordKeys(std::string_view key, std::vector<std::string>* out) const;
+  // Empties the index, the top-K cache and the hidden records' mirror. REQUIRES: mutex held.
   void ClearKeys();
 };
 

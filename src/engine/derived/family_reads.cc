@@ -12,7 +12,7 @@
 #include "core/timestamp.h"
 #include "engine/definitions/time_util.h"
 #include "engine/definitions/value.h"
-#include "engine/derived/change_json.h"
+#include "engine/derived/key_part.h"
 
 namespace tally::derived {
 
@@ -23,11 +23,12 @@ namespace {
 // Cached top-K answers per counter (distinct prefixes and k); past this the cache restarts.
 constexpr size_t kTopCacheEntries = 4096;
 
-// Key column `column` of `counter` as a client spells it (ParseKeyPart).
+// Key column `column` of `counter` as a read spells it (key_part.h); a text value views
+// `text` or *storage.
 Result<defs::Value> ParsePart(const defs::CompiledCounter& counter, size_t column,
-                              std::string_view text) {
+                              std::string_view text, std::string* storage) {
   const defs::KeyColumn& key = counter.key_columns()[column];
-  auto value = ParseKeyPart(key.type, text);
+  auto value = ParseKeyPart(key.type, text, storage);
   if (!value) {
     return InvalidArgument(fmt::format("counter {}, key part {} ({} {}): {}", counter.name(),
                                        column + 1, key.name, defs::TypeName(key.type),
@@ -36,12 +37,16 @@ Result<defs::Value> ParsePart(const defs::CompiledCounter& counter, size_t colum
   return *value;
 }
 
+// The first parts.size() key columns; text values view `parts` or *texts (resized to
+// parts.size()).
 Result<std::vector<defs::Value>> ParseParts(const defs::CompiledCounter& counter,
-                                            std::span<const std::string_view> parts) {
+                                            std::span<const std::string_view> parts,
+                                            std::vector<std::string>* texts) {
+  texts->resize(parts.size());
   std::vector<defs::Value> values;
   values.reserve(parts.size());
   for (size_t i = 0; i < parts.size(); ++i) {
-    auto value = ParsePart(counter, i, parts[i]);
+    auto value = ParsePart(counter, i, parts[i], &(*texts)[i]);
     if (!value) return tl::unexpected(value.error());
     values.push_back(*value);
   }
@@ -73,7 +78,8 @@ Result<std::string> FamilyReads::KeyOf(const Family& family,
     return InvalidArgument(fmt::format("counter {} has {} key parts; {} given", counter.name(),
                                        columns, parts.size()));
   }
-  auto values = ParseParts(counter, parts);
+  std::vector<std::string> texts;
+  auto values = ParseParts(counter, parts, &texts);
   if (!values) return tl::unexpected(values.error());
   return defs::EncodeKey(counter.name(), *values);
 }
@@ -92,11 +98,21 @@ Result<std::string> FamilyReads::PrefixOf(const Family& family,
         fmt::format("counter {} has {} key parts: a prefix names fewer ({} given)", counter.name(),
                     columns, parts.size()));
   }
-  auto values = ParseParts(counter, parts);
+  std::vector<std::string> texts;
+  auto values = ParseParts(counter, parts, &texts);
   if (!values) return tl::unexpected(values.error());
   std::string prefix = defs::EncodeKey(counter.name(), *values);
   if (columns > 0) prefix += ':';
   return prefix;
+}
+
+std::vector<std::string> FamilyReads::Names(const Family& family) {
+  std::vector<std::string> names;
+  const std::vector<defs::AggregateColumn>& aggregates = family.counter.aggregates();
+  if (aggregates.size() > 1) {
+    for (const defs::AggregateColumn& column : aggregates) names.push_back(column.name);
+  }
+  return names;
 }
 
 Result<Page> FamilyReads::List(Family& family, std::string_view prefix, std::string_view cursor,
@@ -118,9 +134,9 @@ Result<Page> FamilyReads::List(Family& family, std::string_view prefix, std::str
       keys.push_back(*key);
     }
   }
-  const std::vector<int64_t> values = keyspace_.Get(keys, &page.required_epoch);
-  for (size_t i = 0; i < keys.size(); ++i) {
-    if (values[i] != 0) page.items.push_back({std::move(keys[i]), values[i]});
+  page.names = Names(family);
+  for (KeyValue& group : keyspace_.ReadGroups(family, keys, &page.required_epoch)) {
+    if (group.value != 0) page.items.push_back(std::move(group));
   }
   return page;
 }
@@ -139,7 +155,12 @@ Result<Page> FamilyReads::Top(Family& family, std::string_view prefix, size_t k)
     }
   }
   // A min-heap of the k best seen so far: the worst on top.
+  // By the value shown (its first aggregate) when it is not the key's integer.
   auto better = [](const KeyValue& a, const KeyValue& b) {
+    if (!a.shown.empty() && !b.shown.empty()) {
+      const int order = defs::CompareValues(a.shown.front(), b.shown.front());
+      return order != 0 ? order > 0 : a.key < b.key;
+    }
     return a.value != b.value ? a.value > b.value : a.key < b.key;
   };
   std::priority_queue<KeyValue, std::vector<KeyValue>, decltype(better)> best(better);
@@ -160,6 +181,7 @@ Result<Page> FamilyReads::Top(Family& family, std::string_view prefix, size_t k)
     if (chunk->next_cursor.empty()) break;
     cursor = std::move(chunk->next_cursor);
   }
+  page.names = Names(family);
   page.items.resize(best.size());
   for (size_t i = best.size(); i-- > 0;) {
     page.items[i] = best.top();
@@ -196,9 +218,11 @@ Result<RangeSum> FamilyReads::Range(Family& family, std::span<const std::string_
   }
   // The group's values, the bucket's slot filled per candidate below.
   std::vector<defs::Value> values(columns.size());
+  std::vector<std::string> texts(parts.size());  // of text values
   for (size_t i = 0, part = 0; i < columns.size(); ++i) {
     if (i == bucket->column) continue;
-    auto value = ParsePart(compiled, i, parts[part++]);
+    auto value = ParsePart(compiled, i, parts[part], &texts[part]);
+    ++part;
     if (!value) return tl::unexpected(value.error());
     values[i] = *value;
   }
@@ -235,18 +259,33 @@ Result<RangeSum> FamilyReads::Range(Family& family, std::span<const std::string_
     }
   }
   RangeSum out;
-  const std::vector<int64_t> found = keyspace_.Get(keys, &out.required_epoch);
-  for (const int64_t value : found) {
-    if (value == 0) continue;
-    const std::optional<int64_t> sum = CheckedAdd(out.sum, value);
-    if (!sum) {
-      return MakeError(ErrorCode::kOverflow,
-                       fmt::format("the sum of counter {} from {} to {} is out of the int64 range",
-                                   counter, FormatTimestamp(*from), FormatTimestamp(*to)));
+  out.names = Names(family);
+  auto overflow = [&] {
+    return MakeError(ErrorCode::kOverflow,
+                     fmt::format("the sum of counter {} from {} to {} is out of the int64 range",
+                                 counter, FormatTimestamp(*from), FormatTimestamp(*to)));
+  };
+  if (family.states == nullptr) {
+    for (const int64_t value : keyspace_.Get(keys, &out.required_epoch)) {
+      if (value == 0) continue;
+      const std::optional<int64_t> sum = CheckedAdd(out.total.value, value);
+      if (!sum) return overflow();
+      out.total.value = *sum;
+      ++out.buckets;
     }
-    out.sum = *sum;
-    ++out.buckets;
+    if (!defs::ShowsInteger(compiled)) out.total.shown = defs::ShowPlain(compiled, out.total.value);
+    return out;
   }
+  GroupCombination combined(compiled);
+  bool fits = true;
+  keyspace_.VisitGroups(family, keys, &out.required_epoch,
+                        [&](size_t i, int64_t value, const GroupStates* states) {
+                          if (value == 0) return;  // a group at 0 is no group (a read's rule)
+                          ++out.buckets;
+                          fits = combined.Add(*states, keys[i], value) && fits;
+                        });
+  if (!fits) return overflow();
+  out.total.shown = combined.Show();
   return out;
 }
 

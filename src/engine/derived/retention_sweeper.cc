@@ -23,6 +23,7 @@ RetentionSweeper::Swept RetentionSweeper::Sweep(const CatalogSnapshot& catalog, 
   const auto after = std::ranges::upper_bound(families, sweep_after_, {}, name_of);
   const size_t first = static_cast<size_t>(after - families.begin());
   std::vector<std::string> expired;
+  std::vector<std::string> records;
   std::vector<engine::HashedKey> hashed;
   for (size_t turn = 0; turn < families.size() && swept.removed < budget; ++turn) {
     Family& family = *families[(first + turn) % families.size()];
@@ -39,8 +40,15 @@ RetentionSweeper::Swept RetentionSweeper::Sweep(const CatalogSnapshot& catalog, 
         }
       }
       if (expired.empty()) break;
+      // The groups' hidden records go with them (aggregate_state.h).
+      records.clear();
+      {
+        std::lock_guard lock(family.mutex);
+        for (const std::string& key : expired) family.AppendRecordKeys(key, &records);
+      }
       hashed.clear();
       for (const std::string& key : expired) hashed.emplace_back(key);
+      for (const std::string& key : records) hashed.emplace_back(key);
       engine::View view = keyspace_.Lock(hashed);
       for (const engine::HashedKey& key : hashed) view.Delete(key);
       {

@@ -87,7 +87,7 @@ class RetentionTest : public DerivedStoreTest {
                         std::string_view from, std::string_view to) {
     auto range = derived_->Range(counter, parts, from, to);
     if (!range) return tl::unexpected(range.error());
-    return range->sum;
+    return range->total.value;
   }
 
   int64_t position_ = 0;
@@ -434,8 +434,8 @@ TEST_F(RetentionTest, RangeSumsEqualARecount) {
       auto range =
           derived_->Range(per_day ? "per_day" : "weight_per_hour", parts, from_text, to_text);
       ASSERT_TRUE(range) << range.error().message;
-      nonzero += range->sum != 0 ? 1 : 0;
-      ASSERT_EQ(range->sum, recount(per_day, post, from, to))
+      nonzero += range->total.value != 0 ? 1 : 0;
+      ASSERT_EQ(range->total.value, recount(per_day, post, from, to))
           << (per_day ? "per_day " : "weight_per_hour ") << post << " " << from_text << " "
           << to_text;
     }

@@ -24,8 +24,8 @@ Result<HoldReport> ReadHold(RespClient& tally) {
                     reply->items[2].AsInteger().value_or(0) != 0};
 }
 
-Hold::Hold(std::string server, std::string password)
-    : server_(std::move(server)), password_(std::move(password)) {}
+Hold::Hold(std::string server, Credentials credentials)
+    : server_(std::move(server)), credentials_(std::move(credentials)) {}
 
 Status Hold::Set(RespClient& tally, Lsn lsn) {
   std::lock_guard lock(mutex_);
@@ -70,7 +70,7 @@ Status Hold::Release(RespClient* tally) {
 
 Status Hold::ReleaseOnFreshConnection() {
   RespClient client;
-  if (auto s = client.Connect(server_, password_, std::chrono::milliseconds(3000),
+  if (auto s = client.Connect(server_, credentials_, std::chrono::milliseconds(3000),
                               std::chrono::milliseconds(3000));
       !s) {
     return s;
@@ -94,16 +94,15 @@ void Hold::TakeSignals(sigset_t set) {
   int sig = 0;
   if (sigwait(&set, &sig) != 0) return;
   std::string note;
-  {
-    std::lock_guard lock(mutex_);
-    if (ours_) {
-      if (auto released = ReleaseOnFreshConnection(); released) {
-        ours_ = false;
-        note = "; the hold was released";
-      } else {
-        note =
-            "; releasing the hold failed: " + released.error().message + " (send COUNTER.RELEASE)";
-      }
+  // Held until the process exits: the main thread, which may be about to move the hold
+  // (Move sends COUNTER.HOLD anew), must not set one after it is released here.
+  mutex_.lock();
+  if (ours_) {
+    if (auto released = ReleaseOnFreshConnection(); released) {
+      ours_ = false;
+      note = "; the hold was released";
+    } else {
+      note = "; releasing the hold failed: " + released.error().message + " (send COUNTER.RELEASE)";
     }
   }
   std::fflush(stdout);

@@ -34,8 +34,8 @@ Result<HoldReport> ReadHold(RespClient& tally);
 
 class Hold {
  public:
-  // `server` and `password` say where a fresh connection releases the hold.
-  Hold(std::string server, std::string password);
+  // `server` and `credentials` say where and as whom a fresh connection releases the hold.
+  Hold(std::string server, Credentials credentials);
   Hold(const Hold&) = delete;
   Hold& operator=(const Hold&) = delete;
 
@@ -64,7 +64,7 @@ class Hold {
   void TakeSignals(sigset_t set);
 
   const std::string server_;
-  const std::string password_;
+  const Credentials credentials_;
   std::mutex mutex_;
   bool ours_ = false;  // a hold we set may be in place; guarded by mutex_
 };

@@ -88,7 +88,7 @@ Result<int> ConnectSocket(const addrinfo& ai, std::chrono::milliseconds timeout,
 
 }  // namespace
 
-Status RespClient::Connect(const std::string& address, const std::string& password,
+Status RespClient::Connect(const std::string& address, const Credentials& credentials,
                            std::chrono::milliseconds timeout,
                            std::chrono::milliseconds io_timeout) {
   address_ = address;
@@ -123,8 +123,9 @@ Status RespClient::Connect(const std::string& address, const std::string& passwo
     return MakeError(ErrorCode::kUnavailable,
                      fmt::format("cannot connect to tallyd at {}: {}", address, last_error));
   }
-  if (!password.empty()) {
-    auto auth = Call({"AUTH", password});
+  if (!credentials.password.empty()) {
+    auto auth = credentials.user.empty() ? Call({"AUTH", credentials.password})
+                                         : Call({"AUTH", credentials.user, credentials.password});
     if (!auth) return tl::unexpected(auth.error());
     if (auth->is_error()) {
       return InvalidArgument(fmt::format("tallyd at {}: AUTH: {}", address, auth->text));

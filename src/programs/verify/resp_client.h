@@ -17,6 +17,13 @@
 
 namespace tally::verify {
 
+// Who tally signs in to tallyd as: a user of tallyd's ACL (empty: the default user, whose
+// password is --requirepass) and its password (empty: no AUTH).
+struct Credentials {
+  std::string user;
+  std::string password;
+};
+
 // One reply, arrays (and maps, flattened to key, value, key, value…) with their items.
 struct Reply {
   enum class Kind { kSimple, kError, kInteger, kBulk, kNil, kArray } kind = Kind::kNil;
@@ -40,9 +47,10 @@ class RespClient {
   RespClient& operator=(const RespClient&) = delete;
 
   // Connects to `address` ("host:port", "[v6]:port") within `timeout`; every later read or
-  // write waits at most `io_timeout`. Authenticates when `password` is not empty. Errors
-  // name the address. REQUIRES: not connected.
-  Status Connect(const std::string& address, const std::string& password,
+  // write waits at most `io_timeout`. Authenticates when a password is given: AUTH user
+  // password, or AUTH password for the default user. Errors name the address. REQUIRES:
+  // not connected.
+  Status Connect(const std::string& address, const Credentials& credentials,
                  std::chrono::milliseconds timeout, std::chrono::milliseconds io_timeout);
 
   // Closes the connection. Idempotent.

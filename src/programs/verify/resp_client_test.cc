@@ -33,7 +33,7 @@ class FakeServer {
 
   // A client connected to this server.
   void Connect(RespClient& client) const {
-    auto connected = client.Connect(address(), "", milliseconds(2000), milliseconds(2000));
+    auto connected = client.Connect(address(), {}, milliseconds(2000), milliseconds(2000));
     ASSERT_TRUE(connected) << connected.error().message;
   }
   // What the client sent; call after the client is done.
@@ -138,20 +138,33 @@ TEST(RespClient, AReplyThatDoesNotParseIsAnError) {
 TEST(RespClient, AuthenticatesWithAPassword) {
   FakeServer server("*2\r\n$4\r\nAUTH\r\n$2\r\npw\r\n", "-WRONGPASS invalid password\r\n");
   RespClient client;
-  auto connected = client.Connect(server.address(), "pw", milliseconds(2000), milliseconds(2000));
+  auto connected =
+      client.Connect(server.address(), {"", "pw"}, milliseconds(2000), milliseconds(2000));
   ASSERT_FALSE(connected);
   EXPECT_EQ(connected.error().message,
             "tallyd at " + server.address() + ": AUTH: WRONGPASS invalid password");
 }
 
+TEST(RespClient, AuthenticatesAsAUser) {
+  FakeServer server("*3\r\n$4\r\nAUTH\r\n$5\r\nalice\r\n$2\r\npw\r\n",
+                    "-WRONGPASS invalid username-password pair or user is disabled.\r\n");
+  RespClient client;
+  auto connected =
+      client.Connect(server.address(), {"alice", "pw"}, milliseconds(2000), milliseconds(2000));
+  ASSERT_FALSE(connected);
+  EXPECT_EQ(connected.error().message,
+            "tallyd at " + server.address() +
+                ": AUTH: WRONGPASS invalid username-password pair or user is disabled.");
+}
+
 TEST(RespClient, RefusesABadAddressAndAClosedPort) {
   RespClient client;
-  auto bad = client.Connect("localhost", "", milliseconds(2000), milliseconds(2000));
+  auto bad = client.Connect("localhost", {}, milliseconds(2000), milliseconds(2000));
   ASSERT_FALSE(bad);
   EXPECT_EQ(bad.error().message, "--server 'localhost' must be host:port");
 
   const testing::TestPort nobody;  // never listens: refuses
-  auto refused = client.Connect(nobody.address(), "", milliseconds(2000), milliseconds(2000));
+  auto refused = client.Connect(nobody.address(), {}, milliseconds(2000), milliseconds(2000));
   ASSERT_FALSE(refused);
   EXPECT_EQ(refused.error().message,
             "cannot connect to tallyd at " + nobody.address() + ": Connection refused");

@@ -100,21 +100,15 @@ Status Source::Commit() {
   return OkStatus();
 }
 
-Result<Groups> Source::CounterGroups(const Counter& counter, Progress& progress) {
+Status Source::ForEachRow(const std::string& sql, const std::string& what, int columns,
+                          const std::function<Status(const pg::PgResult&)>& visit) {
   pg_conn* const conn = sql_.get();
-  const std::string what = "counter " + counter.name + ": " + counter.select;
-  if (auto sent = pg::Send(conn, counter.select, {}, pg::Deadline::Never(), what); !sent) {
+  if (auto sent = pg::Send(conn, sql, {}, pg::Deadline::Never(), what); !sent) {
     return tl::unexpected(FromPostgres(sent.error()));
   }
   PQsetSingleRowMode(conn);
-  Groups groups;
-  uint64_t rows = 0;
   // The first failure; the rows after it are read and dropped, so the connection stays usable.
   std::optional<Error> failure;
-  auto fail = [&](std::string message) {
-    if (!failure) failure = Error{ErrorCode::kInvalidArgument, std::move(message)};
-  };
-  std::vector<defs::Value> parts;
   for (;;) {
     auto next = pg::NextResult(conn, pg::Deadline::Never(), what);
     if (!next) return tl::unexpected(FromPostgres(next.error()));
@@ -122,54 +116,92 @@ Result<Groups> Source::CounterGroups(const Counter& counter, Progress& progress)
     if (r == nullptr) break;
     const ExecStatusType status = PQresultStatus(r.get());
     if (status == PGRES_TUPLES_OK) continue;  // the end of the rows
-    if (status != PGRES_SINGLE_TUPLE) {
-      fail("PostgreSQL: " + what + ": " + pg::OneLine(PQresultErrorMessage(r.get())));
-      continue;
-    }
     if (failure) continue;
-    const int fields = PQnfields(r.get());
-    if (fields < 1) {
-      fail("counter " + counter.name + ": its SELECT returned no columns");
+    if (status != PGRES_SINGLE_TUPLE) {
+      failure = Error{ErrorCode::kInvalidArgument,
+                      "PostgreSQL: " + what + ": " + pg::OneLine(PQresultErrorMessage(r.get()))};
       continue;
     }
-    parts.clear();
-    for (int f = 0; f < fields && !failure; ++f) {
-      const Oid type = PQftype(r.get(), f);
-      if (f + 1 < fields && !pg::TallyTypeForPg(type) && !PQgetisnull(r.get(), 0, f)) {
-        fail(fmt::format(
-            "counter {}: key column {} ({}) has PostgreSQL type {}, which tally does not read",
-            counter.name, f + 1, PQfname(r.get(), f), pg::PgTypeName(type)));
-        break;
-      }
-      if (PQgetisnull(r.get(), 0, f)) {
-        parts.push_back(defs::Value::Null());
+    if (PQnfields(r.get()) != columns) {
+      failure = Error{ErrorCode::kInvalidArgument,
+                      fmt::format("{}: PostgreSQL returned {} columns, not {}", what,
+                                  PQnfields(r.get()), columns)};
+      continue;
+    }
+    if (auto visited = visit(r); !visited) failure = visited.error();
+  }
+  if (failure) return tl::unexpected(*failure);
+  return OkStatus();
+}
+
+Result<std::string> RowKey(const Counter& counter, const pg::PgResult& row) {
+  const PGresult* r = row.get();
+  std::vector<defs::Value> parts;
+  for (size_t f = 0; f < counter.compiled->key_columns().size(); ++f) {
+    const int field = static_cast<int>(f);
+    const Oid type = PQftype(r, field);
+    if (PQgetisnull(r, 0, field)) {
+      parts.push_back(defs::Value::Null());
+      continue;
+    }
+    if (!pg::TallyTypeForPg(type)) {
+      return InvalidArgument(fmt::format(
+          "counter {}: key column {} ({}) has PostgreSQL type {}, which tally does not read",
+          counter.name, f + 1, PQfname(r, field), pg::PgTypeName(type)));
+    }
+    const std::string_view text = Cell(row, field);
+    auto value = pg::ParsePgText(type, text);
+    if (!value) {
+      return InvalidArgument(fmt::format("counter {}: key column {} ({}) = '{}': {}", counter.name,
+                                         f + 1, PQfname(r, field), text.substr(0, 80),
+                                         value.error().message));
+    }
+    parts.push_back(*value);
+  }
+  return defs::EncodeKey(counter.name, parts);
+}
+
+std::string_view Cell(const pg::PgResult& r, int field) {
+  return {PQgetvalue(r.get(), 0, field), static_cast<size_t>(PQgetlength(r.get(), 0, field))};
+}
+
+Result<Groups> Source::CounterGroups(const Counter& counter, Progress& progress) {
+  Groups groups;
+  uint64_t rows = 0;
+  const size_t keys = counter.compiled->key_columns().size();
+  const std::vector<defs::AggregateColumn>& aggregates = counter.compiled->aggregates();
+  const auto visit = [&](const pg::PgResult& r) -> Status {
+    auto key = RowKey(counter, r);
+    if (!key) return tl::unexpected(key.error());
+    defs::GroupValue shown;
+    for (size_t a = 0; a < aggregates.size(); ++a) {
+      const int field = static_cast<int>(keys + a);
+      if (PQgetisnull(r.get(), 0, field)) {
+        shown.push_back(defs::AggregateValue::Null());
         continue;
       }
-      const std::string_view text(PQgetvalue(r.get(), 0, f),
-                                  static_cast<size_t>(PQgetlength(r.get(), 0, f)));
-      auto value = pg::ParsePgText(type, text);
-      if (!value || (f + 1 == fields && value->type != defs::Type::kInt64)) {
-        fail(fmt::format("counter {}: column {} ({}) = '{}': {}", counter.name, f + 1,
-                         PQfname(r.get(), f), text.substr(0, 80),
-                         value ? "the value is not an integer" : value.error().message));
-        break;
+      auto value = ReadAggregate(aggregates[a], Cell(r, field));
+      if (!value) {
+        return InvalidArgument(fmt::format("counter {}: column {} ({}): {}", counter.name,
+                                           field + 1, PQfname(r.get(), field),
+                                           value.error().message));
       }
-      parts.push_back(*value);
+      shown.push_back(std::move(*value));
     }
-    if (failure) continue;
     ++rows;
     if ((rows & 1023) == 0) progress.SourceRows(rows);
-    const defs::Value& value = parts.back();
-    if (value.is_null() || value.i == 0) continue;  // tally keeps no zero group
-    std::string key = defs::EncodeKey(counter.name, std::span(parts.data(), parts.size() - 1));
-    auto [it, inserted] = groups.emplace(std::move(key), value.i);
+    if (DropsZeroGroups(*counter.compiled) && IsZero(shown)) return OkStatus();  // tally keeps none
+    auto [it, inserted] = groups.emplace(std::move(*key), std::move(shown));
     if (!inserted) {
-      fail(fmt::format("counter {}: its SELECT returned the group {} twice", counter.name,
-                       it->first));
+      return InvalidArgument(fmt::format("counter {}: its SELECT returned the group {} twice",
+                                         counter.name, it->first));
     }
-  }
+    return OkStatus();
+  };
+  const Status read = ForEachRow(counter.select, "counter " + counter.name + ": " + counter.select,
+                                 static_cast<int>(keys + aggregates.size()), visit);
   progress.SourceRows(rows);
-  if (failure) return tl::unexpected(*failure);
+  if (!read) return tl::unexpected(read.error());
   return groups;
 }
 

@@ -12,8 +12,10 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "core/lsn.h"
 #include "core/status.h"
@@ -45,9 +47,18 @@ class Source {
   Status ImportSnapshot(const std::string& snapshot);
 
   // The groups `counter`'s SELECT gives, keyed as tally keys them (ParsePgText over each
-  // column, then EncodeKey); groups of value 0 or NULL are left out. Rows come one at a time
-  // (single-row mode), so a large family is never held twice. REQUIRES: ImportSnapshot.
+  // key column, then EncodeKey) and valued as tally shows them (ReadAggregate over each
+  // aggregate); groups at 0 or NULL of a counter that keeps none are left out (compare.h).
+  // Rows come one at a time (single-row mode), so a large family is never held twice.
+  // REQUIRES: ImportSnapshot.
   Result<Groups> CounterGroups(const Counter& counter, Progress& progress);
+
+  // Runs `sql` (`what` names it in errors) and hands its rows, one at a time (single-row
+  // mode), to `visit`. The first error (PostgreSQL's, a row of other than `columns` fields,
+  // or visit's) is returned once the rest of the rows are read and dropped, so that the
+  // connection stays usable. REQUIRES: ImportSnapshot.
+  Status ForEachRow(const std::string& sql, const std::string& what, int columns,
+                    const std::function<Status(const postgres::PgResult&)>& visit);
 
   // Ends the snapshot transaction.
   Status Commit();
@@ -58,5 +69,12 @@ class Source {
   postgres::PgConn sql_;
   std::unique_ptr<postgres::ReplicationStream> repl_;
 };
+
+// The group key of a row (of ForEachRow) whose first fields are `counter`'s key columns, as
+// tally keys it: ParsePgText over each, then EncodeKey. InvalidArgument naming the column.
+Result<std::string> RowKey(const Counter& counter, const postgres::PgResult& row);
+
+// The text of field `field` of a row of ForEachRow.
+std::string_view Cell(const postgres::PgResult& row, int field);
 
 }  // namespace tally::verify

@@ -36,6 +36,47 @@ Result<std::vector<defs::SourceSchema>> ListSources(RespClient& tally) {
   return sources;
 }
 
+// One aggregate's value in a reply: an integer, a bulk string (ReadAggregate) or nil.
+Result<defs::AggregateValue> AggregateOf(const defs::AggregateColumn& column, const Reply& reply) {
+  switch (reply.kind) {
+    case Reply::Kind::kNil:
+      return defs::AggregateValue::Null();
+    case Reply::Kind::kInteger:
+      return ReadAggregate(column, std::to_string(reply.integer));
+    case Reply::Kind::kBulk:
+      return ReadAggregate(column, reply.text);
+    default:
+      break;
+  }
+  return InvalidArgument("a value " + reply.Describe());
+}
+
+// A group's value as COUNTER.SCAN shows it: one aggregate's value, or with several the
+// names and values in turn (a map, flattened).
+Result<defs::GroupValue> ShownValue(const defs::CompiledCounter& counter, const Reply& reply) {
+  const std::vector<defs::AggregateColumn>& columns = counter.aggregates();
+  if (columns.size() == 1) {
+    auto value = AggregateOf(columns.front(), reply);
+    if (!value) return tl::unexpected(value.error());
+    return defs::GroupValue{std::move(*value)};
+  }
+  if (reply.kind != Reply::Kind::kArray || reply.items.size() != 2 * columns.size()) {
+    return InvalidArgument(
+        fmt::format("a value {}, not the {} aggregates by name", reply.Describe(), columns.size()));
+  }
+  defs::GroupValue out;
+  for (size_t i = 0; i < columns.size(); ++i) {
+    if (reply.items[2 * i].text != columns[i].name) {
+      return InvalidArgument(fmt::format("aggregate {} is named {}, not {}", i + 1,
+                                         reply.items[2 * i].Describe(), columns[i].name));
+    }
+    auto value = AggregateOf(columns[i], reply.items[2 * i + 1]);
+    if (!value) return tl::unexpected(value.error());
+    out.push_back(std::move(*value));
+  }
+  return out;
+}
+
 }  // namespace
 
 Result<std::vector<Counter>> ListCounters(RespClient& tally) {
@@ -93,12 +134,12 @@ Result<Groups> TallyGroups(RespClient& tally, const Counter& counter, Progress& 
     }
     const auto& flat = reply->items[1].items;
     for (size_t i = 0; i + 1 < flat.size(); i += 2) {
-      const std::optional<int64_t> value = flat[i + 1].AsInteger();
+      auto value = ShownValue(*counter.compiled, flat[i + 1]);
       if (!value) {
-        return InvalidArgument("tallyd: COUNTER.SCAN " + counter.name + ": a value " +
-                               flat[i + 1].Describe());
+        return InvalidArgument("tallyd: COUNTER.SCAN " + counter.name + ": group " +
+                               flat[i].text.substr(0, 128) + ": " + value.error().message);
       }
-      groups[flat[i].text] = *value;
+      groups[flat[i].text] = std::move(*value);
     }
     progress.TallyGroups(groups.size());
     cursor = reply->items[0].text;

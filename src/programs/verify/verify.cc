@@ -8,12 +8,14 @@
 #include <cstdio>
 #include <memory>
 #include <optional>
+#include <string_view>
 #include <thread>
 #include <utility>
 
 #include "engine/definitions/time_util.h"
 #include "programs/verify/compare.h"
 #include "programs/verify/progress.h"
+#include "programs/verify/repair.h"
 #include "programs/verify/resp_client.h"
 #include "programs/verify/source_side.h"
 #include "programs/verify/tally_side.h"
@@ -25,8 +27,6 @@ using Clock = std::chrono::steady_clock;
 
 // How many snapshots verify takes before it gives up on one that tallyd has not run past.
 constexpr int kMostAttempts = 5;
-// Groups per COUNTER.REPAIR: each batch is one atomic commit.
-constexpr size_t kRepairBatch = 1000;
 
 // The source at one position: a transaction that sees the rows exactly as of the
 // consistent point `at` of a temporary slot, and tallyd held there with everything up to
@@ -147,9 +147,10 @@ Result<size_t> DropExpiredGroups(RespClient& tally, const Counter& counter, Grou
   return expired;
 }
 
-void PrintDifferences(const std::vector<Difference>& differences) {
+void PrintDifferences(const Counter& counter, const std::vector<Difference>& differences) {
   for (const Difference& d : differences) {
-    fmt::print("{}: tally {}, source {}\n", d.key, d.tally, d.source);
+    fmt::print("{}: tally {}, source {}\n", d.key, ShownText(*counter.compiled, d.tally),
+               ShownText(*counter.compiled, d.source));
   }
 }
 
@@ -172,8 +173,8 @@ Status VerifyCounter(const Counter& counter, RespClient& tally, Source& source,
                Plural(*expired, "source group", "source groups"),
                definitions::RetentionText(*counter.compiled->retention()));
   }
-  const std::vector<Difference> diffs = Compare(*mine, *theirs);
-  PrintDifferences(diffs);
+  const std::vector<Difference> diffs = Compare(*counter.compiled, *mine, *theirs);
+  PrintDifferences(counter, diffs);
   if (diffs.empty()) {
     fmt::print("{}: equal ({})\n", counter.name, Plural(theirs->size(), "group", "groups"));
     std::fflush(stdout);
@@ -186,15 +187,7 @@ Status VerifyCounter(const Counter& counter, RespClient& tally, Source& source,
              Thousands(mine->size()));
   std::fflush(stdout);
   if (!options.repair) return OkStatus();
-
-  for (size_t begin = 0; begin < diffs.size(); begin += kRepairBatch) {
-    std::vector<std::string> args = {"COUNTER.REPAIR", counter.name};
-    for (size_t i = begin; i < std::min(diffs.size(), begin + kRepairBatch); ++i) {
-      args.push_back(diffs[i].key);
-      args.push_back(std::to_string(diffs[i].source));
-    }
-    if (auto repaired = tally.Check(args); !repaired) return tl::unexpected(repaired.error());
-  }
+  if (auto s = RepairCounter(counter, tally, source, diffs); !s) return s;
   Progress again(show, counter.name, static_cast<int64_t>(theirs->size()));
   mine = TallyGroups(tally, counter, again);
   if (!mine) return tl::unexpected(mine.error());
@@ -202,19 +195,24 @@ Status VerifyCounter(const Counter& counter, RespClient& tally, Source& source,
   if (auto dropped = DropExpiredGroups(tally, counter, *theirs, *mine); !dropped) {
     return tl::unexpected(dropped.error());
   }
-  const std::vector<Difference> left = Compare(*mine, *theirs);
+  const std::vector<Difference> left = Compare(*counter.compiled, *mine, *theirs);
   if (left.empty()) {
     outcome.repaired += diffs.size();
     fmt::print("{}: repaired {}, now equal\n", counter.name,
                Plural(diffs.size(), "group", "groups"));
   } else {
     outcome.still_different += left.size();
-    PrintDifferences(left);
+    PrintDifferences(counter, left);
     fmt::print("{}: still {} after the repair\n", counter.name,
                Plural(left.size(), "difference", "differences"));
   }
   std::fflush(stdout);
   return OkStatus();
+}
+
+// What the last line says of repairs after its differences.
+std::string_view RepairHint(const VerifyOptions& options) {
+  return options.repair ? " after the repair" : " (--repair fixes them)";
 }
 
 // Prints the last line and returns the exit status.
@@ -245,8 +243,7 @@ int Summarize(const Outcome& outcome, size_t chosen, const VerifyOptions& option
              Plural(options.repair ? outcome.still_different : outcome.differences, "difference",
                     "differences"),
              Thousands(outcome.differing_counters), Plural(compared, "counter", "counters"),
-             FormatLsn(at), options.repair ? " after the repair" : " (--repair fixes them)",
-             skipped);
+             FormatLsn(at), RepairHint(options), skipped);
   return kExitDifferent;
 }
 
@@ -319,7 +316,7 @@ Result<int> Verify(const VerifyOptions& options, Hold& hold) {
   const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(options.timeout * 1000));
   const auto io_timeout = std::max(timeout, std::chrono::milliseconds(30'000));
   RespClient tally;
-  if (auto s = tally.Connect(options.server, options.password, std::chrono::milliseconds(5000),
+  if (auto s = tally.Connect(options.server, options.tallyd, std::chrono::milliseconds(5000),
                              io_timeout);
       !s) {
     return tl::unexpected(s.error());

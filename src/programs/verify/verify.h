@@ -16,13 +16,17 @@
 //      the SELECT's rows, keyed as tally keys them (compare.h). A counter with a retention
 //      is compared on its groups within retention only, by tallyd's clock read after both
 //      sides. Counters not whole yet (pending, backfilling) are not compared.
-//   5. With --repair, COUNTER.REPAIR sets every differing group to the source's value
-//      (batches of 1000 groups, each one atomic commit), still held; then the counter is
+//   5. With --repair, every differing group is set to the source's (repair.h: batches of
+//      1000 groups, each one atomic commit), still held: a plain counter's value with
+//      COUNTER.REPAIR; any other counter's whole state (its key and hidden records, read in
+//      the same snapshot, source_states.h) with COUNTER.REPAIRSTATE. Then the counter is
 //      read again and must be equal.
 //   6. COUNTER.RELEASE, always: also on errors, and on signals (Hold::ReleaseOnSignals).
 //
-// Output (stdout): one line per difference, "<key>: tally <X>, source <Y>" (a group missing
-// on one side reads 0 there), one summary line per counter, and a last line. Progress
+// Output (stdout): one line per difference, "<key>: tally <X>, source <Y>", values as
+// tally shows them ("12.50", "20240501T134500Z", NULL, "(3, 12.50, NULL)" for several
+// aggregates; a missing group reads 0, or "no group" for a counter of min, max, avg or
+// several aggregates), one summary line per counter, and a last line. Progress
 // (stderr, when stderr is a terminal or with --progress): rows read from the source and
 // groups read from tally out of the counter's group count.
 #pragma once
@@ -44,7 +48,7 @@ constexpr int kExitNotCompared = 3;  // nothing differs, but some counters were 
 struct VerifyOptions {
   std::string source;                     // libpq connection string; the role needs REPLICATION
   std::string server = "127.0.0.1:6380";  // tallyd's Redis address
-  std::string password;                   // tallyd's --requirepass
+  Credentials tallyd;                     // --user and --password: who signs in to tallyd
   bool repair = false;                    // set differing groups to the source's values
   double timeout = 60;                // seconds for the slot's creation and for tallyd to reach C
   bool progress = false;              // progress on stderr even when it is no terminal

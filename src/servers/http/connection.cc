@@ -11,6 +11,7 @@
 
 #include "servers/http/json_writer.h"
 #include "servers/http/worker.h"
+#include "servers/protected_mode.h"
 
 namespace tally::http {
 namespace {
@@ -106,13 +107,15 @@ std::optional<Failure> FailureOf(const boost::system::error_code& error,
 
 }  // namespace
 
-HttpConnection::HttpConnection(HttpWorker& worker, asio::ip::tcp::socket socket, bool counted)
+HttpConnection::HttpConnection(HttpWorker& worker, asio::ip::tcp::socket socket, bool counted,
+                               const servers::Peer& peer)
     : worker_(worker),
       socket_(std::move(socket)),
+      client_ip_(peer.remote.address().to_string()),
       deadline_(socket_.get_executor()),
       counted_(counted) {
   boost::system::error_code ignored;
-  socket_.set_option(asio::ip::tcp::no_delay(true), ignored);
+  socket_.set_option(asio::ip::tcp::no_delay(true), ignored);  // fails on a TLS tunnel's
 }
 
 HttpConnection::~HttpConnection() {
@@ -122,16 +125,24 @@ HttpConnection::~HttpConnection() {
 void HttpConnection::Start() { ReadRequest(); }
 
 void HttpConnection::Refuse() {
+  RefuseWith(503,
+             fmt::format("too many connections (the limit is {})",
+                         worker_.shared().options.max_connections),
+             /*retry_after=*/true);
+}
+
+void HttpConnection::RefuseProtected() {
+  RefuseWith(403, servers::kProtectedModeMessage, /*retry_after=*/false);
+}
+
+void HttpConnection::RefuseWith(int status, std::string_view message, bool retry_after) {
   keep_alive_ = false;
-  worker_.shared().requests.Count(-1, 503);
+  worker_.shared().requests.Count(-1, status);
   ResponseHead head;
-  head.status = 503;
+  head.status = status;
   head.keep_alive = false;
-  head.retry_after = true;
-  AppendResponse(head,
-                 ErrorJson(fmt::format("too many connections (the limit is {})",
-                                       worker_.shared().options.max_connections)),
-                 &output_);
+  head.retry_after = retry_after;
+  AppendResponse(head, ErrorJson(message), &output_);
   Write();
 }
 
@@ -272,8 +283,7 @@ void HttpConnection::OnRequest(const boost::system::error_code& error) {
   FinishBatch();
 }
 
-void HttpConnection::Run() {
-  const auto& request = parser_->get();
+ApiRequest ApiRequestOf(const SubscriptionStream::Request& request) {
   ApiRequest api_request;
   api_request.method = View(request.method_string());
   api_request.target = View(request.target());
@@ -290,6 +300,14 @@ void HttpConnection::Run() {
     api_request.if_none_match = View(tags->value());
   }
   api_request.websocket_upgrade = beast::websocket::is_upgrade(request);
+  return api_request;
+}
+
+void HttpConnection::Run() {
+  const auto& request = parser_->get();
+  ApiRequest api_request = ApiRequestOf(request);
+  api_request.client_address = client_ip_;
+  api_request.auth_cache = &auth_cache_;
   ApiResponse response = worker_.api().Handle(api_request);
   if (response.subscription) {
     if (worker_.shared().services.subscriptions != nullptr) {

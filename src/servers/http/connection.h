@@ -28,22 +28,31 @@
 #include "servers/durability_gate.h"
 #include "servers/http/routes.h"
 #include "servers/http/subscription_stream.h"
+#include "servers/peer.h"
 
 namespace tally::http {
 
 class HttpWorker;
 
+// A parsed request as the Api takes it: method, target, body and the headers it reads
+// (Idempotency-Key, Authorization, If-None-Match, a WebSocket upgrade). Views into `request`.
+ApiRequest ApiRequestOf(const SubscriptionStream::Request& request);
+
 class HttpConnection final : public std::enable_shared_from_this<HttpConnection>,
                              public servers::DurabilityWaiter {
  public:
-  // `counted`: the connection counts against max_connections until it is closed.
-  HttpConnection(HttpWorker& worker, boost::asio::ip::tcp::socket socket, bool counted);
+  // `counted`: the connection counts against max_connections until it is closed. The socket
+  // may be a TLS tunnel's inner end; `peer` is then the tunnel's client.
+  HttpConnection(HttpWorker& worker, boost::asio::ip::tcp::socket socket, bool counted,
+                 const servers::Peer& peer);
   ~HttpConnection();
 
   // Serves requests until the client or an error ends the connection.
   void Start();
   // Answers 503 (too many connections) and closes.
   void Refuse();
+  // Answers 403 with protected mode's explanation (servers/protected_mode.h) and closes.
+  void RefuseProtected();
   void Close();
 
   // The worker's DurabilityGate holds the batch until its epoch is durable (0 once closed),
@@ -54,6 +63,8 @@ class HttpConnection final : public std::enable_shared_from_this<HttpConnection>
  private:
   using Parser = boost::beast::http::request_parser<boost::beast::http::string_body>;
 
+  // Answers `status` with {"error": message} before any request is read, and closes.
+  void RefuseWith(int status, std::string_view message, bool retry_after);
   // Reads the rest of the current request (parser_ may hold part of it already).
   void ReadRequest();
   void OnHeader(const boost::system::error_code& error);
@@ -89,6 +100,8 @@ class HttpConnection final : public std::enable_shared_from_this<HttpConnection>
 
   HttpWorker& worker_;
   boost::asio::ip::tcp::socket socket_;
+  const std::string client_ip_;  // the client's address, for the Api (failed passwords)
+  AuthCache auth_cache_;         // the credentials last accepted on this connection
   boost::asio::steady_timer deadline_;
   boost::beast::flat_buffer buffer_;  // bytes read and not yet parsed (pipelined requests)
   std::optional<Parser> parser_;      // the request being read, when one is

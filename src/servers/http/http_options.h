@@ -11,7 +11,10 @@ namespace tally::http {
 struct HttpOptions {
   std::string bind = "127.0.0.1";  // --http-bind: listen address; loopback unless told otherwise
   uint16_t port = 6381;            // --http-port; 0 picks a free port
-  int threads = 1;                 // --http-threads: I/O threads, each with its event loop
+  // --http-tls-port: the port of HTTPS clients (the node's services.tls); 0 = none.
+  uint16_t tls_port = 0;
+  bool plain = true;  // false with --plain-ports no: only the TLS port listens
+  int threads = 1;    // --http-threads: I/O threads, each with its event loop
   // --http-max-body: the largest request body; a larger one gets 413 and the connection
   // is closed. Default 64 MiB.
   uint64_t max_body_bytes = uint64_t{64} << 20;
@@ -26,6 +29,9 @@ struct HttpOptions {
   int64_t idle_timeout_seconds = 60;
   // tallyd's --requirepass: when set, every request needs "Authorization: Bearer <it>".
   std::string password;
+  // tallyd's --protected-mode: with no password, clients off the loopback interface get 403
+  // (servers/protected_mode.h).
+  bool protected_mode = true;
   // tallyd --public-metrics: GET /metrics without the password.
   bool public_metrics = false;
 };

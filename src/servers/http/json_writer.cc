@@ -139,6 +139,12 @@ JsonWriter& JsonWriter::Bool(bool value) {
   return *this;
 }
 
+JsonWriter& JsonWriter::Null() {
+  BeforeValue();
+  out_.append("null");
+  return *this;
+}
+
 JsonWriter& JsonWriter::Double(double value) {
   BeforeValue();
   if (std::isfinite(value)) {

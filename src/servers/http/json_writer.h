@@ -29,6 +29,7 @@ class JsonWriter {
   JsonWriter& Int(int64_t value);
   JsonWriter& UInt(uint64_t value);
   JsonWriter& Bool(bool value);
+  JsonWriter& Null();
   // A finite number in the shortest form that reads back the same ("12.5", "3"); JSON has
   // no NaN or infinity: those are written as null.
   JsonWriter& Double(double value);

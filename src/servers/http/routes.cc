@@ -12,13 +12,14 @@
 #include <variant>
 #include <vector>
 
-#include "core/constant_time.h"
 #include "core/version.h"
+#include "engine/databases.h"
 #include "servers/http/dashboard_assets.h"
 #include "servers/http/json_writer.h"
 #include "servers/http/openapi.h"
 #include "servers/http/request_target.h"
 #include "servers/http/router.h"
+#include "servers/http/value_json.h"
 
 namespace tally::http {
 
@@ -49,30 +50,34 @@ struct Api::Scratch {
 struct Api::Route {
   RoutePattern pattern;
   Handler handler = nullptr;
+  // The Redis command whose permission (ACL) the route needs; empty: open to everyone.
+  // /v1/status is DBSIZE's and /v1/hot SCAN's (both @read, so that a read-only user has the
+  // dashboard), /metrics INFO's.
+  std::string_view command;
 };
 
 // The route table; the router matches in this order.
 const Api::Route Api::kRoutes[] = {
-    {{"POST", "/v1/changes", "id"}, &Api::PostChanges},
-    {{"POST", "/v1/backfill/{counter}", "id"}, &Api::PostBackfill},
-    {{"GET", "/v1/value/{counter}/*", ""}, &Api::GetValue},
-    {{"POST", "/v1/values", ""}, &Api::PostValues},
-    {{"GET", "/v1/list/{counter}/*", "cursor limit"}, &Api::GetList},
-    {{"GET", "/v1/top/{counter}/*", "k"}, &Api::GetTop},
-    {{"GET", "/v1/range/{counter}/*", "from to"}, &Api::GetRange},
-    {{"POST", "/v1/definitions", ""}, &Api::PostDefinitions},
-    {{"GET", "/v1/definitions", ""}, &Api::GetDefinitions},
-    {{"DELETE", "/v1/definitions/{counter}", ""}, &Api::DeleteDefinition},
-    {{"GET", "/v1/status", ""}, &Api::GetStatus},
-    {{"GET", "/healthz", ""}, &Api::GetHealth},
-    {{"GET", "/readyz", ""}, &Api::GetReady},
-    {{"GET", "/metrics", ""}, &Api::GetMetrics},
-    {{"GET", "/v1/hot", "n"}, &Api::GetHot},
-    {{"GET", "/v1/events", "key* prefix* token"}, &Api::GetEvents},
-    {{"GET", "/v1/subscribe", "key* prefix* token"}, &Api::GetSubscribe},
-    {{"GET", "/", ""}, &Api::GetPage},
-    {{"GET", "/assets/*", ""}, &Api::GetAsset},
-    {{"GET", "/openapi.json", ""}, &Api::GetOpenApi},
+    {{"POST", "/v1/changes", "id"}, &Api::PostChanges, "counter.push"},
+    {{"POST", "/v1/backfill/{counter}", "id"}, &Api::PostBackfill, "counter.backfill"},
+    {{"GET", "/v1/value/{counter}/*", ""}, &Api::GetValue, "counter.get"},
+    {{"POST", "/v1/values", ""}, &Api::PostValues, "counter.get"},
+    {{"GET", "/v1/list/{counter}/*", "cursor limit"}, &Api::GetList, "counter.scan"},
+    {{"GET", "/v1/top/{counter}/*", "k"}, &Api::GetTop, "counter.top"},
+    {{"GET", "/v1/range/{counter}/*", "from to"}, &Api::GetRange, "counter.range"},
+    {{"POST", "/v1/definitions", ""}, &Api::PostDefinitions, "counter.define"},
+    {{"GET", "/v1/definitions", ""}, &Api::GetDefinitions, "counter.list"},
+    {{"DELETE", "/v1/definitions/{counter}", ""}, &Api::DeleteDefinition, "counter.drop"},
+    {{"GET", "/v1/status", ""}, &Api::GetStatus, "dbsize"},
+    {{"GET", "/healthz", ""}, &Api::GetHealth, ""},
+    {{"GET", "/readyz", ""}, &Api::GetReady, ""},
+    {{"GET", "/metrics", ""}, &Api::GetMetrics, "info"},
+    {{"GET", "/v1/hot", "n"}, &Api::GetHot, "scan"},
+    {{"GET", "/v1/events", "key* prefix* token"}, &Api::GetEvents, "subscribe"},
+    {{"GET", "/v1/subscribe", "key* prefix* token"}, &Api::GetSubscribe, "subscribe"},
+    {{"GET", "/", ""}, &Api::GetPage, ""},
+    {{"GET", "/assets/*", ""}, &Api::GetAsset, ""},
+    {{"GET", "/openapi.json", ""}, &Api::GetOpenApi, ""},
 };
 
 const Router& Api::TheRouter() {
@@ -105,12 +110,7 @@ int StatusOf(ErrorCode code) {
   return 500;
 }
 
-ApiResponse Fail(int status, std::string_view message) {
-  ApiResponse response;
-  response.status = status;
-  response.body = ErrorJson(message);
-  return response;
-}
+ApiResponse Fail(int status, std::string_view message) { return ErrorResponse(status, message); }
 
 ApiResponse Fail(const Error& error) { return Fail(StatusOf(error.code), error.message); }
 
@@ -135,11 +135,17 @@ Result<size_t> CountParameter(std::optional<std::string_view> text, std::string_
   return static_cast<size_t>(value);
 }
 
-void WriteItems(const std::vector<derived::KeyValue>& items, JsonWriter* json) {
+// {"key": ..., "value": ...}
+void WriteItem(const derived::KeyValue& item, const std::vector<std::string>& names,
+               JsonWriter* json) {
+  json->BeginObject().Key("key").String(item.key).Key("value");
+  WriteValue(item, names, json);
+  json->EndObject();
+}
+
+void WriteItems(const derived::Page& page, JsonWriter* json) {
   json->Key("items").BeginArray();
-  for (const auto& item : items) {
-    json->BeginObject().Key("key").String(item.key).Key("value").Int(item.value).EndObject();
-  }
+  for (const auto& item : page.items) WriteItem(item, page.names, json);
   json->EndArray();
 }
 
@@ -177,13 +183,26 @@ constexpr std::string_view kValuesShape =
 
 }  // namespace
 
+ApiResponse ErrorResponse(int status, std::string_view message) {
+  ApiResponse response;
+  response.status = status;
+  response.body = ErrorJson(message);
+  return response;
+}
+
 Api::Api(servers::Services services, ApiOptions options)
     : services_(std::move(services)),
       engine_(services_.engine),
       derived_(*services_.derived),
       options_(std::move(options)),
-      expected_authorization_("Bearer " + options_.password),
-      scratch_(std::make_unique<Scratch>()) {}
+      acl_(services_.acl),
+      scratch_(std::make_unique<Scratch>()) {
+  if (acl_ == nullptr) {
+    // No command list: the default user is the only one, and it may run everything.
+    own_acl_ = std::make_unique<auth::Acl>(std::vector<auth::CommandInfo>{}, options_.password);
+    acl_ = own_acl_.get();
+  }
+}
 
 Api::~Api() = default;
 
@@ -195,6 +214,7 @@ ApiResponse Api::Handle(const ApiRequest& request) {
 }
 
 ApiResponse Api::Dispatch(const ApiRequest& request, int* route) {
+  user_.reset();
   auto target = ParseRequestTarget(request.target);
   if (!target) return Fail(400, target.error().message);
   RouteMatch match = TheRouter().Match(request.method, *target);
@@ -214,36 +234,18 @@ ApiResponse Api::Dispatch(const ApiRequest& request, int* route) {
     case RouteMatch::Kind::kFound:
       break;
   }
-  const Handler handler = kRoutes[match.route].handler;
+  const Route& matched = kRoutes[match.route];
   *route = static_cast<int>(match.route);
-  // With a password, every route needs it but these: the probes (an orchestrator sends
-  // none), the dashboard's files (the page asks for the password, then sends it with its
-  // data calls), the API's description, and /metrics when told so (tallyd --public-metrics).
-  const bool open = handler == &Api::GetHealth || handler == &Api::GetReady ||
-                    handler == &Api::GetPage || handler == &Api::GetAsset ||
-                    handler == &Api::GetOpenApi ||
-                    (handler == &Api::GetMetrics && options_.public_metrics);
-  // The subscription routes also take it as ?token=: a browser's EventSource cannot set
-  // headers. Both checks compare in constant time (core/constant_time.h).
-  const bool token_given = (handler == &Api::GetEvents || handler == &Api::GetSubscribe) &&
-                           std::ranges::any_of(target->query, [&](const auto& parameter) {
-                             return parameter.first == "token" &&
-                                    ConstantTimeEquals(parameter.second, options_.password);
-                           });
-  if (!options_.password.empty() && !open && !token_given &&
-      !ConstantTimeEquals(request.authorization, expected_authorization_)) {
-    ApiResponse response =
-        Fail(401, request.authorization.empty()
-                      ? "authentication required: send Authorization: Bearer <password>"
-                      : "invalid password");
-    response.authenticate = true;
-    return response;
+  const bool open =
+      matched.command.empty() || (matched.handler == &Api::GetMetrics && options_.public_metrics);
+  if (!open) {
+    if (auto refused = Authorize(request, *target, matched.command)) return std::move(*refused);
   }
   const Call call{request, *target, std::move(match.params)};
   // Errors are values here; an exception (out of memory, a bug) must not take the
   // connection's thread down with it.
   try {
-    return (this->*handler)(call);
+    return (this->*matched.handler)(call);
   } catch (const std::exception& e) {
     spdlog::error("HTTP {} {}: {}", request.method, request.target, e.what());
     return Fail(500, fmt::format("internal error: {}", e.what()));
@@ -289,17 +291,24 @@ ApiResponse Api::GetValue(const Call& call) {
   const std::vector<std::string_view> parts = call.Rest(1);
   auto key = derived_.KeyOf(call.params[0], parts);
   if (!key) return Fail(key.error());
-  uint64_t required_epoch = 0;
-  const std::vector<int64_t> values = derived_.Get({&*key, 1}, &required_epoch);
+  if (auto refused = RefuseRead(call.request, *key, /*prefix=*/false)) return std::move(*refused);
+  auto page = derived_.Read(call.params[0], {&*key, 1});
+  if (!page) return Fail(page.error());
   JsonWriter json;
-  json.BeginObject().Key("key").String(*key).Key("value").Int(values.at(0)).EndObject();
-  return Ok(json.Take(), required_epoch);
+  WriteItem(page->items.at(0), page->names, &json);
+  return Ok(json.Take(), page->required_epoch);
 }
 
 ApiResponse Api::PostValues(const Call& call) {
   simdjson::dom::element document;
   if (auto error =
           scratch_->json.parse(call.request.body.data(), call.request.body.size()).get(document)) {
+    // simdjson refuses an integer past 64 bits as a malformed number: say what it is.
+    if (error == simdjson::NUMBER_ERROR) {
+      return Fail(400,
+                  "invalid JSON: a number out of range (an integer key part is an int64, "
+                  "-9223372036854775808 to 9223372036854775807)");
+    }
     return Fail(400, fmt::format("invalid JSON: {}", simdjson::error_message(error)));
   }
   simdjson::dom::object object;
@@ -350,18 +359,19 @@ ApiResponse Api::PostValues(const Call& call) {
       return Fail(StatusOf(canonical_key.error().code),
                   fmt::format("keys[{}]: {}", index, canonical_key.error().message));
     }
+    if (auto refused = RefuseRead(call.request, *canonical_key, /*prefix=*/false)) {
+      return std::move(*refused);
+    }
     canonical.push_back(std::move(*canonical_key));
     ++index;
   }
-  uint64_t required_epoch = 0;
-  const std::vector<int64_t> values = derived_.Get(canonical, &required_epoch);
+  auto page = derived_.Read(*counter, canonical);
+  if (!page) return Fail(page.error());
   JsonWriter json;
   json.BeginObject().Key("values").BeginArray();
-  for (size_t i = 0; i < canonical.size(); ++i) {
-    json.BeginObject().Key("key").String(canonical[i]).Key("value").Int(values[i]).EndObject();
-  }
+  for (const derived::KeyValue& item : page->items) WriteItem(item, page->names, &json);
   json.EndArray().EndObject();
-  return Ok(json.Take(), required_epoch);
+  return Ok(json.Take(), page->required_epoch);
 }
 
 ApiResponse Api::GetList(const Call& call) {
@@ -371,11 +381,12 @@ ApiResponse Api::GetList(const Call& call) {
   const std::vector<std::string_view> parts = call.Rest(1);
   auto prefix = derived_.PrefixOf(counter, parts);
   if (!prefix) return Fail(prefix.error());
+  if (auto refused = RefuseRead(call.request, *prefix, /*prefix=*/true)) return std::move(*refused);
   auto page = derived_.List(counter, *prefix, call.Query("cursor").value_or(""), *limit);
   if (!page) return Fail(page.error());
   JsonWriter json;
   json.BeginObject();
-  WriteItems(page->items, &json);
+  WriteItems(*page, &json);
   json.Key("next_cursor").String(page->next_cursor).EndObject();
   return Ok(json.Take(), page->required_epoch);
 }
@@ -387,11 +398,12 @@ ApiResponse Api::GetTop(const Call& call) {
   const std::vector<std::string_view> parts = call.Rest(1);
   auto prefix = derived_.PrefixOf(counter, parts);
   if (!prefix) return Fail(prefix.error());
+  if (auto refused = RefuseRead(call.request, *prefix, /*prefix=*/true)) return std::move(*refused);
   auto page = derived_.Top(counter, *prefix, *k);
   if (!page) return Fail(page.error());
   JsonWriter json;
   json.BeginObject();
-  WriteItems(page->items, &json);
+  WriteItems(*page, &json);
   json.EndObject();
   return Ok(json.Take(), page->required_epoch);
 }
@@ -404,10 +416,19 @@ ApiResponse Api::GetRange(const Call& call) {
                 "a range needs ?from=<instant>&to=<instant> (2024-05-01T00:00:00Z, "
                 "20240501T000000Z or Unix seconds)");
   }
+  // A group's time buckets: the user must be allowed to read every key of the counter.
+  auto family = derived_.PrefixOf(call.params[0], {});
+  if (!family) return Fail(family.error());
+  if (auto refused = RefuseRead(call.request, *family, /*prefix=*/true)) return std::move(*refused);
   auto range = derived_.Range(call.params[0], call.Rest(1), *from, *to);
   if (!range) return Fail(range.error());
   JsonWriter json;
-  json.BeginObject().Key("sum").Int(range->sum).Key("buckets").UInt(range->buckets).EndObject();
+  json.BeginObject();
+  // "sum" came first, when only counts and integer sums had ranges: kept for them.
+  if (range->total.shown.empty()) json.Key("sum").Int(range->total.value);
+  json.Key("value");
+  WriteValue(range->total, range->names, &json);
+  json.Key("buckets").UInt(range->buckets).EndObject();
   return Ok(json.Take(), range->required_epoch);
 }
 
@@ -546,7 +567,12 @@ ApiResponse Api::GetHot(const Call& call) {
       .Int(engine::HotKeys::kWindowSeconds)
       .Key("counters")
       .BeginArray();
-  for (const engine::HotKey& key : engine_.hot_keys().Top(*n, derived::IsInternalKey)) {
+  // Database 0's, the one the HTTP API serves (INFO hotkeys lists every database's), and
+  // only the keys the user may read.
+  const auto hidden = [this](std::string_view key) {
+    return derived::IsInternalKey(key) || engine::DatabaseOf(key) != 0 || !MayRead(key);
+  };
+  for (const engine::HotKey& key : engine_.hot_keys().Top(*n, hidden)) {
     json.BeginObject()
         .Key("key")
         .String(key.key)
@@ -573,11 +599,28 @@ ApiResponse Api::Subscribe(const Call& call, bool websocket) {
   SubscriptionRequest subscription;
   subscription.websocket = websocket;
   for (const auto& [name, value] : call.target.query) {
+    // The HTTP API follows database 0, where no key starts with the reserved prefix.
+    if ((name == "key" || name == "prefix") && engine::IsReservedKey(value)) {
+      return Fail(400, engine::kReservedKeyMessage);
+    }
     if (name == "key") subscription.keys.push_back(value);
     if (name == "prefix") subscription.prefixes.push_back(value);
   }
   if (subscription.keys.empty() && subscription.prefixes.empty()) {
     return Fail(400, "name at least one counter: ?key=<key> or ?prefix=<key prefix> (repeatable)");
+  }
+  // A user follows only keys it may read (ACL): each key, every key under each prefix.
+  for (const std::string& key : subscription.keys) {
+    if (auto refused = RefuseRead(call.request, key, /*prefix=*/false)) return std::move(*refused);
+  }
+  for (const std::string& prefix : subscription.prefixes) {
+    if (auto refused = RefuseRead(call.request, prefix, /*prefix=*/true))
+      return std::move(*refused);
+  }
+  if (user_ != nullptr && !user_->unrestricted()) {
+    subscription.restricted_to = user_;
+    subscription.log_refusal = [log = RefusalLogger(call.request, user_->name())](
+                                   std::string object) { log("key", std::move(object)); };
   }
   ApiResponse response;
   response.subscription = std::move(subscription);

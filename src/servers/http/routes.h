@@ -23,13 +23,16 @@
 //   GET    /, /assets/...                  the web dashboard (dashboard_assets.h)
 //   GET    /openapi.json                   this table as OpenAPI 3.1 (openapi.h)
 //
-// With a password (ApiOptions::password, tallyd's --requirepass) every route answers 401 unless
-// the request carries "Authorization: Bearer <password>", but these: /healthz and /readyz (a
-// probe sends no password; they reveal nothing), the dashboard's files (the page asks for the
-// password and sends it with its data calls), /openapi.json, and /metrics when
-// ApiOptions::public_metrics says so. The subscription routes also take it as
-// ?token=<password>, as a browser's EventSource cannot set headers. Passwords are compared in
-// constant time.
+// Who may use a route: the node's users (services.acl; see http_auth.h for the credentials),
+// or without them the default user, whose password is ApiOptions::password (tallyd's
+// --requirepass). Each route needs the permission of the Redis command that does the same
+// (kRoutes' `command`), and the routes that read counters need read access to their keys.
+// Open to everyone without credentials: /healthz and /readyz (a probe sends none; they
+// reveal nothing), the dashboard's files (the page asks for a password and sends it with its
+// data calls), /openapi.json, and /metrics when ApiOptions::public_metrics says so. Refused
+// credentials answer 401, a refused permission 403 with Redis's -NOPERM text, and an address
+// past its failed-password limit 429. Passwords are compared as SHA-256 digests in constant
+// time.
 //
 // Every API response body is JSON; an error is {"error": "..."} with a status from its kind.
 #pragma once
@@ -45,9 +48,13 @@
 #include "core/metrics.h"
 #include "engine/derived/derived_counters.h"
 #include "engine/engine.h"
+#include "servers/auth/acl.h"
+#include "servers/http/http_auth.h"
 #include "servers/services.h"
 
 namespace tally::http {
+
+struct RequestTarget;  // request_target.h
 
 class Router;
 
@@ -72,8 +79,9 @@ class ApiRequestCounts {
 
 // The Api's settings beyond its Services.
 struct ApiOptions {
-  // tallyd's --requirepass: when set, requests need "Authorization: Bearer <password>" (see
-  // the routes above for the exceptions).
+  // tallyd's --requirepass: without services.acl, the default user's password (then
+  // requests need "Authorization: Bearer <password>"; see the routes above for the
+  // exceptions). With services.acl, unused: the Acl has it.
   std::string password;
   bool public_metrics = false;           // GET /metrics needs no password
   ApiRequestCounts* requests = nullptr;  // counts every response Handle() returns
@@ -85,9 +93,12 @@ struct ApiRequest {
   bool has_idempotency_key = false;
   std::string_view idempotency_key;  // the Idempotency-Key header
   std::string_view body;
-  std::string_view authorization;  // the Authorization header; empty when absent
-  bool websocket_upgrade = false;  // the request asks to become a WebSocket
-  std::string_view if_none_match;  // the If-None-Match header; empty when absent
+  std::string_view authorization;   // the Authorization header; empty when absent
+  std::string_view client_address;  // the client's IP: failed passwords are counted by it
+  bool websocket_upgrade = false;   // the request asks to become a WebSocket
+  std::string_view if_none_match;   // the If-None-Match header; empty when absent
+  // The connection's memory of its accepted credentials (http_auth.h); null: none.
+  AuthCache* auth_cache = nullptr;
 };
 
 // What a subscription route accepted: the connection then streams these keys' values
@@ -96,6 +107,12 @@ struct SubscriptionRequest {
   bool websocket = false;  // else Server-Sent Events
   std::vector<std::string> keys;
   std::vector<std::string> prefixes;
+  // The user whose key patterns a WebSocket's later {"subscribe": ...} must pass; null when
+  // it may read every key.
+  std::shared_ptr<const auth::User> restricted_to;
+  // With restricted_to: logs a later refusal of `object` (a key, or a prefix and '*') in ACL
+  // LOG, as the route's own refusals are (the user, the client, the route).
+  std::function<void(std::string object)> log_refusal;
 };
 
 struct ApiResponse {
@@ -117,6 +134,9 @@ struct ApiResponse {
   std::optional<SubscriptionRequest> subscription;
 };
 
+// An error response: `status` and the body {"error": message}.
+ApiResponse ErrorResponse(int status, std::string_view message);
+
 // One per I/O thread: it keeps that thread's change decoder and JSON parser. Not
 // thread-safe; several Apis may share one engine and DerivedCounters.
 class Api {
@@ -131,6 +151,8 @@ class Api {
   Api& operator=(const Api&) = delete;
 
   ApiResponse Handle(const ApiRequest& request);
+  // The users the Api checks requests against (services.acl, or its own default user).
+  auth::Acl& acl() { return *acl_; }
 
   // Limits of the listing routes.
   static constexpr int64_t kMaxLimit = 10000;     // ?limit= of /v1/list, ?k= of /v1/top
@@ -149,6 +171,27 @@ class Api {
 
   // Handle() but for the counting: `route` gets the matched route's index (else -1).
   ApiResponse Dispatch(const ApiRequest& request, int* route);
+  // The request's user (into user_), when it may run `command` (a Redis command's name),
+  // else the 401, 403 or 429 to answer (http_auth.cc).
+  std::optional<ApiResponse> Authorize(const ApiRequest& request, const RequestTarget& target,
+                                       std::string_view command);
+  // Authorize's first half: who the request is (into user_), or the 401 or 429 to answer.
+  // Failed passwords are counted against the client's address and logged (ACL LOG).
+  std::optional<ApiResponse> Authenticate(const ApiRequest& request, const RequestTarget& target);
+  // Adds a refusal to ACL LOG; `username` empty: user_'s.
+  void LogRefusal(const ApiRequest& request, std::string_view reason, std::string object,
+                  std::string_view username = {});
+  // What LogRefusal does for `request` and `username`, kept for later (a WebSocket's own
+  // subscribe messages): it holds copies and the node's Acl and clock, which outlive it.
+  std::function<void(std::string_view reason, std::string object)> RefusalLogger(
+      const ApiRequest& request, std::string_view username);
+  // Whether the request's user may read `key`, or every key that starts with `prefix`.
+  bool MayRead(std::string_view key) const;
+  bool MayReadPrefix(std::string_view prefix) const;
+  // The 403 to answer (logged) when the user may not read `key` (with `prefix`: every key
+  // under it), else none.
+  std::optional<ApiResponse> RefuseRead(const ApiRequest& request, std::string_view key,
+                                        bool prefix);
 
   // The handlers, in kRoutes' order.
   ApiResponse PostChanges(const Call& call);
@@ -180,7 +223,11 @@ class Api {
   engine::Engine& engine_;
   derived::DerivedCounters& derived_;
   const ApiOptions options_;
-  const std::string expected_authorization_;  // "Bearer <password>", built once
+  // Without services.acl: the default user with options_.password (no other user exists).
+  std::unique_ptr<auth::Acl> own_acl_;
+  auth::Acl* acl_;  // services.acl, else own_acl_
+  // The user of the request being handled; null on the open routes.
+  std::shared_ptr<const auth::User> user_;
   std::unique_ptr<Scratch> scratch_;
 };
 

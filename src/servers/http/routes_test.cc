@@ -9,12 +9,18 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <tuple>
+#include <utility>
 
 #include "core/version.h"
 #include "engine/derived/derived_test_util.h"
+#include "servers/http/http_auth.h"
 
 namespace tally::http {
 namespace {
+
+using namespace std::string_literals;
+using namespace std::string_view_literals;
 
 constexpr int64_t kNowMs = 1'700'000'000'000;
 
@@ -54,12 +60,14 @@ class ApiTest : public derived::DerivedStoreTest {
   }
 
   ApiResponse Call(std::string_view method, std::string_view target, std::string_view body = {},
-                   std::string_view authorization = {}) {
+                   std::string_view authorization = {}, AuthCache* cache = nullptr) {
     ApiRequest request;
     request.method = method;
     request.target = target;
     request.body = body;
     request.authorization = authorization;
+    request.client_address = "10.0.0.1";
+    request.auth_cache = cache;
     return api_->Handle(request);
   }
 
@@ -203,6 +211,12 @@ TEST_F(ApiTest, BadReadsSayWhy) {
   EXPECT_EQ(response.body,
             R"({"error":"keys[0][1]: a key part must be an integer, a string, true, false or )"
             R"(null, got a number that is not an integer"})");
+  response =
+      Call("POST", "/v1/values", R"({"counter":"blog_posts","keys":[[7,99999999999999999999]]})");
+  EXPECT_EQ(response.status, 400);
+  EXPECT_EQ(response.body,
+            R"j({"error":"invalid JSON: a number out of range (an integer key part is an int64, )j"
+            R"j(-9223372036854775808 to 9223372036854775807)"})j");
   response = Call("POST", "/v1/values", R"({"counter":"nope","keys":[]})");
   EXPECT_EQ(response.status, 404) << response.body;
 }
@@ -311,6 +325,106 @@ TEST_F(ApiTest, WithAPasswordRequestsNeedTheBearerToken) {
   EXPECT_EQ(Call("GET", "/metrics").status, 401);
   Serve(services, ApiOptions{.password = "pw", .public_metrics = true});
   EXPECT_EQ(Call("GET", "/metrics").status, 200);
+}
+
+TEST(HttpAuthTest, CredentialsAreBearerOrBasic) {
+  auto credentials = ParseAuthorization("Bearer pw");
+  ASSERT_TRUE(credentials);
+  EXPECT_EQ((std::pair{credentials->user, credentials->password}), std::pair("default"s, "pw"s));
+  EXPECT_FALSE(credentials->whole);
+  credentials = ParseAuthorization("Bearer alice:a:b");
+  ASSERT_TRUE(credentials);
+  EXPECT_EQ((std::pair{credentials->user, credentials->password}), std::pair("alice"s, "a:b"s));
+  EXPECT_EQ(credentials->whole, "alice:a:b");  // or the default user's password
+  // Basic: base64 of user:password, with the padding its length needs (none, one or two '=').
+  for (const auto& [header, user, password] :
+       {std::tuple{"Basic YWxpY2U6cHc="sv, "alice"sv, "pw"sv},
+        std::tuple{"Basic Ym9iOnB3"sv, "bob"sv, "pw"sv},
+        std::tuple{"Basic YWxpY2U6cHcx"sv, "alice"sv, "pw1"sv},
+        std::tuple{"Basic YTpwd2Q="sv, "a"sv, "pwd"sv}, std::tuple{"Basic YTp4"sv, "a"sv, "x"sv},
+        std::tuple{"Basic YTp4eQ=="sv, "a"sv, "xy"sv}}) {
+    credentials = ParseAuthorization(header);
+    ASSERT_TRUE(credentials) << header;
+    EXPECT_EQ(credentials->user, user) << header;
+    EXPECT_EQ(credentials->password, password) << header;
+  }
+  EXPECT_FALSE(ParseAuthorization("Basic YTp4eQ"));        // padding missing
+  EXPECT_FALSE(ParseAuthorization("Basic YTp4e!=="));      // not base64
+  EXPECT_FALSE(ParseAuthorization("Basic bm9jb2xvbg=="));  // "nocolon"
+  EXPECT_FALSE(ParseAuthorization("Digest x"));
+}
+
+TEST_F(ApiTest, UsersAreCheckedPerRouteAndKey) {
+  Define();
+  // The commands the routes name, with Redis's categories.
+  auth::Acl acl({{"counter.get", auth::kRead},
+                 {"counter.scan", auth::kRead},
+                 {"counter.top", auth::kRead},
+                 {"counter.range", auth::kRead},
+                 {"counter.list", auth::kRead},
+                 {"counter.push", auth::kWrite | auth::kPush},
+                 {"counter.define", auth::kWrite | auth::kDefinitions},
+                 {"dbsize", auth::kRead},
+                 {"scan", auth::kRead},
+                 {"info", auth::kDangerous},
+                 {"subscribe", auth::kPubSub}},
+                "root-pw");
+  acl.set_max_auth_failures(3);
+  ASSERT_TRUE(acl.SetUser(
+      "viewer", std::vector<std::string>{"on", ">v-pw", "~blog_posts:7:*", "+@read", "+@pubsub"}));
+  servers::Services services = Parts();
+  services.acl = &acl;
+  Serve(services);
+  const std::string viewer = "Basic " + std::string("dmlld2VyOnYtcHc=");  // viewer:v-pw
+  EXPECT_EQ(Call("GET", "/v1/status").status, 401);
+  EXPECT_EQ(Call("GET", "/v1/status", {}, "Bearer root-pw").status, 200);
+  EXPECT_EQ(Call("GET", "/v1/status", {}, "Bearer viewer:v-pw").status, 200);
+  EXPECT_EQ(Call("GET", "/v1/status", {}, viewer).status, 200);
+  EXPECT_EQ(Call("GET", "/v1/value/blog_posts/7/3", {}, viewer).body,
+            R"({"key":"blog_posts:7:3","value":0})");
+  EXPECT_EQ(Call("GET", "/v1/top/blog_posts/7", {}, viewer).status, 200);
+  // Keys outside ~blog_posts:7:*, on every route that reads counters.
+  const std::string refused = R"({"error":"NOPERM No permissions to access a key"})";
+  for (const std::string_view target :
+       {"/v1/value/blog_posts/8/3", "/v1/top/blog_posts", "/v1/list/blog_posts/8",
+        "/v1/range/blog_posts/7?from=0&to=1", "/v1/events?key=blog_posts:8:3",
+        "/v1/events?prefix=blog_posts:"}) {
+    const ApiResponse response = Call("GET", target, {}, viewer);
+    EXPECT_EQ(response.status, 403) << target;
+    EXPECT_EQ(response.body, refused) << target;
+  }
+  EXPECT_EQ(
+      Call("POST", "/v1/values", R"({"counter":"blog_posts","keys":[[7,1],[8,1]]})", viewer).body,
+      refused);
+  // Commands outside +@read.
+  ApiResponse response = Call("POST", "/v1/changes", Post(1, 7, 3), viewer);
+  EXPECT_EQ(response.status, 403);
+  EXPECT_EQ(
+      response.body,
+      R"({"error":"NOPERM User viewer has no permissions to run the 'counter.push' command"})");
+  EXPECT_EQ(Call("GET", "/metrics", {}, viewer).status, 403);
+  // Each refusal is in ACL LOG, the newest first.
+  const auto log = acl.LogEntries(2);
+  ASSERT_EQ(log.size(), 2u);
+  EXPECT_EQ((std::tuple{log[1].reason, log[1].object, log[1].username}),
+            std::tuple("command"s, "counter.push"s, "viewer"s));
+  EXPECT_EQ(log[1].client, "addr=10.0.0.1 http=POST /v1/changes");
+  EXPECT_EQ(log[0].object, "info");
+
+  // A malformed header is refused, never taken as no credentials.
+  EXPECT_EQ(Call("GET", "/v1/status", {}, "Basic !!!!").status, 401);
+  // A connection remembers what it accepted: past the address's limit on failed passwords,
+  // its credentials still work, and no one else's are checked.
+  AuthCache cache;
+  EXPECT_EQ(Call("GET", "/v1/status", {}, viewer, &cache).status, 200);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(Call("GET", "/v1/status", {}, "Bearer x").status, 401);
+  response = Call("GET", "/v1/status", {}, "Bearer root-pw");
+  EXPECT_EQ(response.status, 429);
+  EXPECT_EQ(response.body, fmt::format(R"({{"error":"{}"}})", auth::kTooManyAuthFailures));
+  EXPECT_EQ(Call("GET", "/v1/status", {}, viewer, &cache).status, 200);
+  // Until a user changes.
+  ASSERT_TRUE(acl.SetUser("viewer", std::vector<std::string>{"-dbsize"}));
+  EXPECT_EQ(Call("GET", "/v1/status", {}, viewer, &cache).status, 429);
 }
 
 TEST_F(ApiTest, ResponsesAreCountedByRouteAndClass) {

@@ -6,12 +6,15 @@
 #include <boost/asio/post.hpp>
 #include <future>
 
+#include "servers/accept.h"
 #include "servers/http/worker.h"
+#include "servers/listen.h"
 
 namespace tally::http {
 
 HttpServer::HttpServer(servers::Services services, HttpOptions options)
-    : shared_(std::make_unique<HttpShared>(std::move(services), std::move(options))) {
+    // Braces, not make_unique: clang 14 (the fuzz build) has no parenthesized aggregate init.
+    : shared_(new HttpShared{.services = std::move(services), .options = std::move(options)}) {
   metrics::Registry* registry = shared_->services.metrics;
   if (registry == nullptr) return;
   HttpShared* shared = shared_.get();
@@ -49,58 +52,61 @@ Status HttpServer::Start() {
   }
   auto& io = workers_.front()->io();
   acceptor_ = std::make_unique<boost::asio::ip::tcp::acceptor>(io);
-  accept_retry_ = std::make_unique<boost::asio::steady_timer>(io);
-
-  boost::system::error_code error;
-  const auto address = boost::asio::ip::make_address(options.bind, error);
-  if (error) return InvalidArgument(fmt::format("bad HTTP bind address '{}'", options.bind));
-  const boost::asio::ip::tcp::endpoint endpoint(address, options.port);
-  acceptor_->open(endpoint.protocol(), error);
-  if (!error) acceptor_->set_option(boost::asio::socket_base::reuse_address(true), error);
-  if (!error) acceptor_->bind(endpoint, error);
-  if (!error) acceptor_->listen(boost::asio::socket_base::max_listen_connections, error);
-  if (error) {
-    return IOError(fmt::format("cannot listen for HTTP on {}:{}: {}", options.bind, options.port,
-                               error.message()));
+  tls_acceptor_ = std::make_unique<boost::asio::ip::tcp::acceptor>(io);
+  if (options.plain) {
+    auto status = servers::Listen(*acceptor_, options.bind, options.port, "HTTP");
+    if (!status) return status;
+    port_ = acceptor_->local_endpoint().port();
   }
-  port_ = acceptor_->local_endpoint().port();
+  if (options.tls_port != 0) {
+    auto status = servers::Listen(*tls_acceptor_, options.bind, options.tls_port, "HTTPS");
+    if (!status) return status;
+    tls_port_ = tls_acceptor_->local_endpoint().port();
+  }
 
   std::vector<servers::DurabilityGate*> gates;
   for (auto& worker : workers_) gates.push_back(&worker->gate());
   durable_.Attach(shared_->services.engine.committer(), std::move(gates));
 
-  Accept();
+  if (acceptor_->is_open()) Accept(*acceptor_, false);
+  if (tls_acceptor_->is_open()) Accept(*tls_acceptor_, true);
   for (auto& worker : workers_) worker->Start();
   started_ = true;
-  spdlog::info("serving HTTP on {}:{} with {} thread(s)", options.bind, port_, threads);
+  spdlog::info("serving HTTP on {}{}{} with {} thread(s)", options.bind,
+               options.plain ? fmt::format(" port {}", port_) : "",
+               tls_port_ != 0 ? fmt::format(" HTTPS port {}", tls_port_) : "", threads);
   return OkStatus();
 }
 
-void HttpServer::Accept() {
-  HttpWorker& worker = *workers_[next_worker_];
-  next_worker_ = (next_worker_ + 1) % workers_.size();
-  acceptor_->async_accept(worker.io(), [this, &worker](const boost::system::error_code& error,
-                                                       boost::asio::ip::tcp::socket socket) {
-    if (error == boost::asio::error::operation_aborted) return;
-    if (error) {
-      // Out of file descriptors and the like: log, pause a little, keep serving.
-      spdlog::warn("HTTP accept failed: {}", error.message());
-      accept_retry_->expires_after(std::chrono::milliseconds(100));
-      accept_retry_->async_wait([this](const boost::system::error_code& cancelled) {
-        if (!cancelled) Accept();
+void HttpServer::Accept(boost::asio::ip::tcp::acceptor& acceptor, bool tls) {
+  servers::AcceptConnections(
+      acceptor, tls ? "HTTPS" : "HTTP", workers_, next_worker_,
+      [this, tls](HttpWorker& worker, boost::asio::ip::tcp::socket socket) {
+        if (!tls) {
+          const servers::Peer peer = servers::Peer::Of(socket);
+          Admit(worker, std::move(socket), peer);
+          return;
+        }
+        // Counted (or refused) once the handshake is done: a 503 must be readable too.
+        tls::TlsContext& context = *shared_->services.tls;
+        worker.tunnels().Serve(
+            std::move(socket), context.Current(), tls::ClientAuth::kNo,
+            [this, &worker](boost::asio::ip::tcp::socket inner, servers::Peer peer) {
+              Admit(worker, std::move(inner), peer);
+            });
       });
-      return;
-    }
-    const bool refuse =
-        shared_->connections.load(std::memory_order_relaxed) >= shared_->options.max_connections;
-    if (refuse) {
-      shared_->refused.fetch_add(1, std::memory_order_relaxed);
-    } else {
-      shared_->connections.fetch_add(1, std::memory_order_relaxed);
-    }
-    worker.Adopt(std::move(socket), refuse);
-    Accept();
-  });
+}
+
+void HttpServer::Admit(HttpWorker& worker, boost::asio::ip::tcp::socket socket,
+                       const servers::Peer& peer) {
+  const bool refuse =
+      shared_->connections.load(std::memory_order_relaxed) >= shared_->options.max_connections;
+  if (refuse) {
+    shared_->refused.fetch_add(1, std::memory_order_relaxed);
+  } else {
+    shared_->connections.fetch_add(1, std::memory_order_relaxed);
+  }
+  worker.Adopt(std::move(socket), peer, refuse);
 }
 
 void HttpServer::Stop() {
@@ -113,13 +119,13 @@ void HttpServer::Stop() {
   boost::asio::post(workers_.front()->io(), [this, &closed] {
     boost::system::error_code ignored;
     acceptor_->close(ignored);
-    accept_retry_->cancel();
+    tls_acceptor_->close(ignored);
     closed.set_value();
   });
   closed.get_future().wait();
   for (auto& worker : workers_) worker->Stop();
-  accept_retry_.reset();
   acceptor_.reset();
+  tls_acceptor_.reset();
   workers_.clear();
 }
 

@@ -13,6 +13,7 @@
 #include <chrono>
 
 #include "core/integer.h"
+#include "engine/databases.h"
 #include "servers/http/json_writer.h"
 #include "servers/subscription_sink.h"
 
@@ -45,13 +46,18 @@ constexpr std::string_view kEventStreamHead =
     "\r\n"
     "retry: 1000\n\n";
 
-// {"key":"likes:7","value":42}
+// {"key":"likes:7","value":42}; a value shown as more than its integer as reads show it
+// ({"key":"shop_stats:4","value":{"orders":2,"revenue":"12.75"}}).
 void AppendUpdateJson(const engine::SubscriptionUpdate& update, std::string* out) {
   out->append(R"({"key":)");
   AppendJsonString(update.key, out);
   out->append(R"(,"value":)");
-  char digits[24];
-  out->append(digits, FormatInt64(update.value, digits));
+  if (update.shown) {
+    out->append(update.shown->json);
+  } else {
+    char digits[24];
+    out->append(digits, FormatInt64(update.value, digits));
+  }
   out->push_back('}');
 }
 
@@ -74,6 +80,9 @@ Result<std::vector<std::string>> StringList(simdjson::dom::element element, std:
     std::string_view text;
     if (item.get(text))
       return InvalidArgument(fmt::format("\"{}\" must be an array of strings", name));
+    // The HTTP API follows database 0, where no key starts with the reserved prefix.
+    if (engine::IsReservedKey(text))
+      return InvalidArgument(std::string(engine::kReservedKeyMessage));
     list.emplace_back(text);
   }
   return list;
@@ -152,6 +161,8 @@ SubscriptionStream::~SubscriptionStream() {
 }
 
 void SubscriptionStream::Start(Request request, const SubscriptionRequest& subscription) {
+  restricted_to_ = subscription.restricted_to;
+  log_refusal_ = subscription.log_refusal;
   if (const auto origin = request.find(beast::http::field::origin);
       subscription.websocket && origin != request.end() &&
       !OriginAllowed(View(origin->value()), View(request[beast::http::field::host]),
@@ -400,6 +411,23 @@ void SubscriptionStream::OnWebSocketMessage() {
   if (!request->subscribe) {
     hub_.Unsubscribe(subscriber_, request->keys, request->prefixes);
     return;
+  }
+  // As the route: only keys the user may read, every key under each prefix (ACL), the first
+  // refused one logged in ACL LOG.
+  if (const auth::User* user = restricted_to_.get()) {
+    std::optional<std::string> refused;
+    for (const std::string& key : request->keys) {
+      if (!refused && !user->CanAccess(key, auth::kReadKey)) refused = key;
+    }
+    for (const std::string& prefix : request->prefixes) {
+      if (!refused && !user->CanReadPrefix(prefix)) refused = prefix + "*";
+    }
+    if (refused) {
+      if (log_refusal_) log_refusal_(std::move(*refused));
+      Queue(ErrorJson("NOPERM No permissions to access a key"));
+      Write();
+      return;
+    }
   }
   if (const Status status = hub_.Subscribe(subscriber_, request->keys, request->prefixes);
       !status) {

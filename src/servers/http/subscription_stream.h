@@ -88,6 +88,9 @@ class SubscriptionStream : public std::enable_shared_from_this<SubscriptionStrea
   boost::asio::steady_timer timer_;  // keep-alive comments; then the closing grace
   std::function<void()> on_closed_;
   engine::SubscriberId subscriber_ = 0;
+  // The user's key patterns, which later subscriptions must pass (null: every key).
+  std::shared_ptr<const auth::User> restricted_to_;
+  std::function<void(std::string object)> log_refusal_;  // SubscriptionRequest::log_refusal
 
   std::deque<std::string> queue_;  // messages not yet handed to the socket
   size_t queued_bytes_ = 0;

@@ -7,6 +7,7 @@
 
 #include "servers/event_loop.h"
 #include "servers/http/connection.h"
+#include "servers/protected_mode.h"
 
 namespace tally::http {
 
@@ -36,21 +37,26 @@ void HttpWorker::Stop() {
     all.reserve(connections_.size());
     for (const auto& [raw, connection] : connections_) all.push_back(connection);
     for (const auto& connection : all) connection->Close();
+    tunnels_.CloseAll();
     guard_.reset();
   });
   thread_.join();
 }
 
-void HttpWorker::Adopt(boost::asio::ip::tcp::socket socket, bool refuse) {
-  boost::asio::post(io_, [this, refuse, socket = std::move(socket)]() mutable {
+void HttpWorker::Adopt(boost::asio::ip::tcp::socket socket, servers::Peer peer, bool refuse) {
+  boost::asio::post(io_, [this, refuse, peer, socket = std::move(socket)]() mutable {
     if (stopping_) {
       if (!refuse) shared_.connections.fetch_sub(1, std::memory_order_relaxed);
       return;  // the socket closes as it goes out of scope
     }
-    auto connection = std::make_shared<HttpConnection>(*this, std::move(socket), !refuse);
+    auto connection = std::make_shared<HttpConnection>(*this, std::move(socket), !refuse, peer);
     connections_.emplace(connection.get(), connection);
     if (refuse) {
       connection->Refuse();
+    } else if (servers::RefusedByProtectedMode(shared_.options.protected_mode,
+                                               api_.acl().OpenDefault() != nullptr,
+                                               peer.remote.address())) {
+      connection->RefuseProtected();
     } else {
       connection->Start();
     }

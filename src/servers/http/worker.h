@@ -19,7 +19,9 @@
 #include "servers/durability_gate.h"
 #include "servers/http/http_options.h"
 #include "servers/http/routes.h"
+#include "servers/peer.h"
 #include "servers/services.h"
+#include "servers/tls/tls_tunnel.h"
 
 namespace tally::http {
 
@@ -31,7 +33,7 @@ struct HttpShared {
   const HttpOptions options;
   std::atomic<int64_t> connections{0};  // open, counted against max_connections
   std::atomic<uint64_t> refused{0};     // refused for max_connections
-  ApiRequestCounts requests;            // every response, by route and status class
+  ApiRequestCounts requests{};          // every response, by route and status class
 };
 
 class HttpWorker {
@@ -52,9 +54,13 @@ class HttpWorker {
   // thread. Call once no more sockets are handed to Adopt().
   void Stop();
 
-  // Takes an accepted socket of this worker's io_context. With `refuse`, the connection
-  // only gets 503 and is closed (it is not counted). Any thread.
-  void Adopt(boost::asio::ip::tcp::socket socket, bool refuse);
+  // Takes an accepted socket of this worker's io_context (or a TLS tunnel's inner end), of the
+  // client `peer`. With `refuse`, the connection only gets 503 and is closed (it is not
+  // counted); a client refused by protected mode gets 403 (servers/protected_mode.h). Any
+  // thread.
+  void Adopt(boost::asio::ip::tcp::socket socket, servers::Peer peer, bool refuse);
+  // The TLS tunnels of this worker's clients on the HTTPS port.
+  tls::TunnelSet& tunnels() { return tunnels_; }
   void Forget(HttpConnection* connection);
 
   // Sends the connection's batch (ReleaseReplies) once its epoch is durable: now, when it
@@ -71,6 +77,7 @@ class HttpWorker {
   std::thread thread_;
   Api api_;
   servers::DurabilityGate gate_;
+  tls::TunnelSet tunnels_;
 
   // This worker's thread only.
   std::unordered_map<HttpConnection*, std::shared_ptr<HttpConnection>> connections_;

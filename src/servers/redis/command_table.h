@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -93,6 +94,9 @@ void Scan(CommandContext& ctx);
 void Keys(CommandContext& ctx);
 void DbSize(CommandContext& ctx);
 void FlushAll(CommandContext& ctx);
+void FlushDb(CommandContext& ctx);
+void Move(CommandContext& ctx);
+void SwapDb(CommandContext& ctx);
 void Expire(CommandContext& ctx);
 void PExpire(CommandContext& ctx);
 void ExpireAt(CommandContext& ctx);
@@ -115,11 +119,14 @@ void CounterRange(CommandContext& ctx);
 void CounterHold(CommandContext& ctx);
 void CounterRelease(CommandContext& ctx);
 void CounterRepair(CommandContext& ctx);
+void CounterRepairState(CommandContext& ctx);
 // connection.cc
 void Ping(CommandContext& ctx);
 void Echo(CommandContext& ctx);
 void Quit(CommandContext& ctx);
 void Select(CommandContext& ctx);
+// The database a SELECT argument names, or nullopt when it is no integer in [0, databases).
+std::optional<uint32_t> DatabaseIndex(std::string_view text, uint32_t databases);
 void Hello(CommandContext& ctx);
 void Auth(CommandContext& ctx);
 void Client(CommandContext& ctx);
@@ -134,6 +141,8 @@ void Command(CommandContext& ctx);
 void Info(CommandContext& ctx);
 void Config(CommandContext& ctx);
 void Time(CommandContext& ctx);
+// acl.cc
+void AclCommand(CommandContext& ctx);
 // transactions (MULTI, EXEC, DISCARD) are the dispatcher's own: see Session.
 void Multi(CommandContext& ctx);
 void Exec(CommandContext& ctx);

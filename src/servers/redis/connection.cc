@@ -1,9 +1,13 @@
 #include "servers/redis/connection.h"
 
+#include <fcntl.h>
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
-#include <boost/asio/post.hpp>
+#include <cerrno>
 #include <cstring>
 
 #include "servers/redis/worker.h"
@@ -17,10 +21,6 @@ constexpr size_t kReadChunk = size_t{16} * 1024;
 // the others of the same worker.
 constexpr size_t kMaxReadPerTurn = size_t{1024} * 1024;
 
-std::string Endpoint(const boost::asio::ip::tcp::endpoint& endpoint) {
-  return fmt::format("{}:{}", endpoint.address().to_string(), endpoint.port());
-}
-
 ParserLimits LimitsOf(const ServerOptions& options) {
   ParserLimits limits;
   limits.max_bulk_length = options.proto_max_bulk_len;
@@ -30,46 +30,64 @@ ParserLimits LimitsOf(const ServerOptions& options) {
 
 }  // namespace
 
-Connection::Connection(Worker& worker, boost::asio::ip::tcp::socket socket)
-    : worker_(worker), socket_(std::move(socket)), parser_(LimitsOf(worker.core().options())) {
+Connection::Connection(Worker& worker, boost::asio::ip::tcp::socket socket,
+                       const servers::Peer& peer)
+    : worker_(worker), parser_(LimitsOf(worker.core().options())) {
   boost::system::error_code ignored;
-  socket_.set_option(boost::asio::ip::tcp::no_delay(true), ignored);
-  socket_.non_blocking(true, ignored);
-  const auto remote = socket_.remote_endpoint(ignored);
-  const auto local = socket_.local_endpoint(ignored);
+  socket.set_option(boost::asio::ip::tcp::no_delay(true), ignored);  // fails on a TLS tunnel's
+  boost::system::error_code released;
+  fd_ = socket.release(released);
+  if (released) fd_ = -1;
+  // Set here rather than trusted from Asio, which set it for its own use.
+  if (fd_ >= 0) ::fcntl(fd_, F_SETFL, ::fcntl(fd_, F_GETFL) | O_NONBLOCK);
   ServerCore& core = worker.core();
-  auto info = core.clients().Add(Endpoint(remote), Endpoint(local), socket_.native_handle(),
-                                 core.engine().keyspace().clock()->NowMillis());
+  auto info =
+      core.clients().Add(servers::FormatEndpoint(peer.remote), servers::FormatEndpoint(peer.local),
+                         fd_, core.engine().keyspace().clock()->NowMillis());
   session_ = std::make_unique<Session>(core, worker.shard(), std::move(info));
 }
 
-Connection::~Connection() = default;
+Connection::~Connection() {
+  if (fd_ >= 0) ::close(fd_);
+}
 
 void Connection::Start() {
-  session_->set_sink_factory([self = weak_from_this(), executor = socket_.get_executor()] {
+  session_->set_sink_factory([self = weak_from_this(), executor = worker_.io().get_executor()] {
     return std::make_shared<servers::PostingSink<Connection>>(executor, self);
   });
-  WaitReadable();
+  Status added = fd_ < 0 ? IOError("the socket could not be taken from Asio")
+                         : worker_.poller().Add(fd_, id());
+  if (!added) {
+    spdlog::error("closing client {}: {}", session_->info().address, added.error().message);
+    Close();
+  }
 }
 
 void Connection::Close() {
   if (closed_) return;
   closed_ = true;
-  boost::system::error_code ignored;
-  socket_.close(ignored);
+  // Closing the descriptor also takes it out of the poller's set.
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = -1;
   session_->EndSubscriptions();
   worker_.core().clients().Remove(session_->info().id);
-  worker_.Forget(this);
+  worker_.Forget(id());
 }
 
-void Connection::WaitReadable() {
-  MakeRoomToRead();
-  socket_.async_read_some(
-      boost::asio::buffer(input_.data() + input_end_, input_.size() - input_end_),
-      [self = shared_from_this()](const boost::system::error_code& error, size_t bytes) {
-        if (error == boost::asio::error::operation_aborted || self->closed_) return;
-        self->OnReadable(ReadResult{error, bytes});
-      });
+void Connection::OnReady(uint32_t events) {
+  if (closed_) return;
+  if ((events & EPOLLOUT) != 0 && write_waiting_) {
+    write_waiting_ = false;
+    TryWrite();
+    if (closed_) return;
+    if (!write_waiting_) UpdateWatch();
+  }
+  if (!reading_stopped_) {
+    if ((events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) != 0) OnReadable();
+  } else if ((events & (EPOLLHUP | EPOLLERR)) != 0) {
+    // Reading had stopped and the socket is gone: nothing more can be sent either.
+    Close();
+  }
 }
 
 void Connection::MakeRoomToRead() {
@@ -86,48 +104,46 @@ void Connection::MakeRoomToRead() {
   if (input_.size() - input_end_ < kReadChunk) input_.resize(input_end_ + kReadChunk);
 }
 
-void Connection::OnReadable(std::optional<ReadResult> first) {
+void Connection::OnReadable() {
   size_t read_this_turn = 0;
   bool peer_closed = false;
-  bool drained = false;  // the socket had nothing more to give when last read
   const int64_t query_limit = worker_.core().options().client_query_buffer_limit;
   for (;;) {
-    ReadResult read;
-    if (first) {
-      read = *first;  // into the room WaitReadable made, untouched since
-      first.reset();
-    } else {
-      MakeRoomToRead();
-      read.bytes = socket_.read_some(
-          boost::asio::buffer(input_.data() + input_end_, input_.size() - input_end_), read.error);
-    }
-    if (read.error == boost::asio::error::would_block) {
-      drained = true;
+    MakeRoomToRead();
+    const size_t room = input_.size() - input_end_;
+    const ssize_t n = ::recv(fd_, input_.data() + input_end_, room, 0);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      if (errno != EAGAIN && errno != EWOULDBLOCK) peer_closed = true;
       break;
     }
-    if (read.error) {
+    if (n == 0) {
       peer_closed = true;
       break;
     }
-    const bool short_read = read.bytes < input_.size() - input_end_;
-    input_end_ += read.bytes;
-    read_this_turn += read.bytes;
-    // A short read emptied the socket: whatever arrives next raises a new readiness event,
-    // so the read that would only answer "would block" is skipped (one system call less
-    // per request at pipeline depth 1).
-    if (short_read) {
-      drained = true;
-      break;
-    }
+    input_end_ += static_cast<size_t>(n);
+    read_this_turn += static_cast<size_t>(n);
+    // A short read emptied the socket. Whatever arrives later, or stays because this turn's
+    // share was used, the level-triggered poller reports again: no read that would only
+    // answer "would block".
+    if (static_cast<size_t>(n) < room) break;
     if (read_this_turn >= kMaxReadPerTurn) break;
     if (static_cast<int64_t>(input_end_ - input_start_) > query_limit) break;
   }
   WorkerStats::Bump(worker_.stats().net_input_bytes, read_this_turn);
-  session_->info().last_interaction_ms.store(
-      worker_.core().engine().keyspace().clock()->NowMillis(), std::memory_order_relaxed);
+  const int64_t now_ms = worker_.core().engine().keyspace().clock()->NowMillis();
+  session_->info().last_interaction_ms.store(now_ms, std::memory_order_relaxed);
 
   worker_.Touch(shared_from_this());
+  const uint64_t requests_before = requests_run_;
   const bool keep_reading = RunRequests();
+  // A slow-loris's clock runs from its request's first byte; a byte now and then does not
+  // reset it, a whole request does.
+  if (input_start_ == input_end_) {
+    partial_request_since_ms_ = 0;
+  } else if (partial_request_since_ms_ == 0 || requests_run_ != requests_before) {
+    partial_request_since_ms_ = now_ms;
+  }
   if (static_cast<int64_t>(input_end_ - input_start_) > query_limit) {
     spdlog::warn("closing client {}: query buffer over {} bytes", session_->info().address,
                  query_limit);
@@ -146,12 +162,12 @@ void Connection::OnReadable(std::optional<ReadResult> first) {
   if (peer_closed) {
     // Nothing more will come; whatever whole requests arrived have run. A half request is
     // dropped, as the client never finished sending it.
-    reading_stopped_ = true;
-    if (session_->output().size() == output_sent_) Close();
+    StopReading();
+    if (!closed_ && session_->output().size() == output_sent_) Close();
     return;
   }
   if (!keep_reading) {
-    reading_stopped_ = true;
+    StopReading();
     return;
   }
   if (input_start_ == input_end_ && input_.capacity() > size_t{64} * 1024) {
@@ -159,14 +175,21 @@ void Connection::OnReadable(std::optional<ReadResult> first) {
     std::string().swap(input_);
     input_start_ = input_end_ = 0;
   }
-  if (drained) {
-    WaitReadable();
-  } else {
-    // Bytes are still waiting in the socket, and readiness is edge-triggered: no new event
-    // would come for them. Continue in a later turn, after the other clients had theirs.
-    boost::asio::post(socket_.get_executor(), [self = shared_from_this()] {
-      if (!self->closed_) self->OnReadable(std::nullopt);
-    });
+}
+
+void Connection::StopReading() {
+  if (reading_stopped_) return;
+  reading_stopped_ = true;
+  // Level-triggered, a socket at its end would be reported readable on every turn.
+  UpdateWatch();
+}
+
+void Connection::UpdateWatch() {
+  if (closed_) return;
+  if (Status watched = worker_.poller().Watch(fd_, id(), !reading_stopped_, write_waiting_);
+      !watched) {
+    spdlog::error("closing client {}: {}", session_->info().address, watched.error().message);
+    Close();
   }
 }
 
@@ -187,6 +210,7 @@ bool Connection::RunRequests() {
     }
     input_start_ += consumed;
     if (args_.empty()) continue;
+    ++requests_run_;
     session_->Execute(args_);
     if (session_->close_requested()) return false;
   }
@@ -229,6 +253,20 @@ void Connection::DropSubscriber(std::string reason) {
   Close();
 }
 
+void Connection::TimeOutRequest(int64_t seconds) {
+  if (closed_) return;
+  spdlog::warn("closing client {}: a request not received whole within {} s (request-timeout)",
+               session_->info().address, seconds);
+  AppendUnrequested([&] {
+    ReplyWriter(&session_->output(), session_->protocol())
+        .Error(fmt::format("ERR request timeout: the request did not arrive whole within {} s",
+                           seconds));
+  });
+  // One attempt to send the reason, then close: the client is not sending its request.
+  TryWrite();
+  Close();
+}
+
 void Connection::ReleaseReplies() {
   output_ready_ = session_->output().size();
   TryWrite();
@@ -238,19 +276,19 @@ void Connection::TryWrite() {
   if (closed_ || write_waiting_) return;
   std::string& output = session_->output();
   while (output_sent_ < output_ready_) {
-    boost::system::error_code error;
-    const size_t n = socket_.write_some(
-        boost::asio::buffer(output.data() + output_sent_, output_ready_ - output_sent_), error);
-    if (error == boost::asio::error::would_block) {
-      WaitWritable();
-      return;
-    }
-    if (error) {
+    const ssize_t n =
+        ::send(fd_, output.data() + output_sent_, output_ready_ - output_sent_, MSG_NOSIGNAL);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) {
+        WaitWritable();
+        return;
+      }
       Close();
       return;
     }
-    output_sent_ += n;
-    WorkerStats::Bump(worker_.stats().net_output_bytes, n);
+    output_sent_ += static_cast<size_t>(n);
+    WorkerStats::Bump(worker_.stats().net_output_bytes, static_cast<uint64_t>(n));
   }
   CompactOutput();
   session_->info().output_buffer_bytes.store(output.size() - output_sent_,
@@ -260,12 +298,7 @@ void Connection::TryWrite() {
 
 void Connection::WaitWritable() {
   write_waiting_ = true;
-  socket_.async_wait(boost::asio::ip::tcp::socket::wait_write,
-                     [self = shared_from_this()](const boost::system::error_code& error) {
-                       self->write_waiting_ = false;
-                       if (error || self->closed_) return;
-                       self->TryWrite();
-                     });
+  UpdateWatch();
 }
 
 void Connection::CompactOutput() {

@@ -1,18 +1,21 @@
 // Connection: one client's socket. Reads requests, hands them to its Session, and writes
 // the replies the worker releases. Lives on its worker's thread only.
 //
-// Reading and writing are readiness-based (async_wait, then non-blocking reads and writes
-// until the socket would block): an idle connection holds no buffer, and a burst of
-// pipelined requests is read and answered in as few system calls as the kernel allows.
+// The socket is a plain non-blocking descriptor in its worker's Poller (level-triggered
+// epoll, see servers/poller.h): when it is readable, reads go on into at least 16 KiB of
+// room until one comes back short (the socket is empty) or this turn's share is used, so a
+// burst of pipelined requests is read in as few system calls as the kernel allows and a
+// request at pipeline depth 1 costs one read and one send. Writing is non-blocking; only when
+// the socket's send buffer is full is the socket watched for room to write.
 #pragma once
 
 #include <boost/asio/ip/tcp.hpp>
 #include <memory>
-#include <optional>
 #include <string>
 #include <vector>
 
 #include "servers/durability_gate.h"
+#include "servers/peer.h"
 #include "servers/redis/resp_parser.h"
 #include "servers/redis/session.h"
 
@@ -23,12 +26,20 @@ class Worker;
 class Connection final : public std::enable_shared_from_this<Connection>,
                          public servers::DurabilityWaiter {
  public:
-  Connection(Worker& worker, boost::asio::ip::tcp::socket socket);
+  // `peer`: where the client is (the socket may be a TLS tunnel's inner end). The connection
+  // takes the socket's descriptor out of Asio's hands.
+  Connection(Worker& worker, boost::asio::ip::tcp::socket socket, const servers::Peer& peer);
   ~Connection();
 
+  // Joins the worker's poller; a connection that cannot is closed.
   void Start();
   void Close();
   bool closed() const { return closed_; }
+  // The client's id (CLIENT ID), which is also its token in the worker's poller.
+  uint64_t id() const { return session_->info().id; }
+
+  // The poller found the socket ready: `events` are epoll's bits.
+  void OnReady(uint32_t events);
 
   Session& session() { return *session_; }
 
@@ -43,19 +54,18 @@ class Connection final : public std::enable_shared_from_this<Connection>,
   void PushUpdates(const engine::SubscriptionDelivery& delivery);
   void DropSubscriber(std::string reason);
 
+  // When the request being received began (ms of the keyspace clock): when the input last
+  // held no partial request, or the last whole request was taken from it. 0 while there is
+  // no partial request. The worker's housekeeping compares it with --request-timeout.
+  int64_t partial_request_since_ms() const { return partial_request_since_ms_; }
+  // Tells the client its request did not arrive whole within `seconds`, and closes.
+  void TimeOutRequest(int64_t seconds);
+
  private:
-  // The outcome of one read of the socket.
-  struct ReadResult {
-    boost::system::error_code error;
-    size_t bytes = 0;
-  };
-  // Hands the reactor a read into input_: it reads when the socket becomes readable, with
-  // no system call to re-arm the descriptor (a wait-only operation costs an epoll_ctl each
-  // time; a read that found the socket drained does not).
-  void WaitReadable();
-  // Takes the reactor's read (`first`), or none when continuing a turn, then reads on until
-  // the socket is drained or this turn's share is used, and runs the requests.
-  void OnReadable(std::optional<ReadResult> first);
+  // Reads until the socket is drained or this turn's share is used, and runs the requests.
+  void OnReadable();
+  // Stops reading: the client closed its end, sent QUIT, or broke the protocol.
+  void StopReading();
   // Makes at least kReadChunk bytes of room after input_end_.
   void MakeRoomToRead();
   // Parses and runs every whole request in the input. False when the connection must stop
@@ -68,10 +78,13 @@ class Connection final : public std::enable_shared_from_this<Connection>,
   void AppendUnrequested(Write&& write);
   void TryWrite();
   void WaitWritable();
+  // Tells the poller what the socket waits for now (reading unless stopped; writing while
+  // the send buffer is full).
+  void UpdateWatch();
   void CompactOutput();
 
   Worker& worker_;
-  boost::asio::ip::tcp::socket socket_;
+  int fd_ = -1;  // the socket; owned, closed by Close()
   std::unique_ptr<Session> session_;
   RequestParser parser_;
   std::vector<std::string_view> args_;
@@ -79,6 +92,9 @@ class Connection final : public std::enable_shared_from_this<Connection>,
   std::string input_;  // bytes read, from input_start_ on not yet consumed
   size_t input_start_ = 0;
   size_t input_end_ = 0;
+
+  int64_t partial_request_since_ms_ = 0;
+  uint64_t requests_run_ = 0;  // whole requests taken from the input, ever
 
   size_t output_sent_ = 0;   // bytes of session output already written
   size_t output_ready_ = 0;  // bytes of session output released for writing

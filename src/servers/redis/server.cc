@@ -7,6 +7,8 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/write.hpp>
 
+#include "servers/accept.h"
+#include "servers/listen.h"
 #include "servers/redis/redis_metrics.h"
 #include "servers/redis/worker.h"
 
@@ -23,7 +25,9 @@ int UsableCpus() {
 }  // namespace
 
 RedisServer::RedisServer(servers::Services services, ServerOptions options)
-    : core_(std::move(services), std::move(options)), acceptor_(accept_io_) {
+    : core_(std::move(services), std::move(options)),
+      acceptor_(accept_io_),
+      tls_acceptor_(accept_io_) {
   if (metrics::Registry* registry = core_.services().metrics; registry != nullptr) {
     RegisterRedisMetrics(core_, *registry);
   }
@@ -37,63 +41,64 @@ Status RedisServer::Start() {
     workers_.push_back(std::make_unique<Worker>(core_, i));
     core_.AddWorkerStats(&workers_.back()->stats());
   }
-  boost::system::error_code error;
-  const auto address = boost::asio::ip::make_address(core_.options().bind, error);
-  if (error) return InvalidArgument(fmt::format("bad --bind address '{}'", core_.options().bind));
-  const boost::asio::ip::tcp::endpoint endpoint(address, core_.options().port);
-  acceptor_.open(endpoint.protocol(), error);
-  if (!error) acceptor_.set_option(boost::asio::socket_base::reuse_address(true), error);
-  if (!error) acceptor_.bind(endpoint, error);
-  if (!error) acceptor_.listen(boost::asio::socket_base::max_listen_connections, error);
-  if (error) {
-    return IOError(fmt::format("cannot listen on {}:{}: {}", core_.options().bind,
-                               core_.options().port, error.message()));
+  const ServerOptions& options = core_.options();
+  if (options.plain) {
+    auto status = servers::Listen(acceptor_, options.bind, options.port, "the Redis protocol");
+    if (!status) return status;
+    core_.set_bound_port(acceptor_.local_endpoint().port());
   }
-  core_.set_bound_port(acceptor_.local_endpoint().port());
+  if (options.tls_port != 0) {
+    auto status = servers::Listen(tls_acceptor_, options.bind, options.tls_port,
+                                  "the Redis protocol over TLS");
+    if (!status) return status;
+    tls_port_ = tls_acceptor_.local_endpoint().port();
+  }
 
   std::vector<servers::DurabilityGate*> gates;
   for (auto& worker : workers_) gates.push_back(&worker->gate());
   durable_.Attach(core_.engine().committer(), std::move(gates));
   for (auto& worker : workers_) worker->Start();
   sampler_ = std::make_unique<boost::asio::steady_timer>(accept_io_);
-  accept_retry_ = std::make_unique<boost::asio::steady_timer>(accept_io_);
   SampleOps();
-  Accept();
+  if (acceptor_.is_open()) Accept(acceptor_, false);
+  if (tls_acceptor_.is_open()) Accept(tls_acceptor_, true);
   accept_thread_ = std::thread([this] { accept_io_.run(); });
-  spdlog::info("serving the Redis protocol on {}:{} with {} worker(s)", core_.options().bind,
-               port(), worker_count);
+  spdlog::info("serving the Redis protocol on {}{}{} with {} worker(s)", options.bind,
+               options.plain ? fmt::format(" port {}", port()) : "",
+               tls_port_ != 0 ? fmt::format(" TLS port {}", tls_port_) : "", worker_count);
   return OkStatus();
 }
 
-void RedisServer::Accept() {
-  Worker& worker = *workers_[next_worker_];
-  next_worker_ = (next_worker_ + 1) % workers_.size();
-  acceptor_.async_accept(worker.io(), [this, &worker](const boost::system::error_code& error,
-                                                      boost::asio::ip::tcp::socket socket) {
-    if (error == boost::asio::error::operation_aborted) return;
-    if (!error) {
-      core_.connections_received.fetch_add(1, std::memory_order_relaxed);
-      if (static_cast<int64_t>(core_.clients().size()) >= core_.options().maxclients) {
-        core_.rejected_connections.fetch_add(1, std::memory_order_relaxed);
-        boost::system::error_code ignored;
-        boost::asio::write(
-            socket, boost::asio::buffer(std::string_view("-ERR max number of clients reached\r\n")),
-            ignored);
-        socket.close(ignored);
-      } else {
-        worker.Adopt(std::move(socket));
-      }
-    } else {
-      // Out of file descriptors and the like: log, pause a little, keep serving.
-      spdlog::warn("accept failed: {}", error.message());
-      accept_retry_->expires_after(std::chrono::milliseconds(100));
-      accept_retry_->async_wait([this](const boost::system::error_code& cancelled) {
-        if (!cancelled) Accept();
+void RedisServer::Accept(boost::asio::ip::tcp::acceptor& acceptor, bool tls) {
+  servers::AcceptConnections(
+      acceptor, tls ? "Redis TLS" : "Redis", workers_, next_worker_,
+      [this, tls](Worker& worker, boost::asio::ip::tcp::socket socket) {
+        core_.connections_received.fetch_add(1, std::memory_order_relaxed);
+        if (!tls) {
+          const servers::Peer peer = servers::Peer::Of(socket);
+          Admit(worker, std::move(socket), peer);
+          return;
+        }
+        tls::TlsContext& context = *core_.services().tls;
+        worker.tunnels().Serve(
+            std::move(socket), context.Current(), context.options().auth_clients,
+            [this, &worker](boost::asio::ip::tcp::socket inner, servers::Peer peer) {
+              Admit(worker, std::move(inner), peer);
+            });
       });
-      return;
-    }
-    Accept();
-  });
+}
+
+void RedisServer::Admit(Worker& worker, boost::asio::ip::tcp::socket socket, servers::Peer peer) {
+  if (static_cast<int64_t>(core_.clients().size()) >= core_.options().maxclients) {
+    core_.rejected_connections.fetch_add(1, std::memory_order_relaxed);
+    boost::system::error_code ignored;
+    boost::asio::write(
+        socket, boost::asio::buffer(std::string_view("-ERR max number of clients reached\r\n")),
+        ignored);
+    socket.close(ignored);
+    return;
+  }
+  worker.Adopt(std::move(socket), peer);
 }
 
 void RedisServer::SampleOps() {
@@ -112,8 +117,8 @@ void RedisServer::Stop() {
   boost::asio::post(accept_io_, [this] {
     boost::system::error_code ignored;
     acceptor_.close(ignored);
+    tls_acceptor_.close(ignored);
     sampler_->cancel();
-    accept_retry_->cancel();
   });
   accept_thread_.join();
   durable_.Detach();

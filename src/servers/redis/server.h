@@ -1,5 +1,6 @@
-// RedisServer: the Redis-protocol front of tally. Accepts connections on one address and
-// spreads them over its workers (one event loop per thread), which share one engine.
+// RedisServer: the Redis-protocol front of tally. Accepts connections on its port, its TLS
+// port or both (one address), and spreads them over its workers (one event loop per thread),
+// which share one engine. A TLS client reaches its worker through a tunnel (tls_tunnel.h).
 #pragma once
 
 #include <boost/asio/io_context.hpp>
@@ -11,6 +12,7 @@
 
 #include "core/status.h"
 #include "servers/durability_gate.h"
+#include "servers/peer.h"
 #include "servers/redis/server_core.h"
 #include "servers/redis/server_options.h"
 #include "servers/services.h"
@@ -27,6 +29,7 @@ class RedisServer {
   ~RedisServer();
 
   // Binds, listens and starts the workers. Returns once the server is accepting.
+  // REQUIRES: services.tls when options.tls_port is set.
   Status Start();
 
   // Stops accepting, closes every connection and joins the workers. Replies that were
@@ -34,10 +37,16 @@ class RedisServer {
   // engine's Stop().
   void Stop();
 
+  // The bound ports; 0 for a port not listened on.
   uint16_t port() const { return core_.bound_port(); }
+  uint16_t tls_port() const { return tls_port_; }
 
  private:
-  void Accept();
+  // Accepts the clients of `acceptor` (the TLS one when `tls`) until it is closed.
+  void Accept(boost::asio::ip::tcp::acceptor& acceptor, bool tls);
+  // Hands a client's socket (a TLS client's once its handshake is done, so that a refusal is
+  // readable) to `worker`, or refuses it past maxclients.
+  void Admit(Worker& worker, boost::asio::ip::tcp::socket socket, servers::Peer peer);
   void SampleOps();
 
   ServerCore core_;
@@ -45,8 +54,9 @@ class RedisServer {
   servers::DurableListener durable_;  // the committer's announcements reach the workers here
   boost::asio::io_context accept_io_;
   boost::asio::ip::tcp::acceptor acceptor_;
+  boost::asio::ip::tcp::acceptor tls_acceptor_;
+  uint16_t tls_port_ = 0;
   std::unique_ptr<boost::asio::steady_timer> sampler_;
-  std::unique_ptr<boost::asio::steady_timer> accept_retry_;
   std::thread accept_thread_;
   size_t next_worker_ = 0;
   uint64_t last_commands_ = 0;

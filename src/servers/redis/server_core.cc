@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "servers/redis/acl_commands.h"
+
 namespace tally::redis {
 
 std::shared_ptr<ClientInfo> ClientRegistry::Add(std::string address, std::string local_address,
@@ -37,7 +39,13 @@ std::vector<std::shared_ptr<ClientInfo>> ClientRegistry::Snapshot() const {
 ServerCore::ServerCore(servers::Services services, ServerOptions options)
     : services_(std::move(services)),
       options_(std::move(options)),
-      start_ms_(services_.engine.keyspace().clock()->NowMillis()) {}
+      start_ms_(services_.engine.keyspace().clock()->NowMillis()) {
+  acl_ = services_.acl;
+  if (acl_ == nullptr) {
+    own_acl_ = std::make_unique<auth::Acl>(AclCommandInfo(), options_.requirepass);
+    acl_ = own_acl_.get();
+  }
+}
 
 uint64_t ServerCore::Total(std::atomic<uint64_t> WorkerStats::*field) const {
   uint64_t total = 0;

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "servers/auth/acl.h"
 #include "servers/redis/command_table.h"
 #include "servers/redis/server_options.h"
 #include "servers/services.h"
@@ -30,6 +31,7 @@ struct ClientInfo {
   std::atomic<const CommandSpec*> last_command{nullptr};
   std::atomic<int> protocol{2};
   std::atomic<bool> in_multi{false};
+  std::atomic<uint32_t> db{0};  // the selected database
   std::atomic<size_t> query_buffer_bytes{0};
   std::atomic<size_t> output_buffer_bytes{0};
   mutable std::mutex mutex;
@@ -84,6 +86,8 @@ class ServerCore {
   // The live subscriptions (SUBSCRIBE, PSUBSCRIBE), or null when the server offers none.
   engine::SubscriptionHub* subscriptions() { return services_.subscriptions; }
   const servers::Services& services() const { return services_; }
+  // The node's users, or the server's own (the default user with --requirepass).
+  auth::Acl& acl() { return *acl_; }
   const ServerOptions& options() const { return options_; }
   ClientRegistry& clients() { return clients_; }
   int64_t start_ms() const { return start_ms_; }
@@ -110,6 +114,8 @@ class ServerCore {
  private:
   const servers::Services services_;
   const ServerOptions options_;
+  std::unique_ptr<auth::Acl> own_acl_;  // when the services have none
+  auth::Acl* acl_;
   ClientRegistry clients_;
   const int64_t start_ms_;
   uint16_t bound_port_ = 0;

@@ -5,12 +5,14 @@
 #include <algorithm>
 
 #include "core/integer.h"
+#include "servers/redis/acl_commands.h"
 #include "servers/redis/command_args.h"
 
 namespace tally::redis {
 namespace {
 
 constexpr std::string_view kOverflow = "ERR increment or decrement would overflow";
+constexpr std::string_view kNoPermKey = "NOPERM No permissions to access a key";
 
 bool IsTransactionControl(const CommandSpec& spec) {
   return spec.handler == commands::Multi || spec.handler == commands::Exec ||
@@ -21,12 +23,57 @@ bool IsTransactionControl(const CommandSpec& spec) {
 }  // namespace
 
 Session::Session(ServerCore& core, WorkerShard& shard, std::shared_ptr<ClientInfo> info)
-    : core_(core),
-      shard_(shard),
-      info_(std::move(info)),
-      writer_(&output_, 2),
-      authenticated_(core.options().requirepass.empty()) {
+    : core_(core), shard_(shard), info_(std::move(info)), writer_(&output_, 2) {
   writer_.set_error_tally(&shard_.stats().errors);
+  set_user(core.acl().OpenDefault());
+}
+
+void Session::set_user(std::shared_ptr<const auth::User> user) {
+  acl_version_ = core_.acl().version();
+  user_ = std::move(user);
+  acl_checks_ = user_ != nullptr && !user_->unrestricted();
+}
+
+void Session::RefreshUser() {
+  if (user_ == nullptr || acl_version_ == core_.acl().version()) return;
+  // A user changed: this session's is looked up again (gone or off: it must AUTH again).
+  auto current = core_.acl().Find(user_->name());
+  set_user(current != nullptr && current->enabled() ? std::move(current) : nullptr);
+}
+
+void Session::LogAcl(std::string_view reason, std::string object, std::string_view username) {
+  auth::AclLogEntry entry;
+  entry.reason = std::string(reason);
+  entry.context = in_multi_ ? "multi" : "toplevel";
+  entry.object = std::move(object);
+  entry.username = std::string(username);
+  entry.client = fmt::format("id={} addr={} laddr={} user={}", info_->id, info_->address,
+                             info_->local_address, username);
+  core_.acl().Log(std::move(entry), core_.engine().keyspace().clock()->NowMillis());
+}
+
+bool Session::RefusedByAcl(const CommandSpec& spec, std::span<const std::string_view> args,
+                           std::span<const size_t> key_positions) {
+  const auto refusal = CheckPermission(*user_, spec, args, key_positions);
+  if (!refusal) return false;
+  LogAcl(refusal->reason, refusal->object, user_->name());
+  if (refusal->reason == "command") {
+    Reject(spec, fmt::format("NOPERM User {} has no permissions to run the '{}' command",
+                             user_->name(), spec.name));
+  } else if (spec.name == "subscribe") {
+    Reject(spec, "NOPERM No permissions to access a channel");
+  } else {
+    Reject(spec, kNoPermKey);
+  }
+  return true;
+}
+
+bool Session::RefusedRead(std::string_view key, bool prefix) {
+  if (!acl_checks_) return false;
+  if (prefix ? user_->CanReadPrefix(key) : user_->CanAccess(key, auth::kReadKey)) return false;
+  LogAcl("key", prefix ? fmt::format("{}*", key) : std::string(key), user_->name());
+  writer_.Error(kNoPermKey);
+  return true;
 }
 
 Session::~Session() {
@@ -81,7 +128,8 @@ void Session::Execute(std::span<const std::string_view> args) {
     Reject(*spec, fmt::format("ERR wrong number of arguments for '{}' command", spec->name));
     return;
   }
-  if (!authenticated_ && !(spec->flags & kNoAuth)) {
+  RefreshUser();
+  if (user_ == nullptr && !(spec->flags & kNoAuth)) {
     Reject(*spec, "NOAUTH Authentication required.");
     return;
   }
@@ -99,9 +147,15 @@ void Session::Execute(std::span<const std::string_view> args) {
   static constexpr size_t kIncrementKey[] = {1};
   const bool increment = (spec->flags & kIncrement) != 0;
   if (!increment) KeyPositions(*spec, args.size(), &key_positions_);
-  if ((spec->flags & kWrite) != 0 &&
-      RefusedProtectedKey(*spec, args,
-                          increment ? std::span<const size_t>(kIncrementKey) : key_positions_)) {
+  const std::span<const size_t> positions =
+      increment ? std::span<const size_t>(kIncrementKey) : key_positions_;
+  // AUTH, HELLO, QUIT and RESET are everyone's (they change who one is, not what).
+  if (acl_checks_ && (spec->flags & kNoAuth) == 0 && RefusedByAcl(*spec, args, positions)) {
+    return;
+  }
+  const std::string refusal = KeyRefusal(*spec, args, positions, in_multi_ ? queued_db_ : db_);
+  if (!refusal.empty()) {
+    Reject(*spec, refusal);
     return;
   }
 
@@ -110,6 +164,12 @@ void Session::Execute(std::span<const std::string_view> args) {
       multi_failed_ = true;
       writer_.Error("ERR Command not allowed inside a transaction");
       return;
+    }
+    // A queued SELECT moves the commands queued after it (EXEC checks their keys again).
+    if (spec->handler == commands::Select) {
+      if (const auto db = commands::DatabaseIndex(args[1], core_.options().databases)) {
+        queued_db_ = *db;
+      }
     }
     multi_queue_.push_back({spec, std::vector<std::string>(args.begin(), args.end())});
     writer_.SimpleString("QUEUED");
@@ -124,22 +184,38 @@ void Session::Execute(std::span<const std::string_view> args) {
   Run(*spec, args, nullptr);
 }
 
-void Session::HashKeys(std::span<const std::string_view> args) {
-  keys_.clear();
-  for (const size_t position : key_positions_) keys_.emplace_back(args[position]);
+void Session::set_db(uint32_t db) {
+  db_ = db;
+  info_->db.store(db, std::memory_order_relaxed);
 }
 
-bool Session::RefusedProtectedKey(const CommandSpec& spec, std::span<const std::string_view> args,
-                                  std::span<const size_t> key_positions) {
-  const derived::DerivedCounters* derived = core_.derived();
-  if (derived == nullptr) return false;
-  for (const size_t position : key_positions) {
-    if (derived->IsProtectedKey(args[position])) {
-      Reject(spec, derived->ProtectedKeyError(args[position]));
-      return true;
-    }
+void Session::HashKeys(std::span<const std::string_view> args) {
+  keys_.clear();
+  if (db_ == 0) {
+    for (const size_t position : key_positions_) keys_.emplace_back(args[position]);
+    return;
   }
-  return false;
+  // Every stored key first, then the views into them (a growing vector moves its strings).
+  stored_keys_.resize(key_positions_.size());
+  for (size_t i = 0; i < key_positions_.size(); ++i) {
+    engine::StoreKeyInto(db_, args[key_positions_[i]], &stored_keys_[i]);
+  }
+  for (const std::string& key : stored_keys_) keys_.emplace_back(key);
+}
+
+std::string Session::KeyRefusal(const CommandSpec& spec, std::span<const std::string_view> args,
+                                std::span<const size_t> key_positions, uint32_t db) const {
+  if (db != 0) return {};  // derived counters and tally's own records live in database 0
+  for (const size_t position : key_positions) {
+    if (engine::IsReservedKey(args[position]))
+      return fmt::format("ERR {}", engine::kReservedKeyMessage);
+  }
+  const derived::DerivedCounters* derived = core_.derived();
+  if (derived == nullptr || (spec.flags & kWrite) == 0) return {};
+  for (const size_t position : key_positions) {
+    if (derived->IsProtectedKey(args[position])) return derived->ProtectedKeyError(args[position]);
+  }
+  return {};
 }
 
 bool Session::NeedsFold(const CommandSpec& spec) {
@@ -155,7 +231,12 @@ void Session::QueueIncrement(const CommandSpec& spec, std::span<const std::strin
   const bool negate = spec.handler == commands::Decr || spec.handler == commands::DecrBy;
   const std::optional<int64_t> delta = IncrementAmount(args, negate, writer_);
   if (!delta) return;
-  const uint32_t ticket = shard_.increments().Add(engine::HashedKey(args[1]), *delta);
+  std::string_view key = args[1];
+  if (db_ != 0) {
+    engine::StoreKeyInto(db_, key, &stored_increment_key_);
+    key = stored_increment_key_;
+  }
+  const uint32_t ticket = shard_.increments().Add(engine::HashedKey(key), *delta);  // copies
   if (holes_.empty()) shard_.AwaitFold(this);
   holes_.push_back(Hole{output_.size(), ticket});
 }
@@ -203,6 +284,7 @@ void Session::Run(const CommandSpec& spec, std::span<const std::string_view> arg
 
 void Session::BeginMulti() {
   in_multi_ = true;
+  queued_db_ = db_;
   multi_failed_ = false;
   multi_queue_.clear();
   info_->in_multi.store(true, std::memory_order_relaxed);
@@ -235,6 +317,23 @@ void Session::RunExec() {
   for (const QueuedCommand& queued : queue) {
     args.assign(queued.args.begin(), queued.args.end());
     KeyPositions(*queued.spec, args.size(), &key_positions_);
+    // As Redis: the permissions are checked again (Execute looked the user up again for
+    // EXEC), in case they changed since the command was queued.
+    if (acl_checks_ && (queued.spec->flags & kNoAuth) == 0) {
+      if (const auto refusal = CheckPermission(*user_, *queued.spec, args, key_positions_)) {
+        LogAcl(refusal->reason, refusal->object, user_->name());
+        writer_.Error(
+            "NOPERM ACLs rules changed between the moment the transaction was accumulated and "
+            "its execution");
+        continue;
+      }
+    }
+    // The database may differ from the one checked at queueing (a SELECT that failed).
+    if (const std::string refusal = KeyRefusal(*queued.spec, args, key_positions_, db_);
+        !refusal.empty()) {
+      writer_.Error(refusal);
+      continue;
+    }
     HashKeys(args);
     Run(*queued.spec, args, &all);
   }

@@ -19,6 +19,7 @@
 
 #include "engine/increment_buffer.h"
 #include "engine/subscriptions.h"
+#include "servers/auth/acl.h"
 #include "servers/redis/command_table.h"
 #include "servers/redis/resp_writer.h"
 #include "servers/redis/server_core.h"
@@ -27,7 +28,8 @@
 namespace tally::redis {
 
 // A session's pub/sub state (commands/pubsub.cc): what it follows, and its subscriber in
-// the server's SubscriptionHub.
+// the server's SubscriptionHub. Channels and patterns are kept in their stored form
+// (engine/databases.h: prefixed with the database they were subscribed in, when not 0).
 struct PubSubState {
   engine::SubscriberId subscriber = 0;  // 0 until the first SUBSCRIBE or PSUBSCRIBE
   std::set<std::string> channels;       // exact keys
@@ -63,8 +65,23 @@ class Session {
   ClientInfo& info() { return *info_; }
   int protocol() const { return writer_.protocol(); }
   void set_protocol(int protocol);
-  bool authenticated() const { return authenticated_; }
-  void set_authenticated(bool authenticated) { authenticated_ = authenticated; }
+  // The selected database (SELECT; engine/databases.h). Keys of commands run in it.
+  uint32_t db() const { return db_; }
+  void set_db(uint32_t db);
+  // The user the session runs as: null until AUTH when the default user needs a password.
+  bool authenticated() const { return user_ != nullptr; }
+  const auth::User* user() const { return user_.get(); }
+  void set_user(std::shared_ptr<const auth::User> user);
+  // Adds a refusal or a failed AUTH to ACL LOG, with this client's description.
+  void LogAcl(std::string_view reason, std::string object, std::string_view username);
+  // For the commands whose keys are known only once they run (the derived counters' reads):
+  // true, after answering -NOPERM (and logging it), when the user may not read `key` (with
+  // `prefix`, every key that starts with it).
+  bool RefusedRead(std::string_view key, bool prefix);
+  // Whether the user may read `key` (a subscription's update is sent only then).
+  bool MayRead(std::string_view key) const {
+    return !acl_checks_ || (user_ != nullptr && user_->CanAccess(key, auth::kReadKey));
+  }
   void RequestClose() { close_requested_ = true; }
   void RaiseRequiredEpoch(uint64_t epoch) { required_epoch_ = std::max(required_epoch_, epoch); }
   // MULTI / EXEC / DISCARD / RESET.
@@ -95,16 +112,26 @@ class Session {
     uint32_t ticket;  // the increment's ticket in the worker's IncrementBuffer
   };
 
-  // Hashes the key arguments at key_positions_ into keys_, once per request.
+  // Hashes the key arguments at key_positions_, in their stored form in the selected
+  // database, into keys_, once per request.
   void HashKeys(std::span<const std::string_view> args);
   // Runs a validated command: locks its keys (unless `held` already holds every stripe) and
   // calls the handler. REQUIRES: HashKeys() for this request.
   void Run(const CommandSpec& spec, std::span<const std::string_view> args, engine::View* held);
   // Queues a plain increment in the worker's buffer (or replies why the amount is bad).
   void QueueIncrement(const CommandSpec& spec, std::span<const std::string_view> args);
-  // True, after refusing the command, when it would write a derived counter's key.
-  bool RefusedProtectedKey(const CommandSpec& spec, std::span<const std::string_view> args,
-                           std::span<const size_t> key_positions);
+  // Looks the session's user up again when the users changed since (ACL SETUSER, DELUSER,
+  // LOAD): one deleted or turned off leaves the session signed out.
+  void RefreshUser();
+  // True, after refusing the command with -NOPERM (and logging it), when the user may not
+  // run it on these keys.
+  bool RefusedByAcl(const CommandSpec& spec, std::span<const std::string_view> args,
+                    std::span<const size_t> key_positions);
+  // Why the command may not touch its keys in database `db`, or empty: a key reserved for
+  // other databases (any command in database 0), or a derived counter's key (writes in
+  // database 0, where derived counters live).
+  std::string KeyRefusal(const CommandSpec& spec, std::span<const std::string_view> args,
+                         std::span<const size_t> key_positions, uint32_t db) const;
   // True when a command must see the effect of increments still in the buffer.
   bool NeedsFold(const CommandSpec& spec);
   void RejectUnknown(std::span<const std::string_view> args);
@@ -118,9 +145,16 @@ class Session {
   ReplyWriter writer_;
   std::vector<Hole> holes_;
   uint64_t required_epoch_ = 0;
-  bool authenticated_;
+  std::shared_ptr<const auth::User> user_;
+  uint64_t acl_version_ = 0;  // of the Acl when user_ was looked up
+  // The user is restricted: each command is checked against it. False for a user with every
+  // permission on every key (the default user of a server without users), whose commands
+  // skip the check, and for no user (only AUTH, HELLO, QUIT and RESET run then).
+  bool acl_checks_ = false;
   bool close_requested_ = false;
+  uint32_t db_ = 0;
   bool in_multi_ = false;
+  uint32_t queued_db_ = 0;  // the database queued commands will run in, as far as SELECTs tell
   bool multi_failed_ = false;
   struct QueuedCommand {
     const CommandSpec* spec;
@@ -132,6 +166,8 @@ class Session {
   // Scratch, reused by every request.
   std::vector<size_t> key_positions_;
   std::vector<engine::HashedKey> keys_;
+  std::vector<std::string> stored_keys_;  // what keys_ point into outside database 0
+  std::string stored_increment_key_;
 };
 
 }  // namespace tally::redis

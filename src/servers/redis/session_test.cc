@@ -113,6 +113,23 @@ TEST_F(SessionTest, IncrementsOfATurnAreFilledInOrderAndSeenByLaterReads) {
   EXPECT_EQ(shard_->stats().increments_folded.load(), 4u);
 }
 
+TEST_F(SessionTest, EachDatabaseKeepsItsKeysUnderItsPrefix) {
+  EXPECT_EQ(Turn({{"INCR", "a"}, {"SELECT", "2"}, {"INCRBY", "a", "5"}, {"SET", "b", "7"}}),
+            ":1\r\n+OK\r\n:5\r\n+OK\r\n");
+  // Database 2's keys are stored under "\0db\x02"; database 0's as they are.
+  const std::string a2 = engine::StoredKey(2, "a");
+  const engine::HashedKey stored(a2);
+  EXPECT_EQ(engine_->keyspace().Lock(stored).Get(stored), 5);
+  EXPECT_EQ(Call({"KEYS", "a*"}), "*1\r\n$1\r\na\r\n");
+  EXPECT_EQ(Call({"DBSIZE"}), ":2\r\n");
+  EXPECT_EQ(Turn({{"SELECT", "0"}, {"GET", "a"}, {"GET", "b"}, {"DBSIZE"}}),
+            "+OK\r\n$1\r\n1\r\n$-1\r\n:1\r\n");
+  EXPECT_EQ(Call({"SELECT", "16"}), "-ERR DB index is out of range\r\n");
+  EXPECT_EQ(Call({"GET", std::string_view("\0db\x02a", 5)}),
+            "-ERR keys that start with \\x00db are reserved: tally stores the keys of databases "
+            "1 and up under them\r\n");
+}
+
 TEST_F(SessionTest, AnIncrementPastInt64ChangesNothing) {
   EXPECT_EQ(Call({"SET", "a", "9223372036854775807"}), "+OK\r\n");
   EXPECT_EQ(Call({"INCR", "a"}), "-ERR increment or decrement would overflow\r\n");
@@ -314,6 +331,95 @@ TEST_F(SessionTest, DerivedCountersAreReadOnlyToPlainCommands) {
   EXPECT_TRUE(refused.starts_with("-ERR ")) << refused;
   EXPECT_NE(refused.find("blog_posts"), std::string::npos) << refused;
   EXPECT_EQ(Call({"GET", "blog_posts:7"}), "$1\r\n1\r\n");
+}
+
+TEST_F(SessionTest, CounterRepairStateSetsWholeGroupsWithTheirRecords) {
+  Define(
+      "CREATE SOURCE orders (id bigint, shop bigint, customer bigint);"
+      "CREATE COUNTER buyers AS SELECT shop, count(DISTINCT customer) FROM orders GROUP BY shop;"
+      "CREATE COUNTER shops AS SELECT shop, count(*) FROM orders GROUP BY shop;");
+  const auto push = [&](std::string_view side, int id, int shop, int customer) {
+    return Call({"COUNTER.PUSH", fmt::format(R"({{"source":"orders","{}":{{"id":{},"shop":{},)"
+                                             R"("customer":{}}}}})",
+                                             side, id, shop, customer)});
+  };
+  push("new", 1, 7, 1);
+  push("new", 2, 7, 2);
+  push("new", 3, 9, 2);
+  EXPECT_EQ(Call({"COUNTER.GET", "buyers", "7"}), ":2\r\n");
+  // Shop 7 has 3 rows of customer 5 (the value bytes of an int64: 8 bytes, big-endian, the
+  // sign bit flipped), shop 9 none.
+  const std::string five("0v\x80\0\0\0\0\0\0\x05", 10);
+  EXPECT_EQ(Call({"COUNTER.REPAIRSTATE", "buyers", "buyers:7", "1", "1", five, "3", "buyers:9", "0",
+                  "0"}),
+            ":2\r\n");
+  EXPECT_EQ(Call({"COUNTER.GET", "buyers", "7"}), ":1\r\n");
+  EXPECT_EQ(Call({"COUNTER.GET", "buyers", "9"}), ":0\r\n");
+  EXPECT_EQ(Call({"COUNTER.SCAN", "buyers", "0", "10"}),
+            "*2\r\n$1\r\n0\r\n*2\r\n$8\r\nbuyers:7\r\n:1\r\n");
+  // The formula goes on from there: customer 5 keeps rows after one goes; customer 1 was
+  // dropped by the repair, so its row counts anew.
+  push("old", 4, 7, 5);
+  push("new", 5, 7, 1);
+  EXPECT_EQ(Call({"COUNTER.GET", "buyers", "7"}), ":2\r\n");
+
+  // Errors change nothing.
+  EXPECT_EQ(Call({"COUNTER.REPAIRSTATE", "buyers", "buyers:7", "1", "2", five, "3"}),
+            "-ERR group buyers:7 announces 2 records; 2 arguments follow it\r\n");
+  EXPECT_EQ(Call({"COUNTER.REPAIRSTATE", "buyers", "buyers:7", "1", "1", five}),
+            "-ERR group buyers:7 announces 1 records; 1 arguments follow it\r\n");
+  EXPECT_EQ(Call({"COUNTER.REPAIRSTATE", "buyers", "buyers:7", "one", "0"}),
+            "-ERR value is not an integer or out of range\r\n");
+  EXPECT_EQ(Call({"COUNTER.REPAIRSTATE", "buyers", "buyers:7", "1", "1", "0v\x80", "3"}),
+            "-ERR counter buyers, group buyers:7: aggregate 0 of counter buyers (count(DISTINCT "
+            "customer)): the value bytes of its int64 argument are 8 bytes, not these 1\r\n");
+  EXPECT_EQ(Call({"COUNTER.REPAIRSTATE", "shops", "shops:7", "1", "0"}),
+            "-ERR counter shops keeps one number per group, no records: COUNTER.REPAIR sets its "
+            "groups\r\n");
+  EXPECT_EQ(Call({"COUNTER.REPAIRSTATE", "none", "none:7", "1", "0"}),
+            "-ERR counter none does not exist\r\n");
+  EXPECT_EQ(Call({"COUNTER.REPAIRSTATE", "buyers", "buyers:7", "1"}),
+            WrongArity("counter.repairstate"));
+  EXPECT_EQ(Call({"COUNTER.GET", "buyers", "7"}), ":2\r\n");
+}
+
+TEST_F(SessionTest, AUserRunsOnlyWhatItsRulesAllow) {
+  Define(
+      "CREATE SOURCE posts (id bigint, blog_id bigint);"
+      "CREATE COUNTER blog_posts AS SELECT blog_id, count(*) FROM posts GROUP BY blog_id;");
+  EXPECT_EQ(Call({"ACL", "SETUSER", "alice", "on", ">pw", "~likes:*", "%R~blog_posts:7", "+@read",
+                  "+incr", "+@connection"}),
+            "+OK\r\n");
+  EXPECT_EQ(Call({"AUTH", "alice", "pw"}), "+OK\r\n");
+  EXPECT_EQ(Call({"ACL", "WHOAMI"}), "$5\r\nalice\r\n");
+  const std::string key = "-NOPERM No permissions to access a key\r\n";
+  EXPECT_EQ(Turn({{"INCR", "likes:1"}, {"INCR", "posts:1"}, {"GET", "posts:1"}}),
+            ":1\r\n" + key + key);
+  EXPECT_EQ(Call({"INCR", "blog_posts:7"}), key);  // read-only to alice
+  EXPECT_EQ(Call({"DEL", "likes:1"}),
+            "-NOPERM User alice has no permissions to run the 'del' command\r\n");
+  // The derived counters' reads check the keys they read.
+  EXPECT_EQ(Call({"COUNTER.GET", "blog_posts", "7"}), ":0\r\n");
+  EXPECT_EQ(Call({"COUNTER.GET", "blog_posts", "8"}), key);
+  EXPECT_EQ(Call({"COUNTER.TOP", "blog_posts", "3"}), key);
+  // Whole-keyspace commands need every key.
+  EXPECT_EQ(Call({"DBSIZE"}), key);
+  // In another database the patterns match the key's name.
+  EXPECT_EQ(Turn({{"SELECT", "1"}, {"INCR", "likes:1"}, {"INCR", "posts:1"}}),
+            "+OK\r\n:1\r\n" + key);
+  // A changed user applies to its sessions at once.
+  EXPECT_EQ(Call({"ACL", "SETUSER", "alice", "-incr"}),
+            "-NOPERM User alice has no permissions to run the 'acl' command\r\n");
+  ASSERT_TRUE(core_->acl().SetUser("alice", std::vector<std::string>{"-incr"}));
+  EXPECT_EQ(Call({"INCR", "likes:1"}),
+            "-NOPERM User alice has no permissions to run the 'incr' command\r\n");
+  ASSERT_TRUE(core_->acl().SetUser("alice", std::vector<std::string>{"off"}));
+  EXPECT_EQ(Call({"GET", "likes:1"}), "-NOAUTH Authentication required.\r\n");
+  // Each refusal was logged, the newest first.
+  const auto log = core_->acl().LogEntries(1);
+  ASSERT_EQ(log.size(), 1u);
+  EXPECT_EQ(log[0].object, "incr");
+  EXPECT_EQ(log[0].username, "alice");
 }
 
 }  // namespace

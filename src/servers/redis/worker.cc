@@ -4,8 +4,10 @@
 #include <spdlog/spdlog.h>
 
 #include <boost/asio/post.hpp>
+#include <boost/asio/write.hpp>
 
 #include "servers/event_loop.h"
+#include "servers/protected_mode.h"
 #include "servers/redis/connection.h"
 
 namespace tally::redis {
@@ -15,6 +17,7 @@ Worker::Worker(ServerCore& core, int index)
       index_(index),
       shard_(&core.engine().keyspace()),
       gate_(core.engine(), [this] { boost::asio::post(io_, [this] { ScheduleEndOfTurn(); }); }),
+      poller_(io_, [this](uint64_t id, uint32_t events) { OnSocketReady(id, events); }),
       housekeeping_(io_) {}
 
 Worker::~Worker() { Stop(); }
@@ -24,6 +27,7 @@ void Worker::Start() {
       std::make_unique<boost::asio::executor_work_guard<boost::asio::io_context::executor_type>>(
           io_.get_executor());
   StartHousekeeping();
+  poller_.Start();
   thread_ = servers::RunEventLoop(io_, fmt::format("worker {}", index_));
 }
 
@@ -35,21 +39,42 @@ void Worker::Stop() {
     std::vector<std::shared_ptr<Connection>> all;
     for (const auto& [raw, connection] : connections_) all.push_back(connection);
     for (const auto& connection : all) connection->Close();
+    tunnels_.CloseAll();
+    poller_.Stop();
     gate_.Clear();
     guard_.reset();
   });
   thread_.join();
 }
 
-void Worker::Adopt(boost::asio::ip::tcp::socket socket) {
-  boost::asio::post(io_, [this, socket = std::move(socket)]() mutable {
-    auto connection = std::make_shared<Connection>(*this, std::move(socket));
-    connections_.emplace(connection.get(), connection);
+void Worker::Adopt(boost::asio::ip::tcp::socket socket, servers::Peer peer) {
+  boost::asio::post(io_, [this, socket = std::move(socket), peer]() mutable {
+    if (servers::RefusedByProtectedMode(core_.options().protected_mode,
+                                        core_.acl().OpenDefault() != nullptr,
+                                        peer.remote.address())) {
+      // As Redis: the explanation as an error reply, then the connection is closed.
+      const std::string reply = fmt::format("-{}\r\n", servers::kProtectedModeMessage);
+      boost::system::error_code ignored;
+      boost::asio::write(socket, boost::asio::buffer(reply), ignored);
+      socket.close(ignored);
+      return;
+    }
+    auto connection = std::make_shared<Connection>(*this, std::move(socket), peer);
+    connections_.emplace(connection->id(), connection);
     connection->Start();
   });
 }
 
-void Worker::Forget(Connection* connection) { connections_.erase(connection); }
+void Worker::Forget(uint64_t id) { connections_.erase(id); }
+
+void Worker::OnSocketReady(uint64_t id, uint32_t events) {
+  const auto found = connections_.find(id);
+  // Closed by an earlier socket of the same batch.
+  if (found == connections_.end()) return;
+  // Held for the call: the connection may close (and be forgotten) while it runs.
+  const std::shared_ptr<Connection> connection = found->second;
+  connection->OnReady(events);
+}
 
 void Worker::Touch(const std::shared_ptr<Connection>& connection) {
   touched_.push_back(connection);
@@ -77,16 +102,21 @@ void Worker::StartHousekeeping() {
   housekeeping_.async_wait([this](const boost::system::error_code& error) {
     if (error) return;
     const int64_t timeout = core_.options().timeout_seconds;
-    if (timeout > 0) {
-      const int64_t now = core_.engine().keyspace().clock()->NowMillis();
-      std::vector<std::shared_ptr<Connection>> idle;
-      for (const auto& [raw, connection] : connections_) {
-        if (now - connection->session().info().last_interaction_ms.load() > timeout * 1000) {
-          idle.push_back(connection);
-        }
+    const int64_t request_timeout = core_.options().request_timeout_seconds;
+    const int64_t now = core_.engine().keyspace().clock()->NowMillis();
+    std::vector<std::shared_ptr<Connection>> idle;
+    std::vector<std::shared_ptr<Connection>> slow;
+    for (const auto& [raw, connection] : connections_) {
+      const int64_t since = connection->partial_request_since_ms();
+      if (request_timeout > 0 && since != 0 && now - since > request_timeout * 1000) {
+        slow.push_back(connection);
+      } else if (timeout > 0 &&
+                 now - connection->session().info().last_interaction_ms.load() > timeout * 1000) {
+        idle.push_back(connection);
       }
-      for (const auto& connection : idle) connection->Close();
     }
+    for (const auto& connection : idle) connection->Close();
+    for (const auto& connection : slow) connection->TimeOutRequest(request_timeout);
     StartHousekeeping();
   });
 }

@@ -1,5 +1,7 @@
 // Worker: one I/O thread with its own event loop (an Asio io_context), its connections, and
-// its WorkerShard (its stats and its shard of every hot counter).
+// its WorkerShard (its stats and its shard of every hot counter). The clients' sockets are in
+// the worker's Poller (level-triggered epoll, servers/poller.h), which the loop watches as
+// one source; timers, TLS tunnels and posted work stay Asio's.
 //
 // One event-loop turn: read handlers run the requests of every connection that has input;
 // increments collect in the shard. At the end of the turn the worker folds the shard into the
@@ -19,8 +21,11 @@
 #include <vector>
 
 #include "servers/durability_gate.h"
+#include "servers/peer.h"
+#include "servers/poller.h"
 #include "servers/redis/server_core.h"
 #include "servers/redis/worker_shard.h"
+#include "servers/tls/tls_tunnel.h"
 
 namespace tally::redis {
 
@@ -36,19 +41,26 @@ class Worker {
   WorkerShard& shard() { return shard_; }
   ServerCore& core() { return core_; }
   servers::DurabilityGate& gate() { return gate_; }
+  servers::Poller& poller() { return poller_; }
 
   void Start();
   // Closes every connection and stops the thread. Call after the acceptor is closed.
   void Stop();
 
-  // Takes a freshly accepted socket (on this worker's io_context). Any thread.
-  void Adopt(boost::asio::ip::tcp::socket socket);
+  // Takes a freshly accepted socket (on this worker's io_context), or a TLS tunnel's inner
+  // end; `peer` is the client's TCP connection. Any thread.
+  void Adopt(boost::asio::ip::tcp::socket socket, servers::Peer peer);
+  // The TLS tunnels of this worker's clients on the TLS port.
+  tls::TunnelSet& tunnels() { return tunnels_; }
 
   // The connection ran requests this turn: it gets its replies handled at the end of it.
   void Touch(const std::shared_ptr<Connection>& connection);
-  void Forget(Connection* connection);
+  // The connection closed: the worker lets go of it (by its id).
+  void Forget(uint64_t id);
 
  private:
+  // The poller found the socket of connection `id` ready.
+  void OnSocketReady(uint64_t id, uint32_t events);
   void ScheduleEndOfTurn();
   void EndOfTurn();
   void StartHousekeeping();
@@ -60,10 +72,12 @@ class Worker {
   std::thread thread_;
   WorkerShard shard_;
   servers::DurabilityGate gate_;
+  servers::Poller poller_;
   boost::asio::steady_timer housekeeping_;
+  tls::TunnelSet tunnels_;
 
   // All below: this worker's thread only.
-  absl::flat_hash_map<Connection*, std::shared_ptr<Connection>> connections_;
+  absl::flat_hash_map<uint64_t, std::shared_ptr<Connection>> connections_;  // by id
   std::vector<std::shared_ptr<Connection>> touched_;  // ran requests in this turn
   bool end_of_turn_scheduled_ = false;
 };

@@ -21,8 +21,54 @@ Error NoAnswer(std::string_view what, const Deadline& deadline) {
                                             std::to_string(deadline.limit().count()) + " ms"};
 }
 
+// The connection is gone: trying again on a new one may work.
+bool Lost(const pg_conn* conn) { return conn == nullptr || PQstatus(conn) == CONNECTION_BAD; }
+
+// A command that could not be sent or whose answer could not be read: Unavailable when the
+// connection is lost.
 Error Broken(std::string_view what, const pg_conn* conn) {
-  return Error{ErrorCode::kIOError, std::string(what) + " failed: " + ConnectionError(conn)};
+  return Error{Lost(conn) ? ErrorCode::kUnavailable : ErrorCode::kIOError,
+               std::string(what) + " failed: " + ConnectionError(conn)};
+}
+
+// How libpq words a failed attempt that a later one may get past, by the start of its
+// reason (the text after "… failed: "): connect() refused or unreachable (strerror's
+// texts, followed by libpq's "Is the server running…?"), or the connection lost while it
+// was being set up.
+constexpr std::string_view kTransientReasons[] = {
+    "Connection refused",
+    "No such file or directory",  // a Unix socket's file: no server has made it (yet)
+    "Connection timed out",
+    "Connection reset by peer",
+    "Software caused connection abort",
+    "No route to host",
+    "Network is unreachable",
+    "Network is down",
+    "Host is down",
+    "Cannot assign requested address",
+    "Resource temporarily unavailable",  // a Unix socket's backlog full
+    "Broken pipe",
+    "server closed the connection unexpectedly",
+    "could not receive data from server:",
+    "could not send data to server:",
+    "could not send startup packet:",
+    "could not send SSL negotiation packet:",
+    "SSL SYSCALL error:",
+    "timeout expired",
+};
+
+// The SQLSTATE of a server's refusal in verbose form, "FATAL:  57P03: the database …": five
+// digits or upper-case letters between the severity's ":  " and ": ". Its offset in `line`,
+// npos when there is none.
+size_t SqlStateAt(std::string_view line) {
+  const size_t severity = line.find(":  ");
+  if (severity == std::string_view::npos) return std::string_view::npos;
+  const size_t at = severity + 3;
+  if (line.size() < at + 7 || line.substr(at + 5, 2) != ": ") return std::string_view::npos;
+  for (const char c : line.substr(at, 5)) {
+    if (!((c >= '0' && c <= '9') || (c >= 'A' && c <= 'Z'))) return std::string_view::npos;
+  }
+  return at;
 }
 
 }  // namespace
@@ -98,11 +144,56 @@ std::string FormatConnString(const ConnParams& params) {
   return out;
 }
 
+bool TransientSqlState(std::string_view sqlstate) {
+  if (sqlstate.size() != 5) return false;
+  const std::string_view sqlclass = sqlstate.substr(0, 2);
+  return sqlclass == "08" || sqlclass == "40" || sqlclass == "53" || sqlclass == "57" ||
+         sqlclass == "58";
+}
+
 std::string ConnectFailure::Describe(std::string_view attempt) const {
   std::string out(attempt);
   if (!database.empty()) out += " to database \"" + database + "\"";
   if (!user.empty()) out += " as user \"" + user + "\"";
   return out + ": " + reason;
+}
+
+Error ConnectFailure::ToError(std::string_view attempt) const {
+  return Error{transient ? ErrorCode::kUnavailable : ErrorCode::kInvalidArgument,
+               Describe(attempt)};
+}
+
+ConnectFailure ReadConnectFailure(std::string_view verbose_message) {
+  ConnectFailure failure;
+  std::string text;  // the message as libpq gives it by default
+  std::string_view rest = verbose_message;
+  while (!rest.empty()) {
+    const size_t end = rest.find('\n');
+    std::string_view line = rest.substr(0, end);
+    rest = end == std::string_view::npos ? std::string_view() : rest.substr(end + 1);
+    if (line.starts_with("LOCATION:  ")) continue;
+    // One line per attempt (host): "connection to server at … failed: <reason>", or a
+    // reason of its own (a host name that does not resolve); then DETAIL, HINT, and libpq's
+    // hints on lines of their own.
+    const size_t failed = line.find(" failed: ");
+    const size_t start = failed == std::string_view::npos ? 0 : failed + 9;
+    const std::string_view reason = line.substr(start);
+    if (const size_t at = SqlStateAt(reason); at != std::string_view::npos) {
+      failure.transient = failure.transient || TransientSqlState(reason.substr(at, 5));
+      text.append(line.substr(0, start + at)).append(line.substr(start + at + 7));
+    } else {
+      failure.transient =
+          failure.transient ||
+          std::ranges::any_of(kTransientReasons,
+                              [&](std::string_view r) { return reason.starts_with(r); }) ||
+          (reason.starts_with("could not translate host name") &&
+           reason.ends_with(": Temporary failure in name resolution"));
+      text.append(line);
+    }
+    text.push_back('\n');
+  }
+  failure.reason = OneLine(text);
+  return failure;
 }
 
 tl::expected<PgConn, ConnectFailure> Connect(const ConnParams& params,
@@ -127,8 +218,9 @@ tl::expected<PgConn, ConnectFailure> Connect(const ConnParams& params,
 
   // The parameters are parsed already: dbname is a name, not a connection string to expand.
   PgConn conn(PQconnectStartParams(keys.data(), values.data(), /*expand_dbname=*/0));
-  auto fail = [&](std::string reason) {
-    ConnectFailure failure{std::move(reason), {}, {}};
+  // A refusal's SQLSTATE in its message (ReadConnectFailure); queries' messages as usual.
+  if (conn != nullptr) PQsetErrorVerbosity(conn.get(), PQERRORS_VERBOSE);
+  auto fail = [&](ConnectFailure failure) {
     if (conn != nullptr) {
       const char* db = PQdb(conn.get());
       const char* user = PQuser(conn.get());
@@ -137,20 +229,30 @@ tl::expected<PgConn, ConnectFailure> Connect(const ConnParams& params,
     }
     return tl::unexpected(std::move(failure));
   };
-  if (conn == nullptr) return fail("out of memory");
-  if (PQstatus(conn.get()) == CONNECTION_BAD) return fail(ConnectionError(conn.get()));
+  const auto transient = [](std::string reason) {
+    ConnectFailure failure;
+    failure.reason = std::move(reason);
+    failure.transient = true;
+    return failure;
+  };
+  if (conn == nullptr) return fail(transient("out of memory"));
+  if (PQstatus(conn.get()) == CONNECTION_BAD) {
+    return fail(ReadConnectFailure(PQerrorMessage(conn.get())));
+  }
   const Deadline deadline = Deadline::In(options.timeout);
   PostgresPollingStatusType state = PGRES_POLLING_WRITING;
   while (state != PGRES_POLLING_OK) {
-    if (state == PGRES_POLLING_FAILED) return fail(ConnectionError(conn.get()));
+    if (state == PGRES_POLLING_FAILED) return fail(ReadConnectFailure(PQerrorMessage(conn.get())));
     auto ready = WaitSocket(conn.get(), state == PGRES_POLLING_READING,
                             state == PGRES_POLLING_WRITING, deadline);
-    if (!ready) return fail(ready.error().message);
+    if (!ready) return fail(transient(ready.error().message));
     if (ready->timed_out) {
-      return fail("no connection within " + std::to_string(options.timeout.count()) + " ms");
+      return fail(
+          transient("no connection within " + std::to_string(options.timeout.count()) + " ms"));
     }
     state = PQconnectPoll(conn.get());
   }
+  PQsetErrorVerbosity(conn.get(), PQERRORS_DEFAULT);
   return conn;
 }
 
@@ -234,8 +336,12 @@ Result<PgResult> Exec(pg_conn* conn, const std::string& sql, const std::vector<s
   const ExecStatusType status = PQresultStatus(kept.get());
   if (status != PGRES_COMMAND_OK && status != PGRES_TUPLES_OK) {
     const char* message = PQresultErrorMessage(kept.get());
-    return IOError(std::string(what) + " failed: " +
-                   OneLine(message != nullptr && *message != '\0' ? message : PQresStatus(status)));
+    const char* sqlstate = PQresultErrorField(kept.get(), PG_DIAG_SQLSTATE);
+    const bool transient = (sqlstate != nullptr && TransientSqlState(sqlstate)) || Lost(conn);
+    return MakeError(
+        transient ? ErrorCode::kUnavailable : ErrorCode::kIOError,
+        std::string(what) + " failed: " +
+            OneLine(message != nullptr && *message != '\0' ? message : PQresStatus(status)));
   }
   return kept;
 }

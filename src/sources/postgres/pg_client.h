@@ -105,16 +105,43 @@ struct ConnectOptions {
   std::chrono::milliseconds timeout{10'000};
 };
 
+// Whether a command or a connection that the server refused with `sqlstate` may succeed
+// when tried again later, unchanged: the classes 08 (connection exception), 40 (transaction
+// rollback: a deadlock, a serialization failure), 53 (insufficient resources: too many
+// connections, out of memory, disk full), 57 (operator intervention: the server starting up,
+// shutting down or restarting, a cancelled statement) and 58 (system error: I/O). Every
+// other class needs something fixed first (authentication 28, a missing database 3D000,
+// privileges 42501, …).
+bool TransientSqlState(std::string_view sqlstate);
+
 // Why Connect failed, for the caller's message.
 struct ConnectFailure {
   std::string reason;    // libpq's message on one line, or "no connection within N ms"
   std::string database;  // whom libpq tried (its defaults filled in); empty when unknown
   std::string user;
+  // Trying again later, unchanged, may succeed: the server was not reached (the connection
+  // refused, no socket file, a network error, no answer in time, a temporary failure of
+  // name resolution) or could not take the connection now (TransientSqlState: starting up,
+  // shutting down, too many connections). False for what must be fixed first: the
+  // connection string's values, authentication, a missing role or database, privileges,
+  // TLS, a host name that does not exist.
+  bool transient = false;
 
   // `attempt` followed by the database and user tried and the reason:
   // `cannot connect to database "db" as user "u": <reason>`.
   std::string Describe(std::string_view attempt) const;
+  // Describe(attempt) as an error: kUnavailable when transient, else kInvalidArgument.
+  Error ToError(std::string_view attempt) const;
 };
+
+// libpq's message about a failed connection as Connect asks for it (PQERRORS_VERBOSE: each
+// refusal of the server carries its SQLSTATE, `FATAL:  28P01: password …`, and is followed
+// by a `LOCATION:` line) read into ConnectFailure's reason and transient: the message libpq
+// gives by default, on one line, and whether any attempt (one per host) failed transiently.
+// libpq's own texts are read in English: tally never sets a locale, so libpq does not
+// translate them; the server's may be in any language, hence the SQLSTATE. Connect's own;
+// declared here for its tests.
+ConnectFailure ReadConnectFailure(std::string_view verbose_message);
 
 // Connects with `params` (ParseConnString) without blocking past options.timeout.
 tl::expected<PgConn, ConnectFailure> Connect(const ConnParams& params,
@@ -134,7 +161,8 @@ Result<SocketWait> WaitSocket(pg_conn* conn, bool read, bool write, const Deadli
 // Sends one command and flushes it: `sql` alone through the simple query protocol (the only
 // one a replication connection takes; it may hold several statements), or with `params`
 // ($1, $2, … as text) through the extended protocol. REQUIRES: no command in flight.
-// Errors: "<what> failed: <reason>" (IOError), "<what>: no answer within N ms" (Unavailable).
+// Errors: "<what> failed: <reason>" (Unavailable when the connection is lost, else IOError),
+// "<what>: no answer within N ms" (Unavailable).
 Status Send(pg_conn* conn, const std::string& sql, const std::vector<std::string>& params,
             const Deadline& deadline, std::string_view what);
 
@@ -144,8 +172,9 @@ Result<PgResult> NextResult(pg_conn* conn, const Deadline& deadline, std::string
 
 // Send, then every result of the command: returns its last (COMMAND_OK or TUPLES_OK), or a
 // COPY_BOTH result at once (START_REPLICATION: the stream follows). When a statement fails,
-// the error (IOError) is "<what> failed: <the server's message>", once every result has been
-// read, so the connection takes the next command. Errors as Send's otherwise.
+// the error is "<what> failed: <the server's message>", once every result has been read, so
+// the connection takes the next command: Unavailable when its SQLSTATE is transient
+// (TransientSqlState) or the connection is lost, else IOError. Errors as Send's otherwise.
 Result<PgResult> Exec(pg_conn* conn, const std::string& sql, const std::vector<std::string>& params,
                       const Deadline& deadline, std::string_view what);
 

@@ -122,6 +122,77 @@ TEST(Connect, GivesUpOnAServerThatNeverAnswers) {
             "cannot connect to database \"posts\" as user \"bob\": no connection within 200 ms");
 }
 
+TEST(Connect, CallsARefusedOrSilentServerTransient) {
+  testing::TestPort nobody;
+  auto refused = Connect({{"host", "127.0.0.1"},
+                          {"port", std::to_string(nobody.port())},
+                          {"dbname", "posts"},
+                          {"sslmode", "disable"}},
+                         ConnectOptions{});
+  ASSERT_FALSE(refused);
+  EXPECT_TRUE(refused.error().transient);
+  EXPECT_EQ(refused.error().ToError("cannot connect").code, ErrorCode::kUnavailable);
+
+  testing::TestPort silent;
+  silent.Listen();
+  ConnectOptions options;
+  options.timeout = std::chrono::milliseconds(100);
+  auto timed_out = Connect(
+      {{"host", "127.0.0.1"}, {"port", std::to_string(silent.port())}, {"sslmode", "disable"}},
+      options);
+  ASSERT_FALSE(timed_out);
+  EXPECT_TRUE(timed_out.error().transient);
+}
+
+TEST(TransientSqlState, OnlyTheClassesThatPassWithTime) {
+  for (const char* state : {"08006", "40001", "40P01", "53300", "57P01", "57P03", "58030"})
+    EXPECT_TRUE(TransientSqlState(state)) << state;
+  for (const char* state :
+       {"28P01", "28000", "3D000", "42501", "42P01", "55000", "XX000", "", "0800", "080060"})
+    EXPECT_FALSE(TransientSqlState(state)) << state;
+}
+
+TEST(ReadConnectFailure, ReadsTheSqlStateAndDropsItFromTheMessage) {
+  // The server starting up or shutting down: transient, the message as libpq's default.
+  ConnectFailure starting = ReadConnectFailure(
+      "connection to server at \"127.0.0.1\", port 5432 failed: FATAL:  57P03: the database "
+      "system is shutting down\nLOCATION:  ProcessStartupPacket, postmaster.c:2344\n");
+  EXPECT_TRUE(starting.transient);
+  EXPECT_EQ(starting.reason,
+            "connection to server at \"127.0.0.1\", port 5432 failed: FATAL:  the database system "
+            "is shutting down");
+
+  // Authentication: fixed by the user, never by waiting.
+  ConnectFailure password = ReadConnectFailure(
+      "connection to server at \"127.0.0.1\", port 5432 failed: FATAL:  28P01: password "
+      "authentication failed for user \"alice\"\nLOCATION:  auth_failed, auth.c:326\n");
+  EXPECT_FALSE(password.transient);
+  EXPECT_EQ(password.reason,
+            "connection to server at \"127.0.0.1\", port 5432 failed: FATAL:  password "
+            "authentication failed for user \"alice\"");
+  EXPECT_EQ(password.ToError("cannot connect").code, ErrorCode::kInvalidArgument);
+
+  // libpq's own texts: refused, no socket file, a name that resolves nowhere (yet).
+  EXPECT_TRUE(ReadConnectFailure("connection to server at \"127.0.0.1\", port 1 failed: "
+                                 "Connection refused\n\tIs the server running on that host and "
+                                 "accepting TCP/IP connections?\n")
+                  .transient);
+  EXPECT_TRUE(ReadConnectFailure("connection to server on socket \"/tmp/.s.PGSQL.5432\" failed: "
+                                 "No such file or directory\n")
+                  .transient);
+  EXPECT_TRUE(ReadConnectFailure("could not translate host name \"db\" to address: Temporary "
+                                 "failure in name resolution\n")
+                  .transient);
+  EXPECT_FALSE(ReadConnectFailure("could not translate host name \"nosuch\" to address: Name or "
+                                  "service not known\n")
+                   .transient);
+  // Several hosts: transient when any attempt was.
+  EXPECT_TRUE(ReadConnectFailure("connection to server at \"a\" (10.0.0.1), port 5432 failed: "
+                                 "FATAL:  28000: no pg_hba.conf entry\nconnection to server at "
+                                 "\"b\" (10.0.0.2), port 5432 failed: Connection refused\n")
+                  .transient);
+}
+
 TEST(Exec, RefusesWithoutAConnection) {
   auto r = Exec(nullptr, "SELECT 1", {}, Deadline::Never(), "counting");
   ASSERT_FALSE(r);

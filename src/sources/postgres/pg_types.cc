@@ -3,8 +3,10 @@
 #include <fmt/format.h>
 
 #include <charconv>
+#include <limits>
 
 #include "core/timestamp.h"
+#include "engine/definitions/numeric.h"
 
 namespace tally::postgres {
 namespace {
@@ -146,6 +148,45 @@ std::string PgTypeName(uint32_t type_oid) {
   }
 }
 
+bool Feeds(uint32_t type_oid, Type type) {
+  switch (type) {
+    case Type::kNumeric:
+      return type_oid == kNumericOid || type_oid == kInt2Oid || type_oid == kInt4Oid ||
+             type_oid == kInt8Oid;
+    case Type::kFloat:
+      return type_oid == kFloat4Oid || type_oid == kFloat8Oid;
+    default: {
+      const std::optional<Type> fed = TallyTypeForPg(type_oid);
+      return fed && *fed == type;
+    }
+  }
+}
+
+Result<Value> ParsePgCell(uint32_t type_oid, const definitions::SourceSchema::Column& column,
+                          std::string_view text) {
+  if (column.type == Type::kNumeric) {
+    auto units = definitions::ParseDecimal(text, column.scale);
+    if (!units) {
+      return InvalidArgument(
+          fmt::format("{} value {}", PgTypeName(type_oid), units.error().message));
+    }
+    return Value::Numeric(*units, column.scale);
+  }
+  if (column.type == Type::kFloat) {
+    if (text == "NaN") return Value::Float(std::numeric_limits<double>::quiet_NaN());
+    if (text == "Infinity") return Value::Float(std::numeric_limits<double>::infinity());
+    if (text == "-Infinity") return Value::Float(-std::numeric_limits<double>::infinity());
+    double v = 0;
+    auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+    if (ec != std::errc() || p != text.data() + text.size()) {
+      return InvalidArgument(
+          fmt::format("{} value '{}' is not a number", PgTypeName(type_oid), text.substr(0, 40)));
+    }
+    return Value::Float(v);
+  }
+  return ParsePgText(type_oid, text);
+}
+
 Result<Value> ParsePgText(uint32_t type_oid, std::string_view text) {
   switch (type_oid) {
     case kInt2Oid:
@@ -188,12 +229,9 @@ Result<ColumnMapping> MapColumns(const RelationMessage& relation,
     size_t j = 0;
     while (j < relation.columns.size() && relation.columns[j].name != column.name) ++j;
     const bool is_needed = needed.empty() || (i < needed.size() && needed[i]);
-    const auto fits = [&] {
-      const auto pg_type = TallyTypeForPg(relation.columns[j].type_oid);
-      return pg_type && *pg_type == column.type;
-    };
-    if (!is_needed && (j == relation.columns.size() || !fits())) {
-      mapping.columns.push_back({column.name, ColumnMapping::kAbsent, 0, column.type});
+    if (!is_needed &&
+        (j == relation.columns.size() || !Feeds(relation.columns[j].type_oid, column.type))) {
+      mapping.columns.push_back({column.name, ColumnMapping::kAbsent, 0, column.type, 0});
       continue;
     }
     if (j == relation.columns.size()) {
@@ -203,7 +241,7 @@ Result<ColumnMapping> MapColumns(const RelationMessage& relation,
     }
     const uint32_t oid = relation.columns[j].type_oid;
     const auto pg_type = TallyTypeForPg(oid);
-    if (!pg_type || *pg_type != column.type) {
+    if (!Feeds(oid, column.type)) {
       return InvalidArgument(fmt::format(
           "table {} column {} has PostgreSQL type {}, which does not fit source {}'s {} "
           "column{}",
@@ -212,7 +250,7 @@ Result<ColumnMapping> MapColumns(const RelationMessage& relation,
           pg_type ? fmt::format(" (it would feed a {} column)", definitions::TypeName(*pg_type))
                   : std::string(" (tally cannot read this type)")));
     }
-    mapping.columns.push_back({column.name, j, oid, column.type});
+    mapping.columns.push_back({column.name, j, oid, column.type, column.scale});
   }
   return mapping;
 }
@@ -252,7 +290,8 @@ Status TupleToRow(const ColumnMapping& mapping, const Tuple& tuple, const Tuple*
       row->push_back(Value::Null());
       continue;
     }
-    auto value = ParsePgText(column.type_oid, cell->text);
+    const definitions::SourceSchema::Column typed{column.name, column.type, 0, column.scale};
+    auto value = ParsePgCell(column.type_oid, typed, cell->text);
     if (!value) {
       return InvalidArgument(
           fmt::format("table {} column {}: {}", mapping.table, column.name, value.error().message));

@@ -33,12 +33,18 @@ inline constexpr uint32_t kDateOid = 1082;
 inline constexpr uint32_t kTimestampOid = 1114;
 inline constexpr uint32_t kTimestamptzOid = 1184;
 inline constexpr uint32_t kNumericOid = 1700;
+inline constexpr uint32_t kFloat4Oid = 700;
+inline constexpr uint32_t kFloat8Oid = 701;
 
 // The tally type a PostgreSQL type feeds, or nullopt when tally cannot read it:
 // int2/int4/int8/numeric → int64, bool → bool, text/varchar/bpchar/name → text,
 // date/timestamp/timestamptz → timestamp. (numeric is checked per value: it must be an
-// integer within int64.)
+// integer within int64.) Besides, a numeric(p,s) source column takes int2/int4/int8 and
+// numeric, and a float one float4 and float8 (Feeds).
 std::optional<definitions::Type> TallyTypeForPg(uint32_t type_oid);
+
+// True when a column of PostgreSQL type `type_oid` can feed a source column of `type`.
+bool Feeds(uint32_t type_oid, definitions::Type type);
 
 // The PostgreSQL name of a type ("int4", "timestamptz", "jsonb"), or "type oid N" for one
 // this table does not know (a user-defined type).
@@ -61,6 +67,13 @@ std::string PgTypeName(uint32_t type_oid);
 // Timestamps are microseconds since the Unix epoch.
 Result<definitions::Value> ParsePgText(uint32_t type_oid, std::string_view text);
 
+// Parses one non-NULL cell for a source column: ParsePgText, but for a numeric(p,s)
+// column the value's units at scale s (definitions::ParseDecimal: exact, at most s digits
+// after the point), and for a float column a double ("NaN" and "±Infinity" too).
+Result<definitions::Value> ParsePgCell(uint32_t type_oid,
+                                       const definitions::SourceSchema::Column& column,
+                                       std::string_view text);
+
 // How a source's columns are read from one relation's tuples. Built from the Relation
 // message; rebuilt whenever a new Relation message for the oid arrives.
 struct ColumnMapping {
@@ -72,6 +85,7 @@ struct ColumnMapping {
     size_t relation_index = 0;  // its position in the relation's tuples, or kAbsent
     uint32_t type_oid = 0;      // its PostgreSQL type
     definitions::Type type = definitions::Type::kNull;  // its tally type
+    int scale = 0;                                      // a numeric column's
   };
   std::vector<Source> columns;                 // one per source column, in source order
   static constexpr size_t kAbsent = SIZE_MAX;  // a column no counter reads, not in the table

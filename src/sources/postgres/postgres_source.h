@@ -8,7 +8,13 @@
 // Life of a source, on its own thread:
 //   1. Start() (the caller's thread): connects, checks the tables (REPLICA IDENTITY FULL,
 //      the source's columns present with fitting types) and ensures the publication.
-//      Anything wrong is returned: tallyd refuses to start.
+//      What trying again cannot fix is returned: tallyd refuses to start (a bad connection
+//      string, failed authentication, a missing role, database or table, a missing
+//      privilege, no REPLICA IDENTITY FULL, a column that does not fit). PostgreSQL not
+//      there yet (the connection refused, no socket, the server starting up or shutting
+//      down, too many connections, a network error or timeout: an error of kind
+//      kUnavailable, see pg_client.h) is not an error: the thread starts in state
+//      `reconnecting` and connects as in 4, so tallyd serves what is stored meanwhile.
 //   2. Backfill, when a table has no stored position (never streamed, or a backfill that did
 //      not finish), or the slot is missing or ahead of tally: the slot is dropped and
 //      created again with an exported snapshot (consistent point C); every source is reset
@@ -30,9 +36,17 @@
 //      counter, those above count. A crash mid-way: the counter's groups are deleted at
 //      start and the backfill is done again.
 //   4. A broken connection or a restarted server: reconnect with backoff (100 ms doubling
-//      to 5 s) and resume from the stored positions. An error in the data (a column a
-//      counter needs dropped or retyped, a value that does not parse, an overflow, an old
-//      row missing) stops this source: nothing more is applied, what was counted stays.
+//      to 5 s) and resume from the stored positions. Every failure to reconnect is retried,
+//      a refusal that needs fixing too (logged as an error): once fixed, the source goes on
+//      without a restart. An error in the data (a column a counter needs dropped or
+//      retyped, a value that does not parse, an overflow, an old row missing) stops this
+//      source: nothing more is applied, what was counted stays.
+//
+// The applied position (Stats::applied_lsn) is the position up to which every change is
+// durable in tally. It moves as soon as the commit holding a transaction is durable
+// (AppliedPosition, fed by the committer's durable listener), and when the stream is idle
+// this thread makes the last transaction durable at once; PostgreSQL is told (the slot's
+// confirmed position) at the ack_interval cadence, which may trail.
 //
 // One transaction touching several source tables is applied with one ApplyTransaction:
 // every table's changes (in the order the tables first appear in it) and every table's
@@ -49,7 +63,9 @@
 // reconnect resumes after it. Stop() releases any hold first (tallyd is shutting down; a
 // verification still running then fails on its own connection).
 //
-// Thread-safety: Start and Stop from one thread; stats() and Report() from any.
+// Thread-safety: Start and Stop from one thread; stats() and Report() from any. The
+// constructor adds a durable listener to the engine's committer, which stays (harmless)
+// after this object is gone.
 #pragma once
 
 #include <chrono>
@@ -67,6 +83,8 @@
 #include "core/status_report.h"
 #include "engine/derived/derived_counters.h"
 #include "engine/engine.h"
+#include "sources/postgres/applied_position.h"
+#include "sources/postgres/pgoutput.h"  // Lsn
 
 namespace tally::postgres {
 
@@ -93,9 +111,9 @@ class PostgresSource {
     bool connected = false;
     std::string error;            // the last error (the fatal one when failed)
     uint64_t received_lsn = 0;    // start of the last XLogData received
-    uint64_t applied_lsn = 0;     // the last position durable in tally and acknowledged
+    uint64_t applied_lsn = 0;     // every change up to here is durable in tally
     uint64_t server_wal_end = 0;  // the server's WAL end, from its frames
-    uint64_t lag_bytes = 0;       // server_wal_end - applied_lsn
+    uint64_t lag_bytes = 0;       // server_wal_end - applied_lsn; 0 when caught up
     double lag_seconds = 0;       // now - commit time of the last applied transaction, when behind
     uint64_t transactions = 0;    // source transactions applied
     uint64_t rows = 0;            // row changes applied (backfill rows not included)
@@ -119,7 +137,8 @@ class PostgresSource {
   PostgresSource& operator=(const PostgresSource&) = delete;
 
   // Connects and checks everything that can be refused (see above), then starts the
-  // thread. An error says what is wrong, ready to show the user. REQUIRES: not started.
+  // thread; when PostgreSQL cannot be reached yet, starts the thread reconnecting. An error
+  // says what is wrong, ready to show the user. REQUIRES: not started.
   Status Start();
 
   // Stops the thread promptly (an unfinished backfill starts over next time) after a last
@@ -134,8 +153,14 @@ class PostgresSource {
   struct Session;  // one connection: replication stream, SQL connection, tables
 
   // Connects (replication + SQL), checks the tables and ensures the publication.
+  // kUnavailable when trying again later may succeed.
   Status Connect(std::unique_ptr<Session>* session);
+  // The thread: sessions one after the other, until Stop. A null `session`: Start could not
+  // connect (and said why); the first attempt waits out the first backoff.
   void Run(std::unique_ptr<Session> session);
+  // Waits out `*backoff` (Stop cuts it short), counts a reconnect and doubles `*backoff` up
+  // to backoff_max.
+  void Pause(std::chrono::milliseconds* backoff);
   // One connection's life: backfill when needed, then stream until an error or Stop.
   // *fatal is set when the error must stop the source rather than reconnect.
   Status RunSession(Session& session, bool* fatal);
@@ -158,6 +183,13 @@ class PostgresSource {
   // Stores `lsn` as every source's position where it is behind, waits until everything
   // applied is durable and tells the server.
   Status Acknowledge(Session& session, uint64_t lsn);
+  // Makes everything applied durable (session.pending_epoch) and reports the stream caught
+  // up at `processed`: it had nothing more to send.
+  void Settle(Session& session, Lsn processed);
+  // Waits until everything applied (session.pending_epoch) is durable, committing on this
+  // thread when nobody else is (what a reader waiting for one of its values would do); the
+  // committer's listener then moves the applied position.
+  void MakeDurable(Session& session);
   void SetState(const std::string& state, bool connected);
   void SetError(const std::string& error);
   bool stopping() const;
@@ -171,11 +203,17 @@ class PostgresSource {
   std::vector<std::string> sources_;
   std::string unfollowed_error_;  // FollowNewTables' last refusal, logged once
 
+  // Stats::applied_lsn. Shared with the committer's durable listener, which may outlive this.
+  const std::shared_ptr<AppliedPosition> applied_;
+
   mutable std::mutex mutex_;
   std::condition_variable wake_;  // Stop() wakes a backoff sleep
   bool stop_ = false;             // guarded by mutex_
   bool finished_ = false;         // the thread has left Run; guarded by mutex_
-  Stats stats_;                   // guarded by mutex_
+  Stats stats_;  // guarded by mutex_; applied_lsn and lag_bytes are computed by stats()
+  // The stream had nothing more to send once everything up to here was processed: caught
+  // up when applied. 0 once it sent more. Guarded by mutex_.
+  Lsn caught_up_at_ = 0;
   std::thread thread_;
 };
 

@@ -49,10 +49,7 @@ Status ReplicationStream::Open(std::string_view conninfo) {
   auto params = ParseConnString(conninfo);
   if (!params) return InvalidArgument("invalid connection string: " + params.error().message);
   auto conn = Connect(*params, ConnectOptionsFor(/*replication=*/true));
-  if (!conn) {
-    return MakeError(ErrorCode::kUnavailable,
-                     conn.error().Describe("cannot open a replication connection"));
-  }
+  if (!conn) return tl::unexpected(conn.error().ToError("cannot open a replication connection"));
   repl_ = std::move(*conn);
   const char* host = PQhost(repl_.get());
   const char* port = PQport(repl_.get());
@@ -74,7 +71,7 @@ Status ReplicationStream::EnsureSqlConnection() {
   if (sql_ != nullptr) return OkStatus();
   if (repl_ == nullptr) return MakeError(ErrorCode::kInternal, "replication stream not open");
   auto conn = Connect(params_, ConnectOptionsFor(/*replication=*/false));
-  if (!conn) return MakeError(ErrorCode::kUnavailable, conn.error().Describe("cannot connect"));
+  if (!conn) return tl::unexpected(conn.error().ToError("cannot connect"));
   sql_ = std::move(*conn);
   return OkStatus();
 }

@@ -26,7 +26,10 @@
 // Every method returns errors as values and never throws. Every network wait is bounded
 // (ReplicationOptions), so no call blocks forever on a silent server; after a timeout or a
 // broken connection the state of the session is unknown: Close() and open a new stream.
-// (Refusals -- a missing table, REPLICA IDENTITY, a bad name -- leave it usable.)
+// (Refusals -- a missing table, REPLICA IDENTITY, a bad name -- leave it usable.) Opening
+// and the commands before Start fail with kUnavailable when trying again later may get
+// past the error (the server unreachable, starting up or shutting down, a lost connection,
+// a timeout; see pg_client.h).
 // Not thread-safe: one thread owns a ReplicationStream.
 #pragma once
 
@@ -96,7 +99,8 @@ class ReplicationStream {
   // Connects for replication to the database of `conninfo`, a libpq connection string in
   // either form ("postgresql://user:pw@host:port/db?…" or "host=… dbname=…");
   // replication=database is added. Errors name what was attempted (host, port, database,
-  // user; never the password) followed by libpq's message on one line.
+  // user; never the password) followed by libpq's message on one line: kUnavailable when
+  // trying again later may succeed (ConnectFailure::transient), else kInvalidArgument.
   // REQUIRES: not open.
   Status Open(std::string_view conninfo);
 

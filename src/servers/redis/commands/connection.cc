@@ -3,7 +3,6 @@
 
 #include <algorithm>
 
-#include "core/constant_time.h"
 #include "core/integer.h"
 #include "servers/redis/command_args.h"
 #include "servers/redis/session.h"
@@ -14,12 +13,29 @@ namespace {
 constexpr std::string_view kWrongPass =
     "WRONGPASS invalid username-password pair or user is disabled.";
 
-// Checks a password (and user, which must be "default") against --requirepass.
-bool CheckPassword(CommandContext& ctx, std::string_view user, std::string_view password) {
-  const bool equal =
-      ConstantTimeEquals(password, ctx.server.options().requirepass) && user == "default";
-  ctx.session.set_authenticated(equal);
-  return equal;
+// Checks a user's password against the ACL and, when right, makes the session that user.
+// Failures are logged (ACL LOG) and counted against the client's address: past
+// --max-auth-failures a minute, AUTH from it is refused unchecked for the rest of the minute.
+// Replies the error itself when false.
+bool Authenticate(CommandContext& ctx, std::string_view user, std::string_view password) {
+  auth::Acl& acl = ctx.server.acl();
+  const std::string& address = ctx.session.info().address;
+  const std::string ip = address.substr(0, address.rfind(':'));
+  const int64_t now = ctx.server.engine().keyspace().clock()->NowMillis();
+  if (acl.AuthBlocked(ip, now)) {
+    ctx.session.LogAcl("auth", "AUTH", user);
+    ctx.reply.Error(fmt::format("ERR {}", auth::kTooManyAuthFailures));
+    return false;
+  }
+  auto found = acl.Authenticate(user, password);
+  if (found == nullptr) {
+    acl.AuthFailed(ip, now);
+    ctx.session.LogAcl("auth", "AUTH", user);
+    ctx.reply.Error(kWrongPass);
+    return false;
+  }
+  ctx.session.set_user(std::move(found));
+  return true;
 }
 
 // No spaces, newlines or special characters: printable ASCII only.
@@ -36,12 +52,13 @@ std::string ClientLine(const ClientInfo& client, int64_t now_ms) {
   const CommandSpec* last = client.last_command.load(std::memory_order_relaxed);
   const int64_t idle = (now_ms - client.last_interaction_ms.load(std::memory_order_relaxed)) / 1000;
   return fmt::format(
-      "id={} addr={} laddr={} fd={} name={} age={} idle={} flags={} db=0 sub=0 psub=0 ssub=0 "
+      "id={} addr={} laddr={} fd={} name={} age={} idle={} flags={} db={} sub=0 psub=0 ssub=0 "
       "multi={} qbuf={} qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 omem={} "
       "tot-mem=0 events=r cmd={} user=default redir=-1 resp={}\n",
       client.id, client.address, client.local_address, client.fd, name,
       (now_ms - client.created_ms) / 1000, idle,
       client.in_multi.load(std::memory_order_relaxed) ? "x" : "N",
+      client.db.load(std::memory_order_relaxed),
       client.in_multi.load(std::memory_order_relaxed) ? 0 : -1,
       client.query_buffer_bytes.load(std::memory_order_relaxed),
       client.output_buffer_bytes.load(std::memory_order_relaxed),
@@ -83,14 +100,22 @@ void Quit(CommandContext& ctx) {
   ctx.session.RequestClose();
 }
 
+std::optional<uint32_t> DatabaseIndex(std::string_view text, uint32_t databases) {
+  const std::optional<int64_t> index = ParseInt64(text);
+  if (!index || *index < 0 || *index >= static_cast<int64_t>(databases)) return std::nullopt;
+  return static_cast<uint32_t>(*index);
+}
+
+// Redis's replies: a non-integer first, then a number outside [0, --databases).
 void Select(CommandContext& ctx) {
-  const auto index = IntegerArgument(ctx, ctx.args[1]);
-  if (!index) return;
-  if (*index != 0) {
+  if (!IntegerArgument(ctx, ctx.args[1])) return;
+  const std::optional<uint32_t> db = DatabaseIndex(ctx.args[1], ctx.server.options().databases);
+  if (!db) {
     ctx.reply.Error("ERR DB index is out of range");
-  } else {
-    ctx.reply.SimpleString("OK");
+    return;
   }
+  ctx.session.set_db(*db);
+  ctx.reply.SimpleString("OK");
 }
 
 // HELLO [protover [AUTH username password] [SETNAME clientname]]
@@ -115,16 +140,7 @@ void Hello(CommandContext& ctx) {
   for (; i < ctx.args.size(); ++i) {
     const bool more = i + 1 < ctx.args.size();
     if (EqualsIgnoreCase(ctx.args[i], "AUTH") && i + 2 < ctx.args.size()) {
-      if (ctx.server.options().requirepass.empty()) {
-        // As Redis: without a password configured, AUTH in HELLO succeeds only as default.
-        if (ctx.args[i + 1] != "default") {
-          ctx.reply.Error(kWrongPass);
-          return;
-        }
-      } else if (!CheckPassword(ctx, ctx.args[i + 1], ctx.args[i + 2])) {
-        ctx.reply.Error(kWrongPass);
-        return;
-      }
+      if (!Authenticate(ctx, ctx.args[i + 1], ctx.args[i + 2])) return;
       i += 2;
     } else if (EqualsIgnoreCase(ctx.args[i], "SETNAME") && more) {
       name = ctx.args[++i];
@@ -167,24 +183,14 @@ void Auth(CommandContext& ctx) {
     ctx.reply.Error(kSyntaxError);
     return;
   }
-  if (ctx.server.options().requirepass.empty()) {
-    if (ctx.args.size() == 2) {
-      ctx.reply.Error(
-          "ERR AUTH <password> called without any password configured for the default user. "
-          "Are you sure your configuration is correct?");
-    } else if (ctx.args[1] == "default") {
-      ctx.reply.SimpleString("OK");
-    } else {
-      ctx.reply.Error(kWrongPass);
-    }
+  if (ctx.args.size() == 2 && ctx.server.acl().OpenDefault() != nullptr) {
+    ctx.reply.Error(
+        "ERR AUTH <password> called without any password configured for the default user. "
+        "Are you sure your configuration is correct?");
     return;
   }
   const std::string_view user = ctx.args.size() == 3 ? ctx.args[1] : "default";
-  if (CheckPassword(ctx, user, ctx.args.back())) {
-    ctx.reply.SimpleString("OK");
-  } else {
-    ctx.reply.Error(kWrongPass);
-  }
+  if (Authenticate(ctx, user, ctx.args.back())) ctx.reply.SimpleString("OK");
 }
 
 void Client(CommandContext& ctx) {
@@ -220,11 +226,12 @@ void Reset(CommandContext& ctx) {
   ctx.session.ClearMulti();
   ctx.session.EndSubscriptions();
   ctx.session.set_protocol(2);
+  ctx.session.set_db(0);
   {
     std::lock_guard lock(ctx.session.info().mutex);
     ctx.session.info().name.clear();
   }
-  ctx.session.set_authenticated(ctx.server.options().requirepass.empty());
+  ctx.session.set_user(ctx.server.acl().OpenDefault());
   ctx.reply.SimpleString("RESET");
 }
 

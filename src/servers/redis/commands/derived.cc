@@ -1,5 +1,6 @@
-// Derived counter commands: COUNTER.DEFINE, DROP, LIST, PUSH, GET, SCAN, TOP, RANGE. Thin
-// adapters over derived::DerivedCounters; replies wait for durability like any other.
+// Derived counter commands: COUNTER.DEFINE, DROP, LIST, PUSH, BACKFILL, GET, SCAN, TOP, RANGE,
+// HOLD, RELEASE, REPAIR, REPAIRSTATE. Thin adapters over derived::DerivedCounters; replies wait
+// for durability like any other.
 #include <fmt/format.h>
 
 #include <vector>
@@ -37,11 +38,38 @@ std::optional<size_t> CountArgument(CommandContext& ctx, std::string_view text,
   return static_cast<size_t>(*count);
 }
 
-void ReplyPairs(CommandContext& ctx, const std::vector<derived::KeyValue>& items) {
-  ctx.reply.ArrayHeader(items.size() * 2);
-  for (const derived::KeyValue& item : items) {
+// One aggregate's value: an integer, a decimal or a timestamp as a bulk string
+// ("1234.50", "20240501T134500Z"), NULL as a null.
+void ReplyAggregate(CommandContext& ctx, const definitions::AggregateValue& value) {
+  switch (value.kind) {
+    case definitions::AggregateValue::Kind::kNull:
+      return ctx.reply.Null();
+    case definitions::AggregateValue::Kind::kInteger:
+      return ctx.reply.Integer(value.integer);
+    case definitions::AggregateValue::Kind::kDecimal:
+    case definitions::AggregateValue::Kind::kTimestamp:
+      return ctx.reply.Bulk(value.text);
+  }
+}
+
+// A group's value: the integer, the one aggregate's value, or with several aggregates a
+// map of their names to their values (a flat array of pairs in RESP2).
+void ReplyValue(CommandContext& ctx, const derived::KeyValue& item,
+                const std::vector<std::string>& names) {
+  if (item.shown.empty()) return ctx.reply.Integer(item.value);
+  if (names.empty()) return ReplyAggregate(ctx, item.shown.front());
+  ctx.reply.MapHeader(names.size());
+  for (size_t i = 0; i < names.size(); ++i) {
+    ctx.reply.Bulk(names[i]);
+    ReplyAggregate(ctx, item.shown[i]);
+  }
+}
+
+void ReplyPairs(CommandContext& ctx, const derived::Page& page) {
+  ctx.reply.ArrayHeader(page.items.size() * 2);
+  for (const derived::KeyValue& item : page.items) {
     ctx.reply.Bulk(item.key);
-    ctx.reply.Integer(item.value);
+    ReplyValue(ctx, item, page.names);
   }
 }
 
@@ -124,10 +152,11 @@ void CounterGet(CommandContext& ctx) {
   if (derived == nullptr) return;
   auto key = derived->KeyOf(ctx.args[1], ctx.args.subspan(2));
   if (!key) return ReplyError(ctx, key.error());
-  uint64_t epoch = 0;
-  const std::vector<int64_t> values = derived->Get({&*key, 1}, &epoch);
-  ctx.session.RaiseRequiredEpoch(epoch);
-  ctx.reply.Integer(values[0]);
+  if (ctx.session.RefusedRead(*key, /*prefix=*/false)) return;
+  auto page = derived->Read(ctx.args[1], {&*key, 1});
+  if (!page) return ReplyError(ctx, page.error());
+  ctx.session.RaiseRequiredEpoch(page->required_epoch);
+  ReplyValue(ctx, page->items.front(), page->names);
 }
 
 void CounterScan(CommandContext& ctx) {
@@ -137,13 +166,14 @@ void CounterScan(CommandContext& ctx) {
   if (!count) return;
   auto prefix = derived->PrefixOf(ctx.args[1], ctx.args.subspan(4));
   if (!prefix) return ReplyError(ctx, prefix.error());
+  if (ctx.session.RefusedRead(*prefix, /*prefix=*/true)) return;
   const std::string_view cursor = ctx.args[2] == "0" ? std::string_view{} : ctx.args[2];
   auto page = derived->List(ctx.args[1], *prefix, cursor, *count);
   if (!page) return ReplyError(ctx, page.error());
   ctx.session.RaiseRequiredEpoch(page->required_epoch);
   ctx.reply.ArrayHeader(2);
   ctx.reply.Bulk(page->next_cursor.empty() ? "0" : page->next_cursor);
-  ReplyPairs(ctx, page->items);
+  ReplyPairs(ctx, *page);
 }
 
 void CounterTop(CommandContext& ctx) {
@@ -153,22 +183,28 @@ void CounterTop(CommandContext& ctx) {
   if (!k) return;
   auto prefix = derived->PrefixOf(ctx.args[1], ctx.args.subspan(3));
   if (!prefix) return ReplyError(ctx, prefix.error());
+  if (ctx.session.RefusedRead(*prefix, /*prefix=*/true)) return;
   auto page = derived->Top(ctx.args[1], *prefix, *k);
   if (!page) return ReplyError(ctx, page.error());
   ctx.session.RaiseRequiredEpoch(page->required_epoch);
-  ReplyPairs(ctx, page->items);
+  ReplyPairs(ctx, *page);
 }
 
-// COUNTER.RANGE counter from to [part ...]: the sum of the group's time buckets whose start
-// lies in [from, to); the parts are the group's values but the time bucket. The instants
+// COUNTER.RANGE counter from to [part ...]: the group's time buckets whose start lies in
+// [from, to) taken together (their sum for a count, replied as COUNTER.GET replies); the
+// parts are the group's values but the time bucket. The instants
 // come before the parts so that the parts may be any number (the counter decides).
 void CounterRange(CommandContext& ctx) {
   derived::DerivedCounters* derived = Derived(ctx);
   if (derived == nullptr) return;
+  // A group's time buckets: the user must be allowed to read every key of the counter.
+  auto family = derived->PrefixOf(ctx.args[1], {});
+  if (!family) return ReplyError(ctx, family.error());
+  if (ctx.session.RefusedRead(*family, /*prefix=*/true)) return;
   auto range = derived->Range(ctx.args[1], ctx.args.subspan(4), ctx.args[2], ctx.args[3]);
   if (!range) return ReplyError(ctx, range.error());
   ctx.session.RaiseRequiredEpoch(range->required_epoch);
-  ctx.reply.Integer(range->sum);
+  ReplyValue(ctx, range->total, range->names);
 }
 
 // COUNTER.HOLD <lsn> sets a verification hold; COUNTER.HOLD alone reports it as
@@ -217,6 +253,42 @@ void CounterRepair(CommandContext& ctx) {
   if (!epoch) return ReplyError(ctx, epoch.error());
   ctx.session.RaiseRequiredEpoch(*epoch);
   ctx.reply.Integer(static_cast<int64_t>(values.size()));
+}
+
+// COUNTER.REPAIRSTATE counter key value records [tag number ...] [key value records ...]:
+// sets whole groups of a counter that keeps hidden records, in one commit. Each group is its
+// key, what the key holds (a composite group's rows, a distinct count's number of values),
+// how many records follow, and each record as its tag (definitions::RecordTag: "0s", "1n",
+// "2v" and the value's bytes) and its number; the group's other records are deleted.
+void CounterRepairState(CommandContext& ctx) {
+  derived::DerivedCounters* derived = Derived(ctx);
+  if (derived == nullptr) return;
+  std::vector<derived::GroupStateValue> states;
+  for (size_t i = 2; i < ctx.args.size();) {
+    if (i + 3 > ctx.args.size()) return ctx.reply.Error(kSyntaxError);
+    derived::GroupStateValue& state = states.emplace_back();
+    state.key = ctx.args[i];
+    const std::optional<int64_t> value = IntegerArgument(ctx, ctx.args[i + 1]);
+    if (!value) return;
+    const std::optional<int64_t> records = IntegerArgument(ctx, ctx.args[i + 2]);
+    if (!records) return;
+    i += 3;
+    if (*records < 0 || static_cast<uint64_t>(*records) > (ctx.args.size() - i) / 2) {
+      return ctx.reply.Error(
+          fmt::format("ERR group {} announces {} records; {} arguments follow it",
+                      state.key.substr(0, 128), *records, ctx.args.size() - i));
+    }
+    state.value = *value;
+    for (int64_t r = 0; r < *records; ++r, i += 2) {
+      const std::optional<int64_t> number = IntegerArgument(ctx, ctx.args[i + 1]);
+      if (!number) return;
+      state.records.push_back({std::string(ctx.args[i]), *number});
+    }
+  }
+  auto epoch = derived->RepairStates(ctx.args[1], states);
+  if (!epoch) return ReplyError(ctx, epoch.error());
+  ctx.session.RaiseRequiredEpoch(*epoch);
+  ctx.reply.Integer(static_cast<int64_t>(states.size()));
 }
 
 }  // namespace tally::redis::commands

@@ -1,7 +1,12 @@
 // Keyspace commands: existence, deletion, iteration and expiry of counters.
 #include <fmt/format.h>
 
+#include <functional>
+#include <string>
+#include <vector>
+
 #include "core/glob.h"
+#include "engine/databases.h"
 #include "servers/redis/command_args.h"
 #include "servers/redis/session.h"
 
@@ -53,6 +58,28 @@ void ExpireGeneric(CommandContext& ctx, ExpiryUnit unit, bool absolute) {
   const auto deadline = Deadline(ctx, *amount, unit, absolute, /*require_positive=*/false);
   if (!deadline) return;
   ctx.reply.Integer(ctx.view->Expire(ctx.keys[0], *deadline, condition) ? 1 : 0);
+}
+
+// One SCAN step over the selected database: appends the names (not the stored keys) of
+// its counters that `wanted` accepts, tally's own records left out. Returns the next cursor.
+uint64_t ScanDatabase(CommandContext& ctx, uint64_t cursor, size_t count,
+                      const std::function<bool(std::string_view name)>& wanted,
+                      std::vector<std::string>* names) {
+  const uint32_t db = ctx.session.db();
+  const auto match = [&](std::string_view stored) {
+    const engine::DatabaseKey key = engine::SplitStoredKey(stored);
+    return key.db == db && !derived::IsInternalKey(stored) && wanted(key.name);
+  };
+  const size_t first = names->size();
+  // Inside EXEC every stripe is already held by this thread: scan without locking.
+  const uint64_t next = ctx.server.engine().keyspace().Scan(cursor, count, match, names,
+                                                            /*stripes_held=*/ctx.view != nullptr);
+  if (db != 0) {
+    for (size_t i = first; i < names->size(); ++i) {
+      (*names)[i].erase(0, engine::kDatabaseKeyPrefixSize);
+    }
+  }
+  return next;
 }
 
 }  // namespace
@@ -114,14 +141,10 @@ void Scan(CommandContext& ctx) {
     }
   }
   std::vector<std::string> keys;
-  uint64_t next = 0;
-  const auto match = [&](std::string_view key) {
-    return only_counters && !derived::IsInternalKey(key) &&
-           (pattern.empty() || pattern == "*" || GlobMatch(pattern, key));
+  const auto wanted = [&](std::string_view name) {
+    return only_counters && (pattern.empty() || pattern == "*" || GlobMatch(pattern, name));
   };
-  // Inside EXEC every stripe is already held by this thread: scan without locking.
-  next = ctx.server.engine().keyspace().Scan(cursor, static_cast<size_t>(count), match, &keys,
-                                             /*stripes_held=*/ctx.view != nullptr);
+  const uint64_t next = ScanDatabase(ctx, cursor, static_cast<size_t>(count), wanted, &keys);
   ctx.reply.ArrayHeader(2);
   ctx.reply.BulkInteger(static_cast<int64_t>(next));
   ctx.reply.ArrayHeader(keys.size());
@@ -132,30 +155,59 @@ void Keys(CommandContext& ctx) {
   const std::string_view pattern = ctx.args[1];
   std::vector<std::string> keys;
   uint64_t cursor = 0;
-  const auto match = [&](std::string_view key) {
-    return !derived::IsInternalKey(key) && (pattern == "*" || GlobMatch(pattern, key));
+  const auto wanted = [&](std::string_view name) {
+    return pattern == "*" || GlobMatch(pattern, name);
   };
   do {
-    cursor = ctx.server.engine().keyspace().Scan(cursor, 4096, match, &keys,
-                                                 /*stripes_held=*/ctx.view != nullptr);
+    cursor = ScanDatabase(ctx, cursor, 4096, wanted, &keys);
   } while (cursor != 0);
   ctx.reply.ArrayHeader(keys.size());
   for (const std::string& key : keys) ctx.reply.Bulk(key);
 }
 
 void DbSize(CommandContext& ctx) {
-  ctx.reply.Integer(static_cast<int64_t>(ctx.server.engine().keyspace().size()));
+  ctx.reply.Integer(
+      static_cast<int64_t>(ctx.server.engine().keyspace().database_size(ctx.session.db())));
 }
 
-void FlushAll(CommandContext& ctx) {
+namespace {
+// FLUSHALL / FLUSHDB [SYNC | ASYNC]: both flush at once; false after replying otherwise.
+bool FlushArguments(CommandContext& ctx) {
   if (ctx.args.size() > 2 || (ctx.args.size() == 2 && !EqualsIgnoreCase(ctx.args[1], "SYNC") &&
                               !EqualsIgnoreCase(ctx.args[1], "ASYNC"))) {
     ctx.reply.Error(kSyntaxError);
-    return;
+    return false;
   }
+  return true;
+}
+}  // namespace
+
+void FlushAll(CommandContext& ctx) {
+  if (!FlushArguments(ctx)) return;
   ctx.view->FlushAll();
   if (derived::DerivedCounters* derived = ctx.server.derived()) derived->OnFlushAll();
   ctx.reply.SimpleString("OK");
+}
+
+// Database 0 holds the derived counters' groups: flushing it empties them, as FLUSHALL does.
+void FlushDb(CommandContext& ctx) {
+  if (!FlushArguments(ctx)) return;
+  const uint32_t db = ctx.session.db();
+  ctx.view->FlushDatabase(db);
+  if (derived::DerivedCounters* derived = ctx.server.derived(); derived != nullptr && db == 0) {
+    derived->OnFlushAll();
+  }
+  ctx.reply.SimpleString("OK");
+}
+
+void Move(CommandContext& ctx) {
+  ctx.reply.Error(
+      "ERR MOVE is not supported by tally: databases are separate keyspaces; read the value, "
+      "write it in the other database, then DEL it (in MULTI/EXEC with SELECT, atomically)");
+}
+
+void SwapDb(CommandContext& ctx) {
+  ctx.reply.Error("ERR SWAPDB is not supported by tally: databases are separate keyspaces");
 }
 
 void Expire(CommandContext& ctx) { ExpireGeneric(ctx, ExpiryUnit::kSeconds, false); }

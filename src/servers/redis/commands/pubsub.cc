@@ -8,12 +8,17 @@
 // --subscription-interval-ms (see engine::SubscriptionHub). In RESP2 a subscribed
 // connection takes only (P)SUBSCRIBE, (P)UNSUBSCRIBE, PING, QUIT and RESET, as in Redis; in
 // RESP3 messages are push frames and every command keeps working.
+//
+// Databases: a subscription follows keys of the database selected when it was made, and
+// keeps following them after a SELECT (RESP3). The session keeps channels and patterns in
+// their stored form (engine/databases.h) and names them to the client without the prefix.
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <optional>
 
 #include "core/integer.h"
+#include "engine/databases.h"
 #include "servers/redis/session.h"
 
 namespace tally::redis {
@@ -32,7 +37,7 @@ Result<std::string> PrefixOfPattern(std::string_view pattern) {
 }
 
 // ["subscribe", "likes:7", 1] and the like.
-void Confirm(CommandContext& ctx, std::string_view kind, const std::string* name) {
+void Confirm(CommandContext& ctx, std::string_view kind, const std::string_view* name) {
   ctx.reply.PushHeader(3);
   ctx.reply.Bulk(kind);
   if (name != nullptr) {
@@ -45,17 +50,25 @@ void Confirm(CommandContext& ctx, std::string_view kind, const std::string* name
 
 // SUBSCRIBE / PSUBSCRIBE: keys or prefixes to follow, then one confirmation each.
 void Follow(CommandContext& ctx, bool patterns) {
-  std::vector<std::string> names(ctx.args.begin() + 1, ctx.args.end());
+  const uint32_t db = ctx.session.db();
+  std::vector<std::string> names;  // stored forms
   std::vector<std::string> prefixes;
-  if (patterns) {
-    for (const std::string& pattern : names) {
-      auto prefix = PrefixOfPattern(pattern);
+  for (const std::string_view name : ctx.args.subspan(1)) {
+    std::string_view key = name;
+    if (patterns) {
+      auto prefix = PrefixOfPattern(name);
       if (!prefix) {
         ctx.reply.Error(prefix.error().message);
         return;
       }
-      prefixes.push_back(std::move(*prefix));
+      key = name.substr(0, prefix->size());
     }
+    if (db == 0 && engine::IsReservedKey(key)) {
+      ctx.reply.Error(fmt::format("ERR {}", engine::kReservedKeyMessage));
+      return;
+    }
+    names.push_back(engine::StoredKey(db, name));
+    if (patterns) prefixes.push_back(engine::StoredKey(db, key));
   }
   engine::SubscriptionHub* hub = ctx.server.subscriptions();
   const engine::SubscriberId subscriber = ctx.session.EnsureSubscriber();
@@ -77,8 +90,9 @@ void Follow(CommandContext& ctx, bool patterns) {
   }
   std::set<std::string>& followed =
       patterns ? ctx.session.pubsub().patterns : ctx.session.pubsub().channels;
-  for (const std::string& name : names) {
-    followed.insert(name);
+  for (size_t i = 0; i < names.size(); ++i) {
+    followed.insert(names[i]);
+    const std::string_view name = ctx.args[i + 1];
     Confirm(ctx, patterns ? "psubscribe" : "subscribe", &name);
   }
 }
@@ -88,12 +102,34 @@ void Follow(CommandContext& ctx, bool patterns) {
 void Unfollow(CommandContext& ctx, bool patterns) {
   std::set<std::string>& followed =
       patterns ? ctx.session.pubsub().patterns : ctx.session.pubsub().channels;
+  // The names as the client spells them, and their stored forms (none for a key that
+  // database 0 reserves: nothing can follow it).
   std::vector<std::string> names(ctx.args.begin() + 1, ctx.args.end());
-  if (names.empty()) names.assign(followed.begin(), followed.end());
+  std::vector<std::optional<std::string>> stored;
+  for (const std::string_view name : names) {
+    if (ctx.session.db() == 0 && engine::IsReservedKey(name)) {
+      stored.emplace_back();
+    } else {
+      stored.emplace_back(engine::StoredKey(ctx.session.db(), name));
+    }
+  }
+  if (names.empty()) {
+    for (const std::string& name : followed) {
+      stored.emplace_back(name);
+      names.emplace_back(engine::SplitStoredKey(name).name);
+    }
+  }
+  // One confirmation a name, each with what is still followed after it (Redis's counts).
+  const std::string_view kind = patterns ? "punsubscribe" : "unsubscribe";
+  if (names.empty()) Confirm(ctx, kind, nullptr);
   std::vector<std::string> stopped;
-  for (const std::string& name : names) {
-    if (followed.erase(name) == 0) continue;
-    stopped.push_back(patterns ? name.substr(0, name.size() - 1) : name);
+  for (size_t i = 0; i < names.size(); ++i) {
+    const std::optional<std::string>& name = stored[i];
+    if (name && followed.erase(*name) != 0) {
+      stopped.push_back(patterns ? name->substr(0, name->size() - 1) : *name);
+    }
+    const std::string_view view = names[i];
+    Confirm(ctx, kind, &view);
   }
   engine::SubscriptionHub* hub = ctx.server.subscriptions();
   const engine::SubscriberId subscriber = ctx.session.pubsub().subscriber;
@@ -104,9 +140,6 @@ void Unfollow(CommandContext& ctx, bool patterns) {
       hub->Unsubscribe(subscriber, stopped, {});
     }
   }
-  const std::string_view kind = patterns ? "punsubscribe" : "unsubscribe";
-  if (names.empty()) Confirm(ctx, kind, nullptr);
-  for (const std::string& name : names) Confirm(ctx, kind, &name);
   // Following nothing: the hub forgets the subscriber until the next SUBSCRIBE.
   if (ctx.session.subscription_count() == 0) ctx.session.EndSubscriptions();
 }
@@ -132,24 +165,28 @@ void Session::EndSubscriptions() {
 void Session::PushUpdates(const engine::SubscriptionDelivery& delivery) {
   char digits[24];
   for (const engine::SubscriptionUpdate& update : delivery.updates()) {
-    const std::string_view value(digits, FormatInt64(update.value, digits));
+    const engine::DatabaseKey key = engine::SplitStoredKey(update.key);
+    if (!MayRead(key.name)) continue;  // the user's key patterns (ACL), on the key's name
+    const std::string_view value =
+        update.shown ? std::string_view(update.shown->text)
+                     : std::string_view(digits, FormatInt64(update.value, digits));
     const std::optional<engine::AskedBy>& only_for = update.only_for;
     if (pubsub_.channels.contains(update.key) && (!only_for || only_for->key)) {
       writer_.PushHeader(3);
       writer_.Bulk("message");
-      writer_.Bulk(update.key);
+      writer_.Bulk(key.name);
       writer_.Bulk(value);
     }
     for (const std::string& pattern : pubsub_.patterns) {
       const std::string_view prefix = std::string_view(pattern).substr(0, pattern.size() - 1);
-      if (!update.key.starts_with(prefix)) continue;
+      if (!engine::PrefixFollows(prefix, update.key)) continue;
       if (only_for && std::ranges::find(only_for->prefixes, prefix) == only_for->prefixes.end()) {
         continue;
       }
       writer_.PushHeader(4);
       writer_.Bulk("pmessage");
-      writer_.Bulk(pattern);
-      writer_.Bulk(update.key);
+      writer_.Bulk(engine::SplitStoredKey(pattern).name);
+      writer_.Bulk(key.name);
       writer_.Bulk(value);
     }
   }

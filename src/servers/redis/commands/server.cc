@@ -96,7 +96,8 @@ void PersistenceSection(CommandContext& ctx, std::string& out) {
       std::back_inserter(out),
       "# Persistence\r\nloading:0\r\nstore:rocksdb+commit-log\r\ndata_dir:{}\r\ndurability:{}\r\n"
       "counters_loaded_at_start:{}\r\ncommits:{}\r\ncommitted_puts:{}\r\ncommitted_deletes:{}\r\n"
-      "commit_failures:{}\r\nlast_commit_usec:{}\r\navg_commit_usec:{}\r\ndurable_epoch:{}\r\n"
+      "commit_failures:{}\r\ncommit_fsyncs:{}\r\nlast_commit_usec:{}\r\navg_commit_usec:{}\r\n"
+      "durable_epoch:{}\r\n"
       "open_epoch:{}\r\nstore_healthy:{}\r\ncheckpoints:{}\r\ncheckpoint_failures:{}\r\n"
       "last_checkpoint_msec:{}\r\ncheckpoint_backlog_counters:{}\r\nlog_bytes_since_checkpoint:{}"
       "\r\n"
@@ -104,9 +105,10 @@ void PersistenceSection(CommandContext& ctx, std::string& out) {
       ctx.server.options().data_dir,
       committer.durability() == engine::Durability::kSync ? "sync" : "async",
       engine.loaded_counters(), stats.commits, stats.puts, stats.deletes, stats.failures,
-      stats.last_commit_micros, stats.commits == 0 ? 0 : stats.total_commit_micros / stats.commits,
-      committer.durable_epoch(), ctx.server.engine().keyspace().open_epoch(), stats.healthy ? 1 : 0,
-      stats.checkpoints, stats.checkpoint_failures, stats.last_checkpoint_ms,
+      stats.syncs, stats.last_commit_micros,
+      stats.commits == 0 ? 0 : stats.total_commit_micros / stats.commits, committer.durable_epoch(),
+      ctx.server.engine().keyspace().open_epoch(), stats.healthy ? 1 : 0, stats.checkpoints,
+      stats.checkpoint_failures, stats.last_checkpoint_ms,
       ctx.server.engine().keyspace().checkpoint_backlog(), store.log_bytes, store.disk_bytes);
 }
 
@@ -127,12 +129,17 @@ void StatsSection(CommandContext& ctx, std::string& out) {
       s.Total(&WorkerStats::protocol_errors));
 }
 
+// "db<n>:keys=..,expires=..,avg_ttl=0" for each database that holds a counter (those past
+// --databases too, kept from a run with more: they are stored, not reachable).
 void KeyspaceSection(CommandContext& ctx, std::string& out) {
   out += "# Keyspace\r\n";
   const engine::Keyspace& keyspace = ctx.server.engine().keyspace();
-  if (keyspace.size() > 0) {
-    fmt::format_to(std::back_inserter(out), "db0:keys={},expires={},avg_ttl=0\r\n", keyspace.size(),
-                   keyspace.expiring_count());
+  if (keyspace.size() == 0) return;
+  for (uint32_t db = 0; db < engine::kMaxDatabases; ++db) {
+    const size_t keys = keyspace.database_size(db);
+    if (keys == 0) continue;
+    fmt::format_to(std::back_inserter(out), "db{}:keys={},expires={},avg_ttl=0\r\n", db, keys,
+                   keyspace.database_expiring(db));
   }
 }
 
@@ -215,18 +222,21 @@ void ErrorStatsSection(CommandContext& ctx, std::string& out) {
 }
 
 // The most-written counters of the last minute (engine/hot_keys.h), most first:
-// "hotkey_<rank>:writes_per_sec=<rate>,writes=<n>,key=<key>", the key last so that its
-// commas and colons need no quoting (`\` and bytes outside printable ASCII as \xNN,
-// core/escape.h).
+// "hotkey_<rank>:writes_per_sec=<rate>,writes=<n>[,db=<n>],key=<key>", the key last so
+// that its commas and colons need no quoting (`\` and bytes outside printable ASCII as \xNN,
+// core/escape.h); db= only for a database other than 0.
 void HotKeysSection(CommandContext& ctx, std::string& out) {
   fmt::format_to(std::back_inserter(out), "# Hotkeys\r\nhotkeys_window_seconds:{}\r\n",
                  engine::HotKeys::kWindowSeconds);
   const std::vector<engine::HotKey> top =
       ctx.server.engine().hot_keys().Top(kInfoHotKeys, derived::IsInternalKey);
   for (size_t i = 0; i < top.size(); ++i) {
-    fmt::format_to(std::back_inserter(out), "hotkey_{}:writes_per_sec={:.2f},writes={},key=", i + 1,
+    fmt::format_to(std::back_inserter(out), "hotkey_{}:writes_per_sec={:.2f},writes={},", i + 1,
                    top[i].writes_per_second, top[i].writes);
-    AppendPrintable(top[i].key, KeepUtf8::kNo, &out);
+    const engine::DatabaseKey key = engine::SplitStoredKey(top[i].key);
+    if (key.db != 0) fmt::format_to(std::back_inserter(out), "db={},", key.db);
+    out += "key=";
+    AppendPrintable(key.name, KeepUtf8::kNo, &out);
     out += "\r\n";
   }
 }
@@ -274,7 +284,7 @@ const ConfigEntry kConfig[] = {
      }},
     {"io-threads", [](const ServerOptions& o) { return std::to_string(o.workers); }},
     {"dir", [](const ServerOptions& o) { return o.data_dir; }},
-    {"databases", [](const ServerOptions&) { return std::string("1"); }},
+    {"databases", [](const ServerOptions& o) { return std::to_string(o.databases); }},
     {"save", [](const ServerOptions&) { return std::string(); }},
     {"appendonly", [](const ServerOptions&) { return std::string("no"); }},
     {"maxmemory", [](const ServerOptions&) { return std::string("0"); }},

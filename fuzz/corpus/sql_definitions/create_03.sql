@@ -1,0 +1,1 @@
+CREATE COUNTER all_posts AS SELECT count(*) FROM posts

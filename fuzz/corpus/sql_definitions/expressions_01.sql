@@ -1,0 +1,1 @@
+CREATE COUNTER c AS SELECT -rating AS r, count(*) FROM posts WHERE rating >= -9223372036854775808 GROUP BY r

@@ -1,0 +1,1 @@
+CREATE COUNTER c AS SELECT count(*) FROM posts WHERE NOT is_deleted AND is_published OR title IS NULL

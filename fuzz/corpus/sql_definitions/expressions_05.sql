@@ -1,0 +1,1 @@
+CREATE COUNTER c AS SELECT count(*) FROM posts WHERE blog_id NOT IN (1, 2, 3)

@@ -1,0 +1,1 @@
+CREATE COUNTER c AS SELECT count(*) FROM posts WHERE rating BETWEEN 1 AND 5

@@ -1,0 +1,1 @@
+CREATE COUNTER c AS SELECT count(*) FILTER (WHERE is_published) FROM posts

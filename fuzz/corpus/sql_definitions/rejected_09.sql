@@ -1,0 +1,1 @@
+CREATE COUNTER c AS SELECT count(*) FROM posts WHERE is_published IS TRUE

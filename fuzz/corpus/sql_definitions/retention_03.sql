@@ -1,0 +1,1 @@
+CREATE COUNTER c AS SELECT count(*) FROM likes WITH (retention = '30 days')

@@ -1,0 +1,1 @@
+CREATE COUNTER c AS SELECT date_trunc('day', created_at) AS d, count(*) FROM likes GROUP BY d WITH (retention = '1 day 2 hours')

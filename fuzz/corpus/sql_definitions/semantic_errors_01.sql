@@ -1,0 +1,1 @@
+CREATE COUNTER c AS SELECT user_id FROM posts GROUP BY user_id

@@ -1,0 +1,1 @@
+CREATE COUNTER c AS SELECT sum(is_published) FROM posts

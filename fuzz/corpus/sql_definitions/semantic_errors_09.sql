@@ -1,0 +1,1 @@
+CREATE COUNTER c AS SELECT coalesce(rating, title) AS x, count(*) FROM posts GROUP BY x

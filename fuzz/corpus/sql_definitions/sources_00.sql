@@ -1,0 +1,1 @@
+CREATE SOURCE posts (id bigint, title text, created_at timestamp, is_published boolean);

@@ -1,0 +1,1 @@
+CREATE SOURCE words (text text, timestamp timestamp, int int, source bigint, counter boolean)

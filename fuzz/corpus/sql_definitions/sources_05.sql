@@ -1,0 +1,1 @@
+CREATE SOURCE s (a varchar(10)(20))

@@ -1,0 +1,1 @@
+CREATE SOURCE s (id bigint, "x\y" bigint)

@@ -1,0 +1,1 @@
+CREATE SOURCE s (a bigint CHECK (a > 0))

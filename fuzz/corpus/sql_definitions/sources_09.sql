@@ -1,0 +1,1 @@
+CREATE SOURCE s (a bigint, FOREIGN KEY (a) REFERENCES t (id))

@@ -1,0 +1,1 @@
+DROP COUNTER blog_posts;

@@ -1,0 +1,1 @@
+drop counter "Blog Posts"

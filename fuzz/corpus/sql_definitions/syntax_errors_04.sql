@@ -1,0 +1,1 @@
+CREATE COUNTER select AS SELECT count(*) FROM posts

@@ -1,0 +1,1 @@
+CREATE COUNTER c AS SELECT count(*) posts
