@@ -58,8 +58,10 @@ void Try(std::string_view bytes) {
   std::string encoded;
   switch (record->kind) {
     case RecordKind::kBatch:
+    case RecordKind::kPart:
       tally::cluster::EncodeBatch(record->header, record->batch,
-                                  tally::cluster::BatchShare::All(record->batch), &encoded);
+                                  tally::cluster::BatchShare::All(record->batch), &encoded,
+                                  record->kind);
       break;
     case RecordKind::kClaim:
       tally::cluster::EncodeClaim(record->header, record->claim, &encoded);
@@ -73,7 +75,8 @@ void Try(std::string_view bytes) {
   Check(again.has_value(), "a decoded record encodes to a decodable one");
   Check(again->kind == record->kind, "the kind survives");
   Check(SameHeader(again->header, record->header), "the header survives");
-  Check(record->kind != RecordKind::kBatch || SameBatch(again->batch, record->batch),
+  Check((record->kind != RecordKind::kBatch && record->kind != RecordKind::kPart) ||
+            SameBatch(again->batch, record->batch),
         "the batch survives");
   Check(record->kind != RecordKind::kClaim || SameClaim(again->claim, record->claim),
         "the claim survives");

@@ -12,8 +12,8 @@
 #include <thread>
 #include <vector>
 
-#include "cluster/nats_test_cluster.h"
 #include "cluster/partition_reader.h"
+#include "cluster/partition_test_support.h"
 
 namespace tally::cluster {
 namespace {
@@ -21,70 +21,15 @@ namespace {
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 
-constexpr char kStream[] = "TALLY_P0";
-constexpr char kSubject[] = "tally.p.0";
-
-// The writer side of one owner in the tests: its log, and the header of its records.
-struct Owner {
-  std::unique_ptr<PartitionLog> log;
-  RecordHeader header;
-};
-
-class PartitionLogTest : public ::testing::Test {
+class PartitionLogTest : public PartitionStreamTest {
  protected:
-  void SetUp() override {
-    auto cluster = NatsTestCluster::Start();
-    ASSERT_TRUE(cluster) << cluster.error().message;
-    cluster_ = std::move(*cluster);
-    auto connection = cluster_->Connect();
-    ASSERT_TRUE(connection) << connection.error().message;
-    connection_ = std::move(*connection);
-    StreamConfig config;
-    config.name = kStream;
-    config.subjects = {kSubject};
-    auto state = NatsTestCluster::EnsureStream(*connection_, config);
-    ASSERT_TRUE(state) << state.error().message;
-  }
-
-  static PartitionLogOptions Options(size_t in_flight) {
-    PartitionLogOptions options;
-    options.stream = kStream;
-    options.subject = kSubject;
-    options.max_in_flight = in_flight;
-    return options;
-  }
-
-  // Starts a writer at the stream's tail and appends its claim; the claim is not awaited.
-  Owner Claim(NatsConnection& connection, size_t in_flight, const std::string& node) {
-    Owner owner;
-    auto state = connection.GetStreamState(kStream);
-    EXPECT_TRUE(state) << state.error().message;
-    const uint64_t tail = state ? state->last_seq : 0;
-    owner.header.writer = NewWriterId();
-    owner.header.term = tail + 1;
-    auto log = PartitionLog::Start(connection, Options(in_flight), tail, owner.header.writer);
-    EXPECT_TRUE(log) << log.error().message;
-    if (!log) return owner;
-    owner.log = std::move(*log);
-    std::string claim;
-    ClaimBody body;
-    body.node_name = node;
-    body.caught_up_to = tail;
-    EncodeClaim(owner.header, body, &claim);
-    auto seq = owner.log->Append(RecordKind::kClaim, claim);
-    EXPECT_TRUE(seq && *seq == tail + 1);
-    return owner;
-  }
-
   // Appends batch number `n`: a put of "n" = n, and of one of 50 keys.
   static Result<uint64_t> AppendBatch(Owner& owner, int64_t n) {
     engine::CommitBatch batch;
     batch.AddPut("n", engine::CounterRecord{n, 0});
     batch.AddPut("key:" + std::to_string(n % 50), engine::CounterRecord{n, 0});
     owner.header.epoch = static_cast<uint64_t>(n);
-    std::string bytes;
-    EncodeBatch(owner.header, batch, BatchShare::All(batch), &bytes);
-    return owner.log->Append(RecordKind::kBatch, std::move(bytes));
+    return PartitionStreamTest::AppendBatch(owner, batch);
   }
 
   // Reads the stream from `from` until `count` records came (at most 60 s). Creating the
@@ -155,9 +100,6 @@ class PartitionLogTest : public ::testing::Test {
     auto state = connection_->GetStreamState(kStream);
     return state ? cluster_->IndexOf(state->leader) : -1;
   }
-
-  std::unique_ptr<NatsTestCluster> cluster_;
-  std::unique_ptr<NatsConnection> connection_;
 };
 
 TEST_F(PartitionLogTest, ChainedAsyncPublishingLandsEveryRecordOnceInOrder) {

@@ -2,9 +2,9 @@
 //
 //   record    := magic kind header body crc
 //   magic     := "TLB1"
-//   kind      := u8: 1 batch, 2 claim, 3 renew
+//   kind      := u8: 1 batch, 2 claim, 3 renew, 4 part of a group (its last record is a batch)
 //   header    := partition:varint term:varint writer:u64-le epoch:varint owner-unix-ms:i64-le
-//   body      := batch-body (kind 1) | claim-body (kind 2) | nothing (kind 3)
+//   body      := batch-body (kinds 1, 4) | claim-body (kind 2) | nothing (kind 3)
 //   batch-body:= flags:u8 delete-count:varint delete* put-count:varint put*
 //   flags     := bit 0 set = clear every counter of the partition first (FLUSHALL); the other
 //                bits are 0
@@ -168,6 +168,8 @@ std::string_view RecordKindName(RecordKind kind) {
       return "claim";
     case RecordKind::kRenew:
       return "renew";
+    case RecordKind::kPart:
+      return "part";
   }
   return "unknown";
 }
@@ -193,9 +195,9 @@ std::vector<BatchShare> SplitBatch(const engine::CommitBatch& batch, uint32_t pa
 }
 
 void EncodeBatch(const RecordHeader& header, const engine::CommitBatch& batch,
-                 const BatchShare& share, std::string* out) {
+                 const BatchShare& share, std::string* out, RecordKind kind) {
   Writer writer(out);
-  WriteHeader(writer, RecordKind::kBatch, header);
+  WriteHeader(writer, kind, header);
   writer.U8(share.clear ? kFlagClear : 0);
   writer.Varint(share.deletes.size());
   for (const uint32_t i : share.deletes) writer.String(batch.delete_key(i));
@@ -249,7 +251,8 @@ Result<Record> DecodeRecord(std::string_view bytes) {
   Status body = OkStatus();
   switch (kind) {
     case static_cast<uint8_t>(RecordKind::kBatch):
-      record.kind = RecordKind::kBatch;
+    case static_cast<uint8_t>(RecordKind::kPart):
+      record.kind = static_cast<RecordKind>(kind);
       record.batch.set_epoch(record.header.epoch);
       body = DecodeBatchBody(in, &record.batch);
       break;

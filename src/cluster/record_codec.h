@@ -28,9 +28,12 @@ enum class RecordKind : uint8_t {
   kBatch = 1,  // counters' final values, deletes, and "clear the partition"
   kClaim = 2,  // a node takes the partition over (the first record of an ownership)
   kRenew = 3,  // an owner shows it is alive and still owns the partition
+  kPart = 4,   // a part of a group: a batch too large for one record is published as parts
+               // with consecutive sequences, the last of them a kBatch; a group counts only
+               // whole (a group without its last record at the tail was never acknowledged)
 };
 
-// "batch", "claim", "renew": the value of the Tally-Kind header, for people reading a
+// "batch", "claim", "renew", "part": the value of the Tally-Kind header, for people reading a
 // stream with NATS tools.
 std::string_view RecordKindName(RecordKind kind);
 
@@ -53,7 +56,7 @@ struct ClaimBody {
   uint64_t previous_term = 0;  // the term it took over from (0: the stream had no owner)
 };
 
-// A decoded record. `batch` is filled for kBatch, `claim` for kClaim.
+// A decoded record. `batch` is filled for kBatch and kPart, `claim` for kClaim.
 struct Record {
   RecordKind kind = RecordKind::kBatch;
   RecordHeader header;
@@ -79,9 +82,10 @@ struct BatchShare {
 // REQUIRES: 0 < partition_count <= kMaxPartitions.
 std::vector<BatchShare> SplitBatch(const engine::CommitBatch& batch, uint32_t partition_count);
 
-// Each encoder replaces *out with one whole record.
+// Each encoder replaces *out with one whole record. EncodeBatch writes a kBatch, or with
+// `kind` = kPart a part of a group (the same body). REQUIRES: kind is kBatch or kPart.
 void EncodeBatch(const RecordHeader& header, const engine::CommitBatch& batch,
-                 const BatchShare& share, std::string* out);
+                 const BatchShare& share, std::string* out, RecordKind kind = RecordKind::kBatch);
 void EncodeClaim(const RecordHeader& header, const ClaimBody& claim, std::string* out);
 void EncodeRenew(const RecordHeader& header, std::string* out);
 

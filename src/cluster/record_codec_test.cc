@@ -90,6 +90,25 @@ TEST(RecordCodecTest, BatchRoundTrip) {
   }
 }
 
+TEST(RecordCodecTest, APartOfAGroupHasTheBatchsBody) {
+  const CommitBatch batch = SampleBatch();
+  std::string bytes;
+  EncodeBatch(Header(), batch, BatchShare::All(batch), &bytes, RecordKind::kPart);
+  auto record = DecodeRecord(bytes);
+  ASSERT_TRUE(record) << record.error().message;
+  EXPECT_EQ(record->kind, RecordKind::kPart);
+  ExpectHeader(record->header, Header());
+  EXPECT_EQ(OpsOf(record->batch), OpsOf(batch));
+  EXPECT_EQ(RecordKindName(RecordKind::kPart), "part");
+  // Only the kind byte differs from the same batch as a last record.
+  std::string last;
+  EncodeBatch(Header(), batch, BatchShare::All(batch), &last);
+  ASSERT_EQ(last.size(), bytes.size());
+  EXPECT_EQ(last[4], 1);
+  EXPECT_EQ(bytes[4], 4);
+  EXPECT_EQ(last.substr(5, last.size() - 9), bytes.substr(5, bytes.size() - 9));
+}
+
 TEST(RecordCodecTest, SmallRecordsStayShort) {
   CommitBatch batch;
   batch.AddPut("k", CounterRecord{-1, 0});
