@@ -120,6 +120,16 @@ struct alignas(64) StripeState {
     return id;
   }
 
+  // Calls `f(id)` for every live entry whose key's slot lies in `slots`; `f` may erase it.
+  template <typename F>
+  void ForEachInSlots(SlotRange slots, F f) {
+    for (EntryId id = 0; id < map.entry_limit(); ++id) {
+      if (!map.IsLive(id)) continue;
+      const uint32_t slot = KeySlot(map.key(id));
+      if (slot >= slots.first && slot <= slots.last) f(id);
+    }
+  }
+
   // Drops stale queue entries once they outnumber the live deadlines, so that a key whose
   // expiry is reset over and over cannot grow the queue without bound.
   void CompactExpiryQueue() {
@@ -406,11 +416,7 @@ void View::ClearSlots(SlotRange slots) {
   const uint64_t epoch = keyspace_->open_epoch();
   for (size_t i = 0; i < kStripeCount; ++i) {
     StripeState& stripe = keyspace_->stripe(i);
-    for (EntryId id = 0; id < stripe.map.entry_limit(); ++id) {
-      if (!stripe.map.IsLive(id)) continue;
-      const uint32_t slot = KeySlot(stripe.map.key(id));
-      if (slot >= slots.first && slot <= slots.last) stripe.Remove(id);
-    }
+    stripe.ForEachInSlots(slots, [&](EntryId id) { stripe.Remove(id); });
     stripe.last_write_epoch = epoch;
   }
   required_epoch_ = std::max(required_epoch_, epoch);
@@ -591,6 +597,24 @@ void Keyspace::ApplyReplicated(SlotRange slots, std::span<const CommitBatch* con
     for (size_t i = 0; i < batch->put_count(); ++i) view.Put(keys[next++], batch->put_record(i));
   }
   if (while_held) while_held();
+}
+
+size_t Keyspace::DropSlots(SlotRange slots) {
+  View all = LockAll();
+  const auto in_range = [&](std::string_view key) {
+    const uint32_t slot = KeySlot(key);
+    return slot >= slots.first && slot <= slots.last;
+  };
+  size_t dropped = 0;
+  for (auto& s : stripes_) {
+    s->ForEachInSlots(slots, [&](EntryId id) {
+      s->Erase(id);
+      ++dropped;
+    });
+    std::erase_if(s->deleted, in_range);
+    std::erase_if(s->checkpoint_deleted, in_range);
+  }
+  return dropped;
 }
 
 bool Keyspace::Drain(CommitBatch* batch) {

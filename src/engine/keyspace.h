@@ -239,6 +239,12 @@ class Keyspace {
   void ApplyReplicated(SlotRange slots, std::span<const CommitBatch* const> batches,
                        const std::function<void()>& while_held = nullptr);
 
+  // Forgets every counter whose slot lies in `slots` without telling the store: nothing of
+  // it is drained or checkpointed (pending deletions of those keys are dropped too). For a
+  // cluster node rebuilding a partition from its stream, which deletes the partition's key
+  // range in the store itself. Returns how many counters it forgot.
+  size_t DropSlots(SlotRange slots);
+
   // Closes the open epoch and moves every change made in it into `batch` (whose epoch it
   // sets; the batch may be empty when writes changed nothing). Returns false when nothing
   // was written in the epoch (it then stays open).

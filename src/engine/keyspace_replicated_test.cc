@@ -123,6 +123,69 @@ TEST_F(KeyspaceTest, ApplyReplicatedClearsOnlyThePartitionsSlots) {
   EXPECT_EQ(drained.puts.at(mine[0]).value, 42);
 }
 
+TEST_F(KeyspaceTest, DropSlotsForgetsAPartitionWithoutTellingTheStore) {
+  const std::vector<std::string> mine = KeysInPartition(0, 3, 30, "m");
+  const std::vector<std::string> others = KeysInPartition(2, 3, 30, "o");
+  for (const std::string& key : mine) ASSERT_TRUE(Set(key, 1).applied);
+  for (const std::string& key : others) ASSERT_TRUE(Set(key, 2).applied);
+  ASSERT_TRUE(Drain().closed);
+  ASSERT_TRUE(Delete(mine[0]));  // a deletion not drained yet: dropped too
+  ASSERT_TRUE(Delete(others[0]));
+
+  EXPECT_EQ(keyspace_.DropSlots(PartitionSlots(0, 3)), mine.size() - 1);
+  for (const std::string& key : mine) EXPECT_EQ(Get(key), std::nullopt) << key;
+  for (size_t i = 1; i < others.size(); ++i) EXPECT_EQ(Get(others[i]), 2) << others[i];
+  const Drained drained = Drain();
+  EXPECT_EQ(drained.deletes, std::vector<std::string>{others[0]});
+  EXPECT_TRUE(drained.puts.empty());
+  // The next checkpoint writes nothing of the dropped partition.
+  Keyspace::CheckpointCursor cursor = keyspace_.TakeCheckpoint();
+  CommitBatch batch;
+  while (keyspace_.ReadCheckpoint(cursor, 1000, &batch)) {
+  }
+  for (size_t i = 0; i < batch.put_count(); ++i) {
+    EXPECT_NE(SlotPartition(KeySlot(batch.put_key(i)), 3), 0u) << batch.put_key(i);
+  }
+  for (size_t i = 0; i < batch.delete_count(); ++i) {
+    EXPECT_NE(SlotPartition(KeySlot(batch.delete_key(i)), 3), 0u) << batch.delete_key(i);
+  }
+  EXPECT_EQ(batch.put_count(), others.size() - 1);
+}
+
+// Readers that take a group's keys together never see part of a group: each group sets every
+// key to its number.
+TEST_F(KeyspaceTest, ReadersNeverSeePartOfAReplicatedGroup) {
+  const std::vector<std::string> names = {"g:a", "g:b", "g:c", "g:d"};
+  const std::vector<HashedKey> keys(names.begin(), names.end());
+  constexpr int64_t kGroups = 2000;
+  std::atomic<bool> done{false};
+  std::atomic<int> torn{0};
+  std::thread reader([&] {
+    while (!done.load()) {
+      View view = keyspace_.Lock(keys);
+      const std::optional<int64_t> first = view.Get(keys[0]);
+      for (const HashedKey& key : keys) {
+        if (view.Get(key) != first) torn.fetch_add(1);
+      }
+    }
+  });
+  for (int64_t n = 1; n <= kGroups; ++n) {
+    // A group of two records, each setting half of the keys.
+    CommitBatch one;
+    one.AddPut(names[0], {n, 0});
+    one.AddPut(names[1], {n, 0});
+    CommitBatch two;
+    two.AddPut(names[2], {n, 0});
+    two.AddPut(names[3], {n, 0});
+    const std::vector<const CommitBatch*> group = {&one, &two};
+    keyspace_.ApplyReplicated(PartitionSlots(0, 1), group);
+  }
+  done = true;
+  reader.join();
+  EXPECT_EQ(torn.load(), 0);
+  for (const std::string& name : names) EXPECT_EQ(Get(name), kGroups);
+}
+
 // A reader started inside `while_held` must wait for the stripes: it finishes only after the
 // call that ran the hook returned, and then reads the applied value.
 TEST_F(KeyspaceTest, ApplyReplicatedRunsItsHookWithTheStripesHeld) {
