@@ -73,8 +73,16 @@ class FollowerTest : public PartitionStreamTest {
     return options;
   }
 
+  // Starts a follower; JetStream's API may not answer for a moment on a busy machine (no
+  // meta leader yet), which is retried for up to 20 s.
   std::unique_ptr<Follower> Follow(BatchApplier& applier, FollowerPosition from = {}) {
     auto follower = Follower::Start(*connection_, Options(), from, applier);
+    const auto deadline = std::chrono::steady_clock::now() + 20s;
+    while (!follower && follower.error().code == ErrorCode::kUnavailable &&
+           std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(100ms);
+      follower = Follower::Start(*connection_, Options(), from, applier);
+    }
     EXPECT_TRUE(follower) << follower.error().message;
     return follower ? std::move(*follower) : nullptr;
   }
