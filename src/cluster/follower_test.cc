@@ -87,6 +87,15 @@ class FollowerTest : public PartitionStreamTest {
     return follower ? std::move(*follower) : nullptr;
   }
 
+  // Starts a follower applying to applier_ from the stream's start, then an owner "node-a"
+  // that claims the partition.
+  void FollowAndClaim(std::unique_ptr<Follower>* follower, Owner* owner) {
+    *follower = Follow(applier_);
+    ASSERT_NE(*follower, nullptr);
+    *owner = Claim(*connection_, 4, "node-a");
+    ASSERT_NE(owner->log, nullptr);
+  }
+
   // Appends epoch `epoch` of the owner: puts of `puts` (key, value), as a record of `kind`.
   static uint64_t Append(Owner& owner, uint64_t epoch,
                          const std::vector<std::pair<std::string, int64_t>>& puts,
@@ -113,15 +122,15 @@ class FollowerTest : public PartitionStreamTest {
     }
     ASSERT_EQ(follower.stats().records, count);
   }
+
+  RecordingApplier applier_;
 };
 
 TEST_F(FollowerTest, AppliesAnOwnersBatchesInOrderExactlyOnce) {
-  RecordingApplier applier;
-  std::unique_ptr<Follower> follower = Follow(applier);
-  ASSERT_NE(follower, nullptr);
-
-  Owner owner = Claim(*connection_, 4, "node-a");
-  ASSERT_NE(owner.log, nullptr);
+  std::unique_ptr<Follower> follower;
+  Owner owner;
+  ASSERT_NO_FATAL_FAILURE(FollowAndClaim(&follower, &owner));
+  RecordingApplier& applier = applier_;
   constexpr uint64_t kBatches = 60;
   uint64_t last = 0;
   for (uint64_t n = 1; n <= kBatches; ++n) {
@@ -153,11 +162,10 @@ TEST_F(FollowerTest, AppliesAnOwnersBatchesInOrderExactlyOnce) {
 }
 
 TEST_F(FollowerTest, AGroupIsAppliedOnlyWhole) {
-  RecordingApplier applier;
-  std::unique_ptr<Follower> follower = Follow(applier);
-  ASSERT_NE(follower, nullptr);
-  Owner owner = Claim(*connection_, 4, "node-a");
-  ASSERT_NE(owner.log, nullptr);
+  std::unique_ptr<Follower> follower;
+  Owner owner;
+  ASSERT_NO_FATAL_FAILURE(FollowAndClaim(&follower, &owner));
+  RecordingApplier& applier = applier_;
   const uint64_t first = Append(owner, 1, {{"a", 1}});
   Append(owner, 2, {{"a", 2}, {"b", 2}}, RecordKind::kPart);
   const uint64_t second_part = Append(owner, 3, {{"c", 3}}, RecordKind::kPart);
@@ -180,11 +188,10 @@ TEST_F(FollowerTest, AGroupIsAppliedOnlyWhole) {
 }
 
 TEST_F(FollowerTest, AGroupCutShortByAClaimIsNeverApplied) {
-  RecordingApplier applier;
-  std::unique_ptr<Follower> follower = Follow(applier);
-  ASSERT_NE(follower, nullptr);
-  Owner a = Claim(*connection_, 4, "node-a");
-  ASSERT_NE(a.log, nullptr);
+  std::unique_ptr<Follower> follower;
+  Owner a;
+  ASSERT_NO_FATAL_FAILURE(FollowAndClaim(&follower, &a));
+  RecordingApplier& applier = applier_;
   Append(a, 1, {{"x", 1}});
   Append(a, 2, {{"x", 100}}, RecordKind::kPart);
   Durable(a, Append(a, 3, {{"y", 100}}, RecordKind::kPart));

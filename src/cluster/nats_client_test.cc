@@ -12,7 +12,7 @@
 #include <string>
 #include <thread>
 
-#include "cluster/nats_test_cluster.h"
+#include "cluster/partition_test_support.h"
 
 namespace tally::cluster {
 namespace {
@@ -24,16 +24,9 @@ constexpr int64_t kWaitMs = 5000;
 class NatsClientTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    auto cluster = NatsTestCluster::Start();
-    ASSERT_TRUE(cluster) << cluster.error().message;
-    cluster_ = std::move(*cluster);
-    auto connection = cluster_->Connect();
-    ASSERT_TRUE(connection) << connection.error().message;
-    connection_ = std::move(*connection);
     config_.name = "TEST";
     config_.subjects = {"test.p"};
-    auto state = NatsTestCluster::EnsureStream(*connection_, config_);
-    ASSERT_TRUE(state) << state.error().message;
+    StartWithStream(config_, &cluster_, &connection_);
   }
 
   // A publication on the test stream.

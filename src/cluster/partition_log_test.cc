@@ -77,6 +77,19 @@ class PartitionLogTest : public PartitionStreamTest {
     }
   }
 
+  // Waits (at most 60 s) until the owner's claim and `batches` batches appended since `start`
+  // are durable with the log still writing, prints the figures under `what`, and returns them.
+  static PartitionLogStats WaitAllDurable(const Owner& owner, int64_t batches,
+                                          Clock::time_point start, const char* what) {
+    const PartitionLogProgress progress = owner.log->WaitDurable(batches + 1, 60s);
+    const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    EXPECT_EQ(progress.durable_seq, static_cast<uint64_t>(batches) + 1);
+    EXPECT_EQ(progress.state, PartitionLogState::kWriting);
+    const PartitionLogStats stats = owner.log->stats();
+    Print(what, stats, seconds);
+    return stats;
+  }
+
   static void Print(const char* what, const PartitionLogStats& s, double seconds) {
     std::printf(
         "[ figures  ] %s: %llu records durable in %.2f s (%.0f/s); sends %llu, resend rounds "
@@ -108,12 +121,7 @@ TEST_F(PartitionLogTest, ChainedAsyncPublishingLandsEveryRecordOnceInOrder) {
   constexpr int64_t kBatches = 3000;
   const auto start = Clock::now();
   for (int64_t n = 0; n < kBatches; ++n) ASSERT_TRUE(AppendBatch(owner, n));
-  const PartitionLogProgress progress = owner.log->WaitDurable(kBatches + 1, 60s);
-  const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
-  EXPECT_EQ(progress.durable_seq, static_cast<uint64_t>(kBatches) + 1);
-  EXPECT_EQ(progress.state, PartitionLogState::kWriting);
-  const PartitionLogStats stats = owner.log->stats();
-  Print("chained, 32 in flight", stats, seconds);
+  const PartitionLogStats stats = WaitAllDurable(owner, kBatches, start, "chained, 32 in flight");
   EXPECT_EQ(stats.durable, static_cast<uint64_t>(kBatches) + 1);
   EXPECT_EQ(stats.wrong_last, 0u);
   ExpectExactlyOnceInOrder(owner, 1, kBatches);
@@ -187,12 +195,7 @@ TEST_F(PartitionLogTest, LeaderKillDuringPublishingKeepsEveryRecordOnceInOrder) 
     }
     std::this_thread::sleep_for(2ms);
   }
-  const PartitionLogProgress progress = owner.log->WaitDurable(kBatches + 1, 60s);
-  const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
-  EXPECT_EQ(progress.durable_seq, static_cast<uint64_t>(kBatches) + 1);
-  EXPECT_EQ(progress.state, PartitionLogState::kWriting);
-  const PartitionLogStats stats = owner.log->stats();
-  Print("leader killed", stats, seconds);
+  const PartitionLogStats stats = WaitAllDurable(owner, kBatches, start, "leader killed");
   std::printf("[ figures  ] leader %s killed %.2f s after the start; new leader %s\n",
               cluster_->name(leader).c_str(), std::chrono::duration<double>(killed - start).count(),
               cluster_->name(LeaderIndex()).c_str());

@@ -1,6 +1,7 @@
 // The fixture of the tests that read and write one partition's stream against three real
 // nats-servers (partition_log_test.cc, follower_test.cc): each test starts its own servers
-// and an R3 stream TALLY_P0, and owners claim it and append records. Test code only.
+// and an R3 stream TALLY_P0, and owners claim it and append records; and StartWithStream,
+// which nats_client_test.cc shares. Test code only.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -24,20 +25,26 @@ struct Owner {
   RecordHeader header;
 };
 
+// Starts three nats-servers, connects to them and ensures the stream of `config`.
+inline void StartWithStream(const StreamConfig& config, std::unique_ptr<NatsTestCluster>* cluster,
+                            std::unique_ptr<NatsConnection>* connection) {
+  auto started = NatsTestCluster::Start();
+  ASSERT_TRUE(started) << started.error().message;
+  *cluster = std::move(*started);
+  auto connected = (*cluster)->Connect();
+  ASSERT_TRUE(connected) << connected.error().message;
+  *connection = std::move(*connected);
+  auto state = NatsTestCluster::EnsureStream(**connection, config);
+  ASSERT_TRUE(state) << state.error().message;
+}
+
 class PartitionStreamTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    auto cluster = NatsTestCluster::Start();
-    ASSERT_TRUE(cluster) << cluster.error().message;
-    cluster_ = std::move(*cluster);
-    auto connection = cluster_->Connect();
-    ASSERT_TRUE(connection) << connection.error().message;
-    connection_ = std::move(*connection);
     StreamConfig config;
     config.name = kStream;
     config.subjects = {kSubject};
-    auto state = NatsTestCluster::EnsureStream(*connection_, config);
-    ASSERT_TRUE(state) << state.error().message;
+    StartWithStream(config, &cluster_, &connection_);
   }
 
   static PartitionLogOptions Options(size_t in_flight) {

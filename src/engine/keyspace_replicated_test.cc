@@ -34,6 +34,25 @@ std::vector<std::string> KeysInPartition(uint32_t partition, uint32_t count, siz
   return keys;
 }
 
+// Keys of two partitions, set and drained: `mine` to 1, `others` to 2.
+struct TwoPartitions {
+  std::vector<std::string> mine;
+  std::vector<std::string> others;
+};
+
+class KeyspaceSlotsTest : public KeyspaceTest {
+ protected:
+  // `n` keys of partition `mine_at` and `n` of `others_at`, of `count` partitions.
+  TwoPartitions SetTwoPartitions(uint32_t mine_at, uint32_t others_at, uint32_t count, size_t n) {
+    TwoPartitions keys{KeysInPartition(mine_at, count, n, "m"),
+                       KeysInPartition(others_at, count, n, "o")};
+    for (const std::string& key : keys.mine) EXPECT_TRUE(Set(key, 1).applied);
+    for (const std::string& key : keys.others) EXPECT_TRUE(Set(key, 2).applied);
+    EXPECT_TRUE(Drain().closed);
+    return keys;
+  }
+};
+
 TEST_F(KeyspaceTest, PutSetsTheFinalValueAndDeadlineWhateverTheKeyHeld) {
   ASSERT_TRUE(SetWithDeadline("k", 5, kStart + 9000).applied);
   PutRecord(keyspace_, "k", {7, 0});
@@ -97,12 +116,8 @@ TEST_F(KeyspaceTest, ApplyReplicatedAppliesBatchesInOrderAsOneEpoch) {
   EXPECT_FALSE(Drain().closed);
 }
 
-TEST_F(KeyspaceTest, ApplyReplicatedClearsOnlyThePartitionsSlots) {
-  const std::vector<std::string> mine = KeysInPartition(1, 4, 20, "m");
-  const std::vector<std::string> others = KeysInPartition(2, 4, 20, "o");
-  for (const std::string& key : mine) ASSERT_TRUE(Set(key, 1).applied);
-  for (const std::string& key : others) ASSERT_TRUE(Set(key, 2).applied);
-  ASSERT_TRUE(Drain().closed);
+TEST_F(KeyspaceSlotsTest, ApplyReplicatedClearsOnlyThePartitionsSlots) {
+  const auto [mine, others] = SetTwoPartitions(1, 2, 4, 20);
 
   CommitBatch clear;
   clear.ClearAll();
@@ -123,12 +138,8 @@ TEST_F(KeyspaceTest, ApplyReplicatedClearsOnlyThePartitionsSlots) {
   EXPECT_EQ(drained.puts.at(mine[0]).value, 42);
 }
 
-TEST_F(KeyspaceTest, DropSlotsForgetsAPartitionWithoutTellingTheStore) {
-  const std::vector<std::string> mine = KeysInPartition(0, 3, 30, "m");
-  const std::vector<std::string> others = KeysInPartition(2, 3, 30, "o");
-  for (const std::string& key : mine) ASSERT_TRUE(Set(key, 1).applied);
-  for (const std::string& key : others) ASSERT_TRUE(Set(key, 2).applied);
-  ASSERT_TRUE(Drain().closed);
+TEST_F(KeyspaceSlotsTest, DropSlotsForgetsAPartitionWithoutTellingTheStore) {
+  const auto [mine, others] = SetTwoPartitions(0, 2, 3, 30);
   ASSERT_TRUE(Delete(mine[0]));  // a deletion not drained yet: dropped too
   ASSERT_TRUE(Delete(others[0]));
 
