@@ -3,21 +3,22 @@
 
 #include <spdlog/spdlog.h>
 
-#include <boost/asio/io_context.hpp>
 #include <cstdlib>
 #include <exception>
+#include <functional>
 #include <string>
 #include <thread>
 
 namespace tally::servers {
 
-// Runs `io` on a new thread until it runs out of work (its work guard released). An
-// exception escaping a handler is a bug: it is logged and the process aborts, rather than
-// leaving a dead loop whose clients would hang unanswered.
-inline std::thread RunEventLoop(boost::asio::io_context& io, std::string name) {
-  return std::thread([&io, name = std::move(name)] {
+// Runs `run` (an event loop: an io_context's run() until it runs out of work, an
+// EpollLoop's Run() until it quits) on a new thread. An exception escaping a handler is a
+// bug: it is logged and the process aborts, rather than leaving a dead loop whose clients
+// would hang unanswered.
+inline std::thread RunEventLoop(std::function<void()> run, std::string name) {
+  return std::thread([run = std::move(run), name = std::move(name)] {
     try {
-      io.run();
+      run();
     } catch (const std::exception& e) {
       spdlog::critical("{} stopped by an exception: {}", name, e.what());
       std::abort();

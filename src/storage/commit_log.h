@@ -8,10 +8,19 @@
 //
 // Files: <dir>/<segment number, 16 digits>.log, numbered from 1, replayed in order. Other
 // files in <dir> are not segments: never read, never deleted.
-//   record := length:u32-le crc32c(payload):u32-le payload[length]
+//   segment := record* zeros*
+//   record  := length:u32-le crc32c(payload):u32-le payload[length]     (length > 0)
 // A record that is short or fails its checksum at the end of the newest segment is a
 // write cut by a crash: it never returned to the committer, so nothing depended on it,
 // and it is cut off. Anywhere else it is corruption, and recovery stops with an error.
+//
+// Segments are preallocated: zeros are written ahead of the records, so that an append
+// overwrites bytes the file already has instead of growing it. ext4's fdatasync must write
+// the inode whenever the file's size changed; over preallocated bytes it writes the data
+// and flushes, nothing more. Measured here (virtio disk, 4 KB records): fdatasync 330-370 µs
+// appending against 155-195 µs over zeros, and about 40 % less CPU. A zero length therefore
+// ends a segment's records; after it only zeros may follow (in the newest segment anything
+// else is the torn tail of a crash and is cut off).
 #pragma once
 
 #include <atomic>
@@ -46,7 +55,8 @@ class CommitLog {
   // committer's locks on; see engine/persistence.h). Rotate() and an Append() with `sync`
   // are Syncs too.
 
-  // Appends one record; with `sync`, returns once it is on stable storage.
+  // Appends one record (`payload` not empty); with `sync`, returns once it is on stable
+  // storage.
   Status Append(std::string_view payload, bool sync);
 
   // Makes every record appended before the call durable (one fdatasync; none when nothing
@@ -70,11 +80,15 @@ class CommitLog {
   CommitLog(std::string dir, uint64_t segment, int fd);
   static std::string SegmentPath(const std::string& dir, uint64_t segment);
   static std::vector<uint64_t> ListSegments(const std::string& dir);
+  // Writes zeros from `preallocated_` on, so that at least `needed` bytes of the segment
+  // exist. A failure is not an error of the append: the append then grows the file itself.
+  void Preallocate(uint64_t needed);
 
   const std::string dir_;
   uint64_t segment_;
   int fd_;
-  uint64_t segment_bytes_ = 0;
+  uint64_t segment_bytes_ = 0;  // bytes of whole records
+  uint64_t preallocated_ = 0;   // bytes of the file: records, then zeros
   // Records appended, ever (written by Append), and of those the ones a Sync made durable
   // (Sync's own): a Sync that overlaps an Append covers what was appended before it began.
   std::atomic<uint64_t> appended_{0};

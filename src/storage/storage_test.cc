@@ -185,6 +185,66 @@ TEST_F(StoreTest, RefusesADamagedOlderSegment) {
   EXPECT_EQ(replay.error().code, ErrorCode::kCorruption);
 }
 
+// Replays `dir` and returns its records, or the replay's error.
+Result<std::vector<std::string>> ReplayAll(const std::filesystem::path& dir) {
+  std::vector<std::string> records;
+  auto replay = CommitLog::Replay(dir.string(), 1, [&](std::string_view payload) {
+    records.emplace_back(payload);
+    return OkStatus();
+  });
+  if (!replay) return tl::unexpected(replay.error());
+  return records;
+}
+
+void WriteAt(const std::filesystem::path& path, uint64_t offset, std::string_view bytes) {
+  const int fd = ::open(path.c_str(), O_WRONLY);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::pwrite(fd, bytes.data(), bytes.size(), static_cast<off_t>(offset)),
+            static_cast<ssize_t>(bytes.size()));
+  ::close(fd);
+}
+
+TEST_F(StoreTest, SegmentsArePreallocatedAndTheirZerosEndTheRecords) {
+  const std::filesystem::path log_dir = dir_ / "log";
+  const std::filesystem::path first = log_dir / "0000000000000001.log";
+  const std::filesystem::path second = log_dir / "0000000000000002.log";
+  std::vector<std::string> written;
+  {
+    auto log = CommitLog::Create(log_dir.string(), 1);
+    ASSERT_TRUE(log.has_value());
+    // Enough bytes to cross several preallocation steps, with records of varied sizes.
+    for (int i = 0; i < 400; ++i) {
+      written.push_back(std::string(static_cast<size_t>(1 + (i * 977) % 4000), char('a' + i % 26)));
+      ASSERT_TRUE((*log)->Append(written.back(), i % 50 == 0).has_value());
+    }
+    EXPECT_GT(std::filesystem::file_size(first), (*log)->segment_bytes());
+    ASSERT_TRUE((*log)->Rotate().has_value());
+    written.push_back("in the second segment");
+    ASSERT_TRUE((*log)->Append(written.back(), true).has_value());
+    // Nothing grows the file while appends stay within the zeros written ahead.
+    EXPECT_GT(std::filesystem::file_size(second), (*log)->segment_bytes());
+  }
+  auto records = ReplayAll(log_dir);
+  ASSERT_TRUE(records.has_value()) << records.error().message;
+  EXPECT_EQ(*records, written);
+
+  // After the zeros that end an older segment's records only zeros may follow.
+  WriteAt(first, std::filesystem::file_size(first) - 1, "x");
+  records = ReplayAll(log_dir);
+  ASSERT_FALSE(records.has_value());
+  EXPECT_EQ(records.error().code, ErrorCode::kCorruption);
+  WriteAt(first, std::filesystem::file_size(first) - 1, std::string_view("\0", 1));
+
+  // In the newest segment a byte after the zeros is a torn tail (a later page that reached
+  // the disk before an earlier one): cut off, the records before it kept.
+  const uint64_t size = std::filesystem::file_size(second);
+  WriteAt(second, size - 10, "torn");
+  records = ReplayAll(log_dir);
+  ASSERT_TRUE(records.has_value()) << records.error().message;
+  EXPECT_EQ(*records, written);
+  EXPECT_LT(std::filesystem::file_size(second), size);
+}
+
 TEST_F(StoreTest, IgnoresFilesThatAreNotSegments) {
   const std::filesystem::path log_dir = dir_ / "log";
   std::filesystem::create_directories(log_dir);

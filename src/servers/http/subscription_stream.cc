@@ -5,6 +5,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <boost/asio/post.hpp>
 #include <boost/asio/write.hpp>
 #include <boost/beast/core/buffers_to_string.hpp>
 #include <boost/beast/core/role.hpp>
@@ -174,7 +175,10 @@ void SubscriptionStream::Start(Request request, const SubscriptionRequest& subsc
     return;
   }
   subscriber_ = hub_.AddSubscriber(std::make_shared<servers::PostingSink<SubscriptionStream>>(
-      socket_.get_executor(), weak_from_this()));
+      [executor = socket_.get_executor()](std::function<void()> work) {
+        boost::asio::post(executor, std::move(work));
+      },
+      weak_from_this()));
   // Updates the hub hands over before the response head is out wait in the queue.
   const Status subscribed = hub_.Subscribe(subscriber_, subscription.keys, subscription.prefixes);
   if (!subscribed && subscribed.error().code == ErrorCode::kInvalidArgument) {

@@ -25,7 +25,7 @@ void HttpWorker::Start() {
   guard_ =
       std::make_unique<boost::asio::executor_work_guard<boost::asio::io_context::executor_type>>(
           io_.get_executor());
-  thread_ = servers::RunEventLoop(io_, fmt::format("HTTP worker {}", index_));
+  thread_ = servers::RunEventLoop([this] { io_.run(); }, fmt::format("HTTP worker {}", index_));
 }
 
 void HttpWorker::Stop() {

@@ -52,11 +52,12 @@ Connection::~Connection() {
 }
 
 void Connection::Start() {
-  session_->set_sink_factory([self = weak_from_this(), executor = worker_.io().get_executor()] {
-    return std::make_shared<servers::PostingSink<Connection>>(executor, self);
+  session_->set_sink_factory([self = weak_from_this(), &loop = worker_.loop()] {
+    return std::make_shared<servers::PostingSink<Connection>>(
+        [&loop](std::function<void()> work) { loop.Post(std::move(work)); }, self);
   });
-  Status added = fd_ < 0 ? IOError("the socket could not be taken from Asio")
-                         : worker_.poller().Add(fd_, id());
+  Status added =
+      fd_ < 0 ? IOError("the socket could not be taken from Asio") : worker_.loop().Add(fd_, id());
   if (!added) {
     spdlog::error("closing client {}: {}", session_->info().address, added.error().message);
     Close();
@@ -66,7 +67,7 @@ void Connection::Start() {
 void Connection::Close() {
   if (closed_) return;
   closed_ = true;
-  // Closing the descriptor also takes it out of the poller's set.
+  // Closing the descriptor also takes it out of the loop's epoll set.
   if (fd_ >= 0) ::close(fd_);
   fd_ = -1;
   session_->EndSubscriptions();
@@ -124,7 +125,7 @@ void Connection::OnReadable() {
     input_end_ += static_cast<size_t>(n);
     read_this_turn += static_cast<size_t>(n);
     // A short read emptied the socket. Whatever arrives later, or stays because this turn's
-    // share was used, the level-triggered poller reports again: no read that would only
+    // share was used, the level-triggered loop reports it again: no read that would only
     // answer "would block".
     if (static_cast<size_t>(n) < room) break;
     if (read_this_turn >= kMaxReadPerTurn) break;
@@ -186,7 +187,7 @@ void Connection::StopReading() {
 
 void Connection::UpdateWatch() {
   if (closed_) return;
-  if (Status watched = worker_.poller().Watch(fd_, id(), !reading_stopped_, write_waiting_);
+  if (Status watched = worker_.loop().Watch(fd_, id(), !reading_stopped_, write_waiting_);
       !watched) {
     spdlog::error("closing client {}: {}", session_->info().address, watched.error().message);
     Close();

@@ -1,8 +1,8 @@
 // Connection: one client's socket. Reads requests, hands them to its Session, and writes
 // the replies the worker releases. Lives on its worker's thread only.
 //
-// The socket is a plain non-blocking descriptor in its worker's Poller (level-triggered
-// epoll, see servers/poller.h): when it is readable, reads go on into at least 16 KiB of
+// The socket is a plain non-blocking descriptor in its worker's EpollLoop (level-triggered
+// epoll, see servers/epoll_loop.h): when it is readable, reads go on into at least 16 KiB of
 // room until one comes back short (the socket is empty) or this turn's share is used, so a
 // burst of pipelined requests is read in as few system calls as the kernel allows and a
 // request at pipeline depth 1 costs one read and one send. Writing is non-blocking; only when
@@ -31,14 +31,14 @@ class Connection final : public std::enable_shared_from_this<Connection>,
   Connection(Worker& worker, boost::asio::ip::tcp::socket socket, const servers::Peer& peer);
   ~Connection();
 
-  // Joins the worker's poller; a connection that cannot is closed.
+  // Joins the worker's epoll set; a connection that cannot is closed.
   void Start();
   void Close();
   bool closed() const { return closed_; }
-  // The client's id (CLIENT ID), which is also its token in the worker's poller.
+  // The client's id (CLIENT ID), which is also its token in the worker's epoll set.
   uint64_t id() const { return session_->info().id; }
 
-  // The poller found the socket ready: `events` are epoll's bits.
+  // The loop found the socket ready: `events` are epoll's bits.
   void OnReady(uint32_t events);
 
   Session& session() { return *session_; }
@@ -78,7 +78,7 @@ class Connection final : public std::enable_shared_from_this<Connection>,
   void AppendUnrequested(Write&& write);
   void TryWrite();
   void WaitWritable();
-  // Tells the poller what the socket waits for now (reading unless stopped; writing while
+  // Tells the loop what the socket waits for now (reading unless stopped; writing while
   // the send buffer is full).
   void UpdateWatch();
   void CompactOutput();

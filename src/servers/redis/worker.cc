@@ -15,10 +15,10 @@ namespace tally::redis {
 Worker::Worker(ServerCore& core, int index)
     : core_(core),
       index_(index),
+      loop_([this](uint64_t id, uint32_t events) { OnSocketReady(id, events); },
+            [this] { return EndOfTurn(); }),
       shard_(&core.engine().keyspace()),
-      gate_(core.engine(), [this] { boost::asio::post(io_, [this] { ScheduleEndOfTurn(); }); }),
-      poller_(io_, [this](uint64_t id, uint32_t events) { OnSocketReady(id, events); }),
-      housekeeping_(io_) {}
+      gate_(core.engine(), [this] { loop_.Post([this] { ScheduleEndOfTurn(); }); }) {}
 
 Worker::~Worker() { Stop(); }
 
@@ -26,29 +26,36 @@ void Worker::Start() {
   guard_ =
       std::make_unique<boost::asio::executor_work_guard<boost::asio::io_context::executor_type>>(
           io_.get_executor());
-  StartHousekeeping();
-  poller_.Start();
-  thread_ = servers::RunEventLoop(io_, fmt::format("worker {}", index_));
+  io_thread_ = servers::RunEventLoop([this] { io_.run(); }, fmt::format("worker {} TLS", index_));
+  loop_.Every(std::chrono::seconds(1), [this] { Housekeeping(); });
+  thread_ = servers::RunEventLoop([this] { loop_.Run(); }, fmt::format("worker {}", index_));
 }
 
 void Worker::Stop() {
   if (!thread_.joinable()) return;
+  // The tunnels first: none adopts a connection afterwards.
   boost::asio::post(io_, [this] {
-    housekeeping_.cancel();
+    tunnels_.CloseAll();
+    guard_.reset();
+  });
+  io_thread_.join();
+  loop_.Post([this] {
     shard_.FoldIncrements();
     std::vector<std::shared_ptr<Connection>> all;
     for (const auto& [raw, connection] : connections_) all.push_back(connection);
     for (const auto& connection : all) connection->Close();
-    tunnels_.CloseAll();
-    poller_.Stop();
     gate_.Clear();
-    guard_.reset();
+    loop_.Quit();
   });
   thread_.join();
 }
 
 void Worker::Adopt(boost::asio::ip::tcp::socket socket, servers::Peer peer) {
-  boost::asio::post(io_, [this, socket = std::move(socket), peer]() mutable {
+  // Shared, so that the work is copyable (a std::function); a socket whose work never ran
+  // (the worker stopped) is closed with it.
+  auto held = std::make_shared<boost::asio::ip::tcp::socket>(std::move(socket));
+  loop_.Post([this, held, peer] {
+    boost::asio::ip::tcp::socket socket = std::move(*held);
     if (servers::RefusedByProtectedMode(core_.options().protected_mode,
                                         core_.acl().OpenDefault() != nullptr,
                                         peer.remote.address())) {
@@ -81,44 +88,36 @@ void Worker::Touch(const std::shared_ptr<Connection>& connection) {
   ScheduleEndOfTurn();
 }
 
-void Worker::ScheduleEndOfTurn() {
-  if (end_of_turn_scheduled_) return;
-  end_of_turn_scheduled_ = true;
-  // Handlers already queued (the other ready sockets of this turn) run before this one.
-  boost::asio::post(io_, [this] { EndOfTurn(); });
-}
-
-void Worker::EndOfTurn() {
+bool Worker::EndOfTurn() {
+  if (!end_of_turn_scheduled_) return false;
   end_of_turn_scheduled_ = false;
   shard_.FoldIncrements();
   gate_.LogAsyncWrites();
   for (const auto& connection : touched_) gate_.Admit(connection);
   touched_.clear();
   gate_.Settle();
+  // Settling may have asked for another end of turn (replies sent, a commit announced on
+  // this thread): run it before waiting.
+  return end_of_turn_scheduled_;
 }
 
-void Worker::StartHousekeeping() {
-  housekeeping_.expires_after(std::chrono::seconds(1));
-  housekeeping_.async_wait([this](const boost::system::error_code& error) {
-    if (error) return;
-    const int64_t timeout = core_.options().timeout_seconds;
-    const int64_t request_timeout = core_.options().request_timeout_seconds;
-    const int64_t now = core_.engine().keyspace().clock()->NowMillis();
-    std::vector<std::shared_ptr<Connection>> idle;
-    std::vector<std::shared_ptr<Connection>> slow;
-    for (const auto& [raw, connection] : connections_) {
-      const int64_t since = connection->partial_request_since_ms();
-      if (request_timeout > 0 && since != 0 && now - since > request_timeout * 1000) {
-        slow.push_back(connection);
-      } else if (timeout > 0 &&
-                 now - connection->session().info().last_interaction_ms.load() > timeout * 1000) {
-        idle.push_back(connection);
-      }
+void Worker::Housekeeping() {
+  const int64_t timeout = core_.options().timeout_seconds;
+  const int64_t request_timeout = core_.options().request_timeout_seconds;
+  const int64_t now = core_.engine().keyspace().clock()->NowMillis();
+  std::vector<std::shared_ptr<Connection>> idle;
+  std::vector<std::shared_ptr<Connection>> slow;
+  for (const auto& [raw, connection] : connections_) {
+    const int64_t since = connection->partial_request_since_ms();
+    if (request_timeout > 0 && since != 0 && now - since > request_timeout * 1000) {
+      slow.push_back(connection);
+    } else if (timeout > 0 &&
+               now - connection->session().info().last_interaction_ms.load() > timeout * 1000) {
+      idle.push_back(connection);
     }
-    for (const auto& connection : idle) connection->Close();
-    for (const auto& connection : slow) connection->TimeOutRequest(request_timeout);
-    StartHousekeeping();
-  });
+  }
+  for (const auto& connection : idle) connection->Close();
+  for (const auto& connection : slow) connection->TimeOutRequest(request_timeout);
 }
 
 }  // namespace tally::redis

@@ -1,7 +1,8 @@
-// Worker: one I/O thread with its own event loop (an Asio io_context), its connections, and
-// its WorkerShard (its stats and its shard of every hot counter). The clients' sockets are in
-// the worker's Poller (level-triggered epoll, servers/poller.h), which the loop watches as
-// one source; timers, TLS tunnels and posted work stay Asio's.
+// Worker: one I/O thread with its own event loop (servers::EpollLoop: the clients' sockets
+// level-triggered, posted work, the housekeeping tick), its connections, and its WorkerShard
+// (its stats and its shard of every hot counter). Beside it, an Asio io_context on a second
+// thread of the worker's serves what Asio does well here: the TLS tunnels of its clients, and
+// the accepted sockets until the worker adopts them (servers/accept.h accepts onto io()).
 //
 // One event-loop turn: read handlers run the requests of every connection that has input;
 // increments collect in the shard. At the end of the turn the worker folds the shard into the
@@ -15,14 +16,13 @@
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
-#include <boost/asio/steady_timer.hpp>
 #include <memory>
 #include <thread>
 #include <vector>
 
 #include "servers/durability_gate.h"
+#include "servers/epoll_loop.h"
 #include "servers/peer.h"
-#include "servers/poller.h"
 #include "servers/redis/server_core.h"
 #include "servers/redis/worker_shard.h"
 #include "servers/tls/tls_tunnel.h"
@@ -36,19 +36,20 @@ class Worker {
   Worker(ServerCore& core, int index);
   ~Worker();
 
+  // The Asio side: accepted sockets and TLS tunnels (see the class comment).
   boost::asio::io_context& io() { return io_; }
   WorkerStats& stats() { return shard_.stats(); }
   WorkerShard& shard() { return shard_; }
   ServerCore& core() { return core_; }
   servers::DurabilityGate& gate() { return gate_; }
-  servers::Poller& poller() { return poller_; }
+  servers::EpollLoop& loop() { return loop_; }
 
   void Start();
   // Closes every connection and stops the thread. Call after the acceptor is closed.
   void Stop();
 
-  // Takes a freshly accepted socket (on this worker's io_context), or a TLS tunnel's inner
-  // end; `peer` is the client's TCP connection. Any thread.
+  // Takes a freshly accepted socket (on this worker's io_context, with no operation pending),
+  // or a TLS tunnel's inner end; `peer` is the client's TCP connection. Any thread.
   void Adopt(boost::asio::ip::tcp::socket socket, servers::Peer peer);
   // The TLS tunnels of this worker's clients on the TLS port.
   tls::TunnelSet& tunnels() { return tunnels_; }
@@ -59,21 +60,23 @@ class Worker {
   void Forget(uint64_t id);
 
  private:
-  // The poller found the socket of connection `id` ready.
+  // The loop found the socket of connection `id` ready.
   void OnSocketReady(uint64_t id, uint32_t events);
-  void ScheduleEndOfTurn();
-  void EndOfTurn();
-  void StartHousekeeping();
+  void ScheduleEndOfTurn() { end_of_turn_scheduled_ = true; }
+  // The loop's end of a turn; returns whether another turn is wanted at once.
+  bool EndOfTurn();
+  void Housekeeping();
 
   ServerCore& core_;
   const int index_;
+  // Before loop_: work still queued in the loop when it is destroyed may hold sockets of io_.
   boost::asio::io_context io_;
   std::unique_ptr<boost::asio::executor_work_guard<boost::asio::io_context::executor_type>> guard_;
+  std::thread io_thread_;
+  servers::EpollLoop loop_;
   std::thread thread_;
   WorkerShard shard_;
   servers::DurabilityGate gate_;
-  servers::Poller poller_;
-  boost::asio::steady_timer housekeeping_;
   tls::TunnelSet tunnels_;
 
   // All below: this worker's thread only.
