@@ -25,7 +25,7 @@ DEPS_PACKAGES := \
 	build-essential cmake pkg-config ccache clang libclang-rt-14-dev clang-format clang-tidy \
 	librocksdb-dev libboost-dev libboost-system-dev libabsl-dev libfmt-dev libspdlog-dev \
 	libcli11-dev libexpected-dev libgtest-dev libgmock-dev libbenchmark-dev libxxhash-dev \
-	libsimdjson-dev libpq-dev libssl-dev openssl \
+	libsimdjson-dev libpq-dev libssl-dev openssl nats-server libnats-dev \
 	postgresql-15 redis-server redis-tools python3 python3-redis \
 	util-linux procps linux-perf nodejs chromium python3-matplotlib \
 	$(CLIENT_PACKAGES) $(PACKAGING_PACKAGES)
@@ -83,7 +83,7 @@ FUZZ_DIR     ?= build-fuzz
 FUZZ_SECONDS ?= 600
 FUZZ_ARGS    ?=
 FUZZ_TARGETS ?= resp_parser timestamp sql_definitions key_spelling change_json pgoutput pg_text \
-	http_request websocket tallyd_config
+	http_request websocket tallyd_config cluster_record
 
 # make soak: SOAK_SECONDS of mixed load with a kill -9 and restart every SOAK_KILL_EVERY
 # seconds, samples of tallyd's RSS, fds and threads every SOAK_SAMPLE_EVERY seconds; the plot,

@@ -228,7 +228,7 @@ Status Committer::Checkpoint() {
     auto begun = persistence_->BeginCheckpoint();
     if (!begun) return tl::unexpected(begun.error());
     token = *begun;
-    cursor = keyspace_->TakeCheckpoint();
+    cursor = keyspace_->TakeCheckpoint([&] { persistence_->CheckpointCut(token); });
   }
   CommitBatch chunk;
   bool more = true;

@@ -579,6 +579,41 @@ TEST_F(CommitterTest, CheckpointWritesChangedCountersAndDropsTheLog) {
   EXPECT_EQ(Snap(store_.tables()), Snap(Contents(keyspace_)));
 }
 
+// The store's cut runs between BeginCheckpoint and the first write, with every stripe held: a
+// writer started inside it gets in only after it returned.
+TEST_F(CommitterTest, TheStoreTakesItsCutWithEveryStripeHeld) {
+  StartCommitter();
+  const HashedKey key("a");
+  uint64_t epoch;
+  {
+    View view = keyspace_.Lock(key);
+    ASSERT_TRUE(view.IncrBy(key, 1).has_value());
+    epoch = view.required_epoch();
+  }
+  committer_->WaitDurable(epoch);
+  std::atomic<bool> write_done{false};
+  bool done_inside = true;
+  uint64_t ops_at_cut = 1;
+  std::thread writer;
+  store_.SetOnCut([&](uint64_t) {
+    writer = std::thread([&] {
+      ASSERT_TRUE(keyspace_.Lock(key).IncrBy(key, 1).has_value());
+      write_done = true;
+    });
+    std::this_thread::sleep_for(std::chrono::milliseconds(30));
+    done_inside = write_done.load();
+    ops_at_cut = store_.checkpoint_ops();
+  });
+  const Status checkpoint = committer_->CheckpointNow();
+  store_.SetOnCut(nullptr);  // Stop's last checkpoint must not run it again
+  writer.join();
+  ASSERT_TRUE(checkpoint.has_value());
+  EXPECT_FALSE(done_inside);
+  EXPECT_EQ(ops_at_cut, 0u);
+  EXPECT_EQ(store_.cuts(), std::vector<uint64_t>{1});  // the token: one operation logged
+  EXPECT_EQ(keyspace_.Lock(key).Get(key), 2);
+}
+
 TEST_F(CommitterTest, CheckpointAfterFlushAllEmptiesTheTables) {
   StartCommitter();
   for (int i = 0; i < 50; ++i) committer_->WaitDurable(IncrBy("old:" + std::to_string(i), 1));

@@ -155,6 +155,15 @@ class FakePersistence final : public Persistence {
     std::lock_guard lock(mutex_);
     return std::vector<std::pair<std::string, std::string>>(catalog_.begin(), catalog_.end());
   }
+  void CheckpointCut(uint64_t token) override {
+    std::function<void(uint64_t)> on_cut;
+    {
+      std::lock_guard lock(mutex_);
+      cuts_.push_back(token);
+      on_cut = on_cut_;
+    }
+    if (on_cut) on_cut(token);
+  }
   Status FinishCheckpoint(uint64_t token) override {
     std::lock_guard lock(mutex_);
     // What the checkpoint drops must be on stable storage; commits after it began may still
@@ -178,6 +187,15 @@ class FakePersistence final : public Persistence {
   void AddLogged(LoggedOp op) {
     std::lock_guard lock(mutex_);
     Log(std::move(op));
+  }
+  // Runs `on_cut` in CheckpointCut (with every stripe held), without the store's lock.
+  void SetOnCut(std::function<void(uint64_t token)> on_cut) {
+    std::lock_guard lock(mutex_);
+    on_cut_ = std::move(on_cut);
+  }
+  std::vector<uint64_t> cuts() const {
+    std::lock_guard lock(mutex_);
+    return cuts_;
   }
   void SetFailing(bool failing) {
     std::lock_guard lock(mutex_);
@@ -322,6 +340,8 @@ class FakePersistence final : public Persistence {
   uint64_t syncs_ = 0;
   uint64_t checkpoints_ = 0;
   uint64_t checkpoint_ops_ = 0;
+  std::vector<uint64_t> cuts_;  // CheckpointCut's tokens
+  std::function<void(uint64_t)> on_cut_;
 };
 
 // What a restart would load from `store`: its Load replayed into a plain map.

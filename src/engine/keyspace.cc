@@ -120,6 +120,16 @@ struct alignas(64) StripeState {
     return id;
   }
 
+  // Calls `f(id)` for every live entry whose key's slot lies in `slots`; `f` may erase it.
+  template <typename F>
+  void ForEachInSlots(SlotRange slots, F f) {
+    for (EntryId id = 0; id < map.entry_limit(); ++id) {
+      if (!map.IsLive(id)) continue;
+      const uint32_t slot = KeySlot(map.key(id));
+      if (slot >= slots.first && slot <= slots.last) f(id);
+    }
+  }
+
   // Drops stale queue entries once they outnumber the live deadlines, so that a key whose
   // expiry is reset over and over cannot grow the queue without bound.
   void CompactExpiryQueue() {
@@ -278,6 +288,23 @@ SetOutcome View::Set(const HashedKey& key, int64_t value, const SetOptions& opti
   return outcome;
 }
 
+void View::Put(const HashedKey& key, const CounterRecord& record) {
+  StripeState& stripe = ForWrite(key);
+  EntryId id = LiveEntry(stripe, key, true);
+  if (record.deadline_ms != 0 && record.deadline_ms <= now_ms()) {
+    if (id != kNoEntry) stripe.Remove(id);
+    return;
+  }
+  if (id == kNoEntry) id = stripe.Insert(key);
+  stripe.map.value(id) = record.value;
+  if (record.deadline_ms == 0) {
+    stripe.ClearDeadline(id);
+  } else {
+    stripe.SetDeadline(id, record.deadline_ms);
+  }
+  stripe.MarkDirty(id);
+}
+
 bool View::Delete(const HashedKey& key) {
   StripeState& stripe = ForWrite(key);
   const EntryId id = LiveEntry(stripe, key, true);
@@ -384,6 +411,18 @@ void View::FlushDatabase(uint32_t db) {
   wrote_ = true;
 }
 
+void View::ClearSlots(SlotRange slots) {
+  assert(locked_.all());
+  const uint64_t epoch = keyspace_->open_epoch();
+  for (size_t i = 0; i < kStripeCount; ++i) {
+    StripeState& stripe = keyspace_->stripe(i);
+    stripe.ForEachInSlots(slots, [&](EntryId id) { stripe.Remove(id); });
+    stripe.last_write_epoch = epoch;
+  }
+  required_epoch_ = std::max(required_epoch_, epoch);
+  wrote_ = true;
+}
+
 // ---- Keyspace ---------------------------------------------------------------------------
 
 Keyspace::Keyspace(const Clock* clock) : clock_(clock) {
@@ -478,9 +517,10 @@ void Keyspace::LoadClear(LoadSource source) {
   if (source == LoadSource::kLog) checkpoint_clear_ = true;
 }
 
-Keyspace::CheckpointCursor Keyspace::TakeCheckpoint() {
+Keyspace::CheckpointCursor Keyspace::TakeCheckpoint(const std::function<void()>& while_held) {
   CheckpointCursor cursor;
   View all = LockAll();
+  if (while_held) while_held();
   cursor.clear_all = checkpoint_clear_ || checkpoint_full_;
   cursor.full = checkpoint_full_;
   checkpoint_clear_ = false;
@@ -538,6 +578,43 @@ bool Keyspace::ReadCheckpoint(CheckpointCursor& cursor, size_t max_operations, C
 void Keyspace::RequireFullCheckpoint() {
   View all = LockAll();
   checkpoint_full_ = true;
+}
+
+void Keyspace::ApplyReplicated(SlotRange slots, std::span<const CommitBatch* const> batches,
+                               const std::function<void()>& while_held) {
+  std::vector<HashedKey> keys;
+  bool clear = false;
+  for (const CommitBatch* batch : batches) {
+    clear = clear || batch->clear_all();
+    for (size_t i = 0; i < batch->delete_count(); ++i) keys.emplace_back(batch->delete_key(i));
+    for (size_t i = 0; i < batch->put_count(); ++i) keys.emplace_back(batch->put_key(i));
+  }
+  View view = clear ? LockAll() : Lock(keys);
+  size_t next = 0;  // keys[] follows the batches' operations in order
+  for (const CommitBatch* batch : batches) {
+    if (batch->clear_all()) view.ClearSlots(slots);
+    for (size_t i = 0; i < batch->delete_count(); ++i) view.Delete(keys[next++]);
+    for (size_t i = 0; i < batch->put_count(); ++i) view.Put(keys[next++], batch->put_record(i));
+  }
+  if (while_held) while_held();
+}
+
+size_t Keyspace::DropSlots(SlotRange slots) {
+  View all = LockAll();
+  const auto in_range = [&](std::string_view key) {
+    const uint32_t slot = KeySlot(key);
+    return slot >= slots.first && slot <= slots.last;
+  };
+  size_t dropped = 0;
+  for (auto& s : stripes_) {
+    s->ForEachInSlots(slots, [&](EntryId id) {
+      s->Erase(id);
+      ++dropped;
+    });
+    std::erase_if(s->deleted, in_range);
+    std::erase_if(s->checkpoint_deleted, in_range);
+  }
+  return dropped;
 }
 
 bool Keyspace::Drain(CommitBatch* batch) {

@@ -39,6 +39,7 @@
 #include <vector>
 
 #include "core/clock.h"
+#include "core/slot.h"
 #include "core/status.h"
 #include "engine/counter_map.h"
 #include "engine/databases.h"
@@ -121,6 +122,11 @@ class View {
 
   SetOutcome Set(const HashedKey& key, int64_t value, const SetOptions& options);
 
+  // Puts a counter's final state as another node decided it (a follower applying its
+  // partition's stream, cluster/follower.h): the value and the absolute deadline (0 =
+  // none), whatever the key held. A deadline not in the future removes the key.
+  void Put(const HashedKey& key, const CounterRecord& record);
+
   // True when the key existed (and was removed).
   bool Delete(const HashedKey& key);
   bool Exists(const HashedKey& key);
@@ -143,6 +149,9 @@ class View {
   // whole store at once (FlushAll) when no other database has a counter. REQUIRES: the view
   // holds all stripes; db < kMaxDatabases.
   void FlushDatabase(uint32_t db);
+  // Removes every counter whose slot (core/slot.h) lies in `slots`, one deletion each: a
+  // replicated clear of one partition. REQUIRES: the view holds all stripes.
+  void ClearSlots(SlotRange slots);
 
   // The commit epoch that must be durable before a reply built from this view may be sent.
   uint64_t required_epoch() const { return required_epoch_; }
@@ -210,13 +219,31 @@ class Keyspace {
     std::array<std::vector<std::string>, kStripeCount> deleted;
     uint64_t newest_epoch = 0;
   };
-  CheckpointCursor TakeCheckpoint();
+  // `while_held`, when set, runs while every stripe is held: what it reads (a follower's
+  // applied position, an owner's assigned sequences) is a consistent cut with the marks
+  // taken, since every writer of the keyspace updates those under its View.
+  CheckpointCursor TakeCheckpoint(const std::function<void()>& while_held = nullptr);
   // Appends up to about `max_operations` operations; false once the cursor is exhausted.
   bool ReadCheckpoint(CheckpointCursor& cursor, size_t max_operations, CommitBatch* batch);
   // After a failed checkpoint: the next one writes every counter.
   void RequireFullCheckpoint();
   // Counters marked for the next checkpoint (approximate, may count one twice).
   size_t checkpoint_backlog() const { return checkpoint_backlog_.load(std::memory_order_relaxed); }
+
+  // Applies batches that another node committed (the records of a partition's stream,
+  // read by a follower) in order, as one change: a reader sees all of them or none. In
+  // each batch, clear_all() clears the counters whose slot lies in `slots` (the
+  // partition's), then the deletes and the puts (View::Put) apply. `while_held`, when set,
+  // runs before the stripes are released (the follower records its applied position there).
+  // The changes drain into the next CommitBatch like any write.
+  void ApplyReplicated(SlotRange slots, std::span<const CommitBatch* const> batches,
+                       const std::function<void()>& while_held = nullptr);
+
+  // Forgets every counter whose slot lies in `slots` without telling the store: nothing of
+  // it is drained or checkpointed (pending deletions of those keys are dropped too). For a
+  // cluster node rebuilding a partition from its stream, which deletes the partition's key
+  // range in the store itself. Returns how many counters it forgot.
+  size_t DropSlots(SlotRange slots);
 
   // Closes the open epoch and moves every change made in it into `batch` (whose epoch it
   // sets; the batch may be empty when writes changed nothing). Returns false when nothing

@@ -76,6 +76,12 @@ class Persistence {
   // Writes the batch's operations to the tables (not durable until FinishCheckpoint).
   virtual Status CheckpointWrite(const CommitBatch& batch) = 0;
   virtual Status FinishCheckpoint(uint64_t token) = 0;
+  // Called by the committer right after BeginCheckpoint() returned `token`, while it holds
+  // every stripe of the keyspace (Keyspace::TakeCheckpoint's hook), so that no counter
+  // changes meanwhile. A store that keeps stream positions beside the counters (the
+  // cluster's: each partition's applied or assigned sequence) takes them here, a cut
+  // consistent with the checkpoint's marks. Must be quick and must not call the engine.
+  virtual void CheckpointCut([[maybe_unused]] uint64_t token) {}
 
   // Figures for INFO and metrics.
   virtual PersistenceStats stats() const { return {}; }
