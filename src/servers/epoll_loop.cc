@@ -73,10 +73,8 @@ void EpollLoop::RunTurn(std::chrono::milliseconds max_wait) {
   if (woken) {
     uint64_t ignored = 0;
     (void)::read(wake_fd_, &ignored, sizeof ignored);
-    std::lock_guard lock(posted_mutex_);
-    wake_sent_ = false;
   }
-  if (woken || local_posted_) RunPosted();
+  if (woken || local_posted_) RunPosted(woken);
   if (tick_ && Clock::now() >= next_tick_) {
     next_tick_ = Clock::now() + tick_period_;
     tick_();
@@ -84,11 +82,13 @@ void EpollLoop::RunTurn(std::chrono::milliseconds max_wait) {
   again_ = end_of_turn_();
 }
 
-void EpollLoop::RunPosted() {
+void EpollLoop::RunPosted(bool woken) {
   local_posted_ = false;
   {
     std::lock_guard lock(posted_mutex_);
     running_.swap(posted_);
+    // The eventfd was read: the next post from another thread must write it again.
+    if (woken) wake_sent_ = false;
   }
   // Work posted while this runs (from this thread) waits for the next turn, which does not
   // block: local_posted_ is set again.

@@ -78,7 +78,8 @@ class EpollLoop {
 
  private:
   using Clock = std::chrono::steady_clock;
-  void RunPosted();
+  // Runs the posted work; `woken`: this turn read the eventfd.
+  void RunPosted(bool woken);
 
   const int epoll_fd_;
   const int wake_fd_;  // eventfd: readable while posted work waits
