@@ -166,7 +166,9 @@ TEST(TimestampTest, WhatIsReadReadsBack) {
     if (text.find_first_not_of("-0123456789") != std::string::npos) {
       const Result<int64_t> instant = ParseInstant(text);
       ASSERT_EQ(instant.has_value(), micros.has_value()) << text;
-      if (instant) ASSERT_EQ(*instant, *micros) << text;
+      if (instant) {
+        ASSERT_EQ(*instant, *micros) << text;
+      }
     }
   }
   EXPECT_GT(accepted, 1000u);

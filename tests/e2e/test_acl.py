@@ -136,8 +136,8 @@ class AclTest(ServerTestCase):
         self.assertEqual(alice.call("EXEC"), [1, changed, changed])
         self.assertEqual((self.r.get("likes:3"), self.r.get("likes:4")), ("1", None))
         log = [dict(zip(e[::2], e[1::2])) for e in self.admin.call("ACL", "LOG")]
-        self.assertEqual([(e["reason"], e["object"]) for e in log[:2]],
-                         [("key", "posts:3"), ("command", "incrby")])
+        self.assertEqual([(e["reason"], e["object"], e["context"]) for e in log[:2]],
+                         [("key", "posts:3", "multi"), ("command", "incrby", "multi")])
         # Deleted meanwhile: the transaction is discarded.
         self.assertEqual(alice.call("MULTI"), "OK")
         self.assertEqual(alice.call("INCR", "likes:3"), "QUEUED")

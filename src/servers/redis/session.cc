@@ -42,9 +42,14 @@ void Session::RefreshUser() {
 }
 
 void Session::LogAcl(std::string_view reason, std::string object, std::string_view username) {
+  LogAcl(reason, std::move(object), username, in_multi_ ? "multi" : "toplevel");
+}
+
+void Session::LogAcl(std::string_view reason, std::string object, std::string_view username,
+                     std::string_view context) {
   auth::AclLogEntry entry;
   entry.reason = std::string(reason);
-  entry.context = in_multi_ ? "multi" : "toplevel";
+  entry.context = std::string(context);
   entry.object = std::move(object);
   entry.username = std::string(username);
   entry.client = fmt::format("id={} addr={} laddr={} user={}", info_->id, info_->address,
@@ -321,7 +326,7 @@ void Session::RunExec() {
     // EXEC), in case they changed since the command was queued.
     if (acl_checks_ && (queued.spec->flags & kNoAuth) == 0) {
       if (const auto refusal = CheckPermission(*user_, *queued.spec, args, key_positions_)) {
-        LogAcl(refusal->reason, refusal->object, user_->name());
+        LogAcl(refusal->reason, refusal->object, user_->name(), "multi");
         writer_.Error(
             "NOPERM ACLs rules changed between the moment the transaction was accumulated and "
             "its execution");

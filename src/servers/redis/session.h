@@ -72,8 +72,12 @@ class Session {
   bool authenticated() const { return user_ != nullptr; }
   const auth::User* user() const { return user_.get(); }
   void set_user(std::shared_ptr<const auth::User> user);
-  // Adds a refusal or a failed AUTH to ACL LOG, with this client's description.
+  // Adds a refusal or a failed AUTH to ACL LOG, with this client's description. The
+  // context is "multi" for commands queued in a transaction (refused when queued, or when
+  // EXEC checks them again), "toplevel" otherwise.
   void LogAcl(std::string_view reason, std::string object, std::string_view username);
+  void LogAcl(std::string_view reason, std::string object, std::string_view username,
+              std::string_view context);
   // For the commands whose keys are known only once they run (the derived counters' reads):
   // true, after answering -NOPERM (and logging it), when the user may not read `key` (with
   // `prefix`, every key that starts with it).
