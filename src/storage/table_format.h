@@ -1,0 +1,61 @@
+// The RocksDB database that holds tally's tables, shared by the single-node store
+// (RocksDbStore) and the cluster's (ClusterTables): how it is opened, how a counter's value
+// is encoded, and the catalog.
+//
+// One column family, keys by their first byte:
+//   'c' ...          counters (what follows 'c' is each store's)
+//   'm' name         metadata records of the store
+//   'k' name         catalog records (a definition's text)
+//
+// A counter's value is value:int64-le [deadline-ms:int64-le], the deadline only when the
+// counter expires.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "core/status.h"
+#include "engine/commit_batch.h"
+#include "engine/persistence.h"
+
+namespace rocksdb {
+class DB;
+class Slice;
+class Status;
+}  // namespace rocksdb
+
+namespace tally::storage {
+
+inline constexpr char kCounterPrefix = 'c';
+inline constexpr char kCounterPrefixEnd = 'd';  // every counter key is below it
+inline constexpr char kMetaPrefix = 'm';
+inline constexpr char kCatalogPrefix = 'k';
+
+struct TableOptions {
+  std::string path;           // the database's directory; created when missing
+  size_t write_buffer_bytes;  // RocksDB memtable
+  size_t block_cache_bytes;   // read cache
+};
+
+// Opens (creating when missing) the database at options.path; kIOError when RocksDB cannot.
+Result<std::unique_ptr<rocksdb::DB>> OpenTables(const TableOptions& options);
+
+// OkStatus, or kIOError saying `what` failed and why.
+Status FromRocks(const rocksdb::Status& status, std::string_view what);
+
+// A counter's stored value; the slice points into `buffer`.
+rocksdb::Slice EncodeCounterValue(const engine::CounterRecord& record, char (&buffer)[16]);
+// Decodes a stored value; kCorruption (naming `key`) when it has the wrong size.
+Result<engine::CounterRecord> DecodeCounterValue(const rocksdb::Slice& value,
+                                                 const rocksdb::Slice& key);
+
+// The catalog of engine/persistence.h, for either store: WriteCatalog is atomic and synced.
+Status WriteCatalog(rocksdb::DB& db, std::span<const engine::Persistence::CatalogOp> ops);
+Result<std::vector<std::pair<std::string, std::string>>> ReadCatalog(rocksdb::DB& db);
+
+}  // namespace tally::storage
