@@ -33,7 +33,8 @@ std::string CounterKey(std::string_view key) {
 
 Result<std::unique_ptr<RocksDbStore>> RocksDbStore::Open(const RocksDbOptions& options) {
   auto db =
-      OpenTables({options.path + "/tables", options.write_buffer_bytes, options.block_cache_bytes});
+      OpenTables({options.path + "/tables", options.write_buffer_bytes, options.block_cache_bytes},
+                 TableLayout::kSingleNode);
   if (!db) return tl::unexpected(db.error());
   return std::unique_ptr<RocksDbStore>(new RocksDbStore(std::move(*db), options));
 }

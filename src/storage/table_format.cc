@@ -9,10 +9,41 @@
 
 #include <cstring>
 #include <filesystem>
+#include <optional>
 
 namespace tally::storage {
+namespace {
 
-Result<std::unique_ptr<rocksdb::DB>> OpenTables(const TableOptions& options) {
+const std::string kLayoutKey = std::string(1, kMetaPrefix) + "layout";
+
+// The layout a database records, or nullopt for a new (empty) one.
+Result<std::optional<TableLayout>> StoredLayout(rocksdb::DB& db) {
+  std::string stored;
+  const rocksdb::Status status = db.Get(rocksdb::ReadOptions(), kLayoutKey, &stored);
+  if (status.ok()) {
+    for (TableLayout layout : {TableLayout::kSingleNode, TableLayout::kCluster}) {
+      if (stored == TableLayoutName(layout)) return layout;
+    }
+    return Corruption(fmt::format("unknown store layout '{}'", stored));
+  }
+  if (!status.IsNotFound()) return tl::unexpected(FromRocks(status, "layout read").error());
+  std::unique_ptr<rocksdb::Iterator> it(db.NewIterator(rocksdb::ReadOptions()));
+  it->SeekToFirst();
+  if (auto checked = FromRocks(it->status(), "layout read"); !checked) {
+    return tl::unexpected(checked.error());
+  }
+  // Written before layouts were recorded, which only the single-node store did.
+  if (it->Valid()) return TableLayout::kSingleNode;
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::string_view TableLayoutName(TableLayout layout) {
+  return layout == TableLayout::kCluster ? "cluster" : "single-node";
+}
+
+Result<std::unique_ptr<rocksdb::DB>> OpenTables(const TableOptions& options, TableLayout layout) {
   std::error_code error;
   std::filesystem::create_directories(options.path, error);
   rocksdb::Options db_options;
@@ -34,7 +65,24 @@ Result<std::unique_ptr<rocksdb::DB>> OpenTables(const TableOptions& options) {
   if (!status.ok()) {
     return IOError(fmt::format("cannot open the store in {}: {}", options.path, status.ToString()));
   }
-  return std::unique_ptr<rocksdb::DB>(raw);
+  std::unique_ptr<rocksdb::DB> db(raw);
+  auto stored = StoredLayout(*db);
+  if (!stored) return tl::unexpected(stored.error());
+  if (*stored && **stored != layout) {
+    return InvalidArgument(
+        fmt::format("the store in {} was created for {} mode and cannot be opened in {} mode",
+                    options.path, TableLayoutName(**stored), TableLayoutName(layout)));
+  }
+  if (!*stored) {
+    rocksdb::WriteOptions write_options;
+    write_options.sync = true;
+    if (auto written =
+            FromRocks(db->Put(write_options, kLayoutKey, TableLayoutName(layout)), "layout write");
+        !written) {
+      return tl::unexpected(written.error());
+    }
+  }
+  return db;
 }
 
 Status FromRocks(const rocksdb::Status& status, std::string_view what) {
