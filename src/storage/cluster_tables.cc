@@ -123,21 +123,7 @@ ClusterTables::ClusterTables(std::unique_ptr<rocksdb::DB> db, uint32_t partition
 ClusterTables::~ClusterTables() { db_->Close(); }
 
 Status ClusterTables::LoadCounters(engine::LoadVisitor& visitor) {
-  rocksdb::ReadOptions read_options;
-  read_options.fill_cache = false;
-  const std::string upper(1, kCounterPrefixEnd);
-  rocksdb::Slice upper_bound(upper);
-  read_options.iterate_upper_bound = &upper_bound;
-  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(read_options));
-  for (it->Seek(std::string(1, kCounterPrefix)); it->Valid(); it->Next()) {
-    const rocksdb::Slice key = it->key();
-    if (key.size() < 3) return Corruption(fmt::format("counter key '{}'", key.ToString(true)));
-    auto record = DecodeCounterValue(it->value(), key);
-    if (!record) return tl::unexpected(record.error());
-    visitor.Put(std::string_view(key.data() + 3, key.size() - 3), *record,
-                engine::LoadSource::kTables);
-  }
-  return FromRocks(it->status(), "load");
+  return LoadCounterTables(*db_, 3, visitor);  // 'c' u16be(slot)
 }
 
 Result<std::vector<StreamPosition>> ClusterTables::ReadPositions() {
@@ -185,21 +171,7 @@ Status ClusterTables::BeginCheckpoint(std::span<const uint32_t> owned) {
 
 Status ClusterTables::CheckpointWrite(const engine::CommitBatch& batch) {
   // No WAL: durable by the flush in FinishCheckpoint; until then the streams cover them.
-  rocksdb::WriteOptions write_options;
-  write_options.disableWAL = true;
-  rocksdb::WriteBatch write_batch;
-  if (batch.clear_all()) {
-    write_batch.DeleteRange(std::string(1, kCounterPrefix), std::string(1, kCounterPrefixEnd));
-  }
-  for (size_t i = 0; i < batch.delete_count(); ++i) {
-    write_batch.Delete(ClusterCounterKey(batch.delete_key(i)));
-  }
-  char value[16];
-  for (size_t i = 0; i < batch.put_count(); ++i) {
-    write_batch.Put(ClusterCounterKey(batch.put_key(i)),
-                    EncodeCounterValue(batch.put_record(i), value));
-  }
-  return FromRocks(db_->Write(write_options, &write_batch), "checkpoint write");
+  return WriteCheckpointBatch(*db_, batch, &ClusterCounterKey);
 }
 
 Status ClusterTables::FinishCheckpoint(std::span<const StreamPosition> positions) {

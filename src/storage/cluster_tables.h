@@ -36,22 +36,13 @@
 #include "core/status.h"
 #include "engine/commit_batch.h"
 #include "engine/persistence.h"
+#include "storage/stream_position.h"
 
 namespace rocksdb {
 class DB;
 }
 
 namespace tally::storage {
-
-// Where a node stands in one partition's stream: every record up to `seq` is reflected in
-// the tables, and {term, writer} is the ownership in force there. {} = the stream's start.
-struct StreamPosition {
-  uint64_t seq = 0;
-  uint64_t term = 0;
-  uint64_t writer = 0;
-
-  bool operator==(const StreamPosition&) const = default;
-};
 
 struct ClusterTablesOptions {
   std::string path;              // the data directory; the tables are in <path>/tables

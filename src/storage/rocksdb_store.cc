@@ -9,7 +9,6 @@
 #include "storage/rocksdb_store.h"
 
 #include <rocksdb/db.h>
-#include <rocksdb/write_batch.h>
 #include <spdlog/spdlog.h>
 
 #include <cstring>
@@ -54,21 +53,7 @@ Status RocksDbStore::Load(engine::LoadVisitor& visitor) {
     std::memcpy(&log_start, stored.data(), 8);
   }
 
-  rocksdb::ReadOptions read_options;
-  read_options.fill_cache = false;
-  const std::string upper(1, kCounterPrefixEnd);
-  rocksdb::Slice upper_bound(upper);
-  read_options.iterate_upper_bound = &upper_bound;
-  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(read_options));
-  for (it->Seek(std::string(1, kCounterPrefix)); it->Valid(); it->Next()) {
-    const rocksdb::Slice key = it->key();
-    auto record = DecodeCounterValue(it->value(), key);
-    if (!record) return tl::unexpected(record.error());
-    visitor.Put(std::string_view(key.data() + 1, key.size() - 1), *record,
-                engine::LoadSource::kTables);
-  }
-  if (auto status = FromRocks(it->status(), "load"); !status) return status;
-  it.reset();
+  if (auto status = LoadCounterTables(*db_, 1, visitor); !status) return status;
 
   std::error_code error;
   std::filesystem::create_directories(log_dir_, error);
@@ -104,20 +89,7 @@ Result<uint64_t> RocksDbStore::BeginCheckpoint() {
 Status RocksDbStore::CheckpointWrite(const engine::CommitBatch& batch) {
   // No RocksDB WAL: these writes become durable by the flush in FinishCheckpoint, and
   // until then the commit log covers everything they hold.
-  rocksdb::WriteOptions write_options;
-  write_options.disableWAL = true;
-  rocksdb::WriteBatch write_batch;
-  if (batch.clear_all()) {
-    write_batch.DeleteRange(std::string(1, kCounterPrefix), std::string(1, kCounterPrefixEnd));
-  }
-  for (size_t i = 0; i < batch.delete_count(); ++i) {
-    write_batch.Delete(CounterKey(batch.delete_key(i)));
-  }
-  char value[16];
-  for (size_t i = 0; i < batch.put_count(); ++i) {
-    write_batch.Put(CounterKey(batch.put_key(i)), EncodeCounterValue(batch.put_record(i), value));
-  }
-  return FromRocks(db_->Write(write_options, &write_batch), "checkpoint write");
+  return WriteCheckpointBatch(*db_, batch, &CounterKey);
 }
 
 Status RocksDbStore::FinishCheckpoint(uint64_t token) {

@@ -108,6 +108,44 @@ Result<engine::CounterRecord> DecodeCounterValue(const rocksdb::Slice& value,
   return record;
 }
 
+Status LoadCounterTables(rocksdb::DB& db, size_t key_prefix_bytes, engine::LoadVisitor& visitor) {
+  rocksdb::ReadOptions read_options;
+  read_options.fill_cache = false;
+  const std::string upper(1, kCounterPrefixEnd);
+  rocksdb::Slice upper_bound(upper);
+  read_options.iterate_upper_bound = &upper_bound;
+  std::unique_ptr<rocksdb::Iterator> it(db.NewIterator(read_options));
+  for (it->Seek(std::string(1, kCounterPrefix)); it->Valid(); it->Next()) {
+    const rocksdb::Slice key = it->key();
+    if (key.size() < key_prefix_bytes) {
+      return Corruption(fmt::format("counter key '{}'", key.ToString(true)));
+    }
+    auto record = DecodeCounterValue(it->value(), key);
+    if (!record) return tl::unexpected(record.error());
+    visitor.Put(std::string_view(key.data() + key_prefix_bytes, key.size() - key_prefix_bytes),
+                *record, engine::LoadSource::kTables);
+  }
+  return FromRocks(it->status(), "load");
+}
+
+Status WriteCheckpointBatch(rocksdb::DB& db, const engine::CommitBatch& batch,
+                            std::string (*counter_key)(std::string_view)) {
+  rocksdb::WriteOptions write_options;
+  write_options.disableWAL = true;
+  rocksdb::WriteBatch write_batch;
+  if (batch.clear_all()) {
+    write_batch.DeleteRange(std::string(1, kCounterPrefix), std::string(1, kCounterPrefixEnd));
+  }
+  for (size_t i = 0; i < batch.delete_count(); ++i) {
+    write_batch.Delete(counter_key(batch.delete_key(i)));
+  }
+  char value[16];
+  for (size_t i = 0; i < batch.put_count(); ++i) {
+    write_batch.Put(counter_key(batch.put_key(i)), EncodeCounterValue(batch.put_record(i), value));
+  }
+  return FromRocks(db.Write(write_options, &write_batch), "checkpoint write");
+}
+
 Status WriteCatalog(rocksdb::DB& db, std::span<const engine::Persistence::CatalogOp> ops) {
   rocksdb::WriteBatch batch;
   for (const engine::Persistence::CatalogOp& op : ops) {

@@ -63,6 +63,16 @@ rocksdb::Slice EncodeCounterValue(const engine::CounterRecord& record, char (&bu
 Result<engine::CounterRecord> DecodeCounterValue(const rocksdb::Slice& value,
                                                  const rocksdb::Slice& key);
 
+// Calls visitor.Put (LoadSource::kTables) for every counter, in key order, with its key
+// less the first `key_prefix_bytes` bytes (the 'c' and whatever the layout adds).
+Status LoadCounterTables(rocksdb::DB& db, size_t key_prefix_bytes, engine::LoadVisitor& visitor);
+
+// Writes a checkpoint's batch without RocksDB's WAL (a store makes it durable by a flush):
+// clear_all() deletes every counter, then the deletes and the puts, each counter under
+// counter_key(its key).
+Status WriteCheckpointBatch(rocksdb::DB& db, const engine::CommitBatch& batch,
+                            std::string (*counter_key)(std::string_view));
+
 // The catalog of engine/persistence.h, for either layout: WriteCatalog is atomic and synced.
 Status WriteCatalog(rocksdb::DB& db, std::span<const engine::Persistence::CatalogOp> ops);
 Result<std::vector<std::pair<std::string, std::string>>> ReadCatalog(rocksdb::DB& db);
