@@ -41,6 +41,7 @@
 #include "cluster/record_codec.h"
 #include "core/status.h"
 #include "engine/commit_batch.h"
+#include "storage/stream_position.h"
 
 namespace tally::engine {
 class Keyspace;
@@ -51,13 +52,7 @@ namespace tally::cluster {
 // Where a follower stands in its partition's stream: every record up to `seq` is applied,
 // and {term, writer} is the ownership in force there (OwnershipFilter). What a node saves
 // with its checkpoint to follow on from after a restart; {} = the stream's start.
-struct FollowerPosition {
-  uint64_t seq = 0;
-  uint64_t term = 0;
-  uint64_t writer = 0;
-
-  bool operator==(const FollowerPosition&) const = default;
-};
+using FollowerPosition = storage::StreamPosition;
 
 // Who owns the partition, as the stream says (the latest claim), for routing.
 struct PartitionOwner {

@@ -1,40 +1,26 @@
-// What tally keeps in RocksDB (one column family, keys by prefix):
+// What the single-node store keeps in RocksDB (storage/table_format.h has the rest):
 //
-//   counter key   := 'c' user-key-bytes
-//   counter value := value:int64-le [deadline-ms:int64-le]   (deadline only when it expires)
+//   counter key     := 'c' user-key-bytes
 //   'm' "log_start" := segment:u64-le   the first log segment not covered by the tables
-//   'k' name        := catalog record (a definition's text), written with RocksDB's WAL
 //
 // FLUSHALL deletes the range ['c', 'd'). RocksDB's own WAL is off for counters: the tables
 // are written only by checkpoints, whose durability is RocksDB's flush, and the CommitLog covers
 // everything after the last completed one.
 #include "storage/rocksdb_store.h"
 
-#include <fmt/format.h>
-#include <rocksdb/cache.h>
 #include <rocksdb/db.h>
-#include <rocksdb/memtablerep.h>
-#include <rocksdb/table.h>
-#include <rocksdb/write_batch.h>
 #include <spdlog/spdlog.h>
 
 #include <cstring>
 #include <filesystem>
 
 #include "storage/commit_record.h"
+#include "storage/table_format.h"
 
 namespace tally::storage {
 namespace {
 
-constexpr char kCounterPrefix = 'c';
-constexpr char kCounterPrefixEnd = 'd';
-const std::string kLogStartKey = "mlog_start";
-constexpr char kCatalogPrefix = 'k';
-
-Status FromRocks(const rocksdb::Status& status, std::string_view what) {
-  if (status.ok()) return OkStatus();
-  return IOError(fmt::format("{}: {}", what, status.ToString()));
-}
+const std::string kLogStartKey = std::string(1, kMetaPrefix) + "log_start";
 
 std::string CounterKey(std::string_view key) {
   std::string encoded(1, kCounterPrefix);
@@ -45,30 +31,11 @@ std::string CounterKey(std::string_view key) {
 }  // namespace
 
 Result<std::unique_ptr<RocksDbStore>> RocksDbStore::Open(const RocksDbOptions& options) {
-  std::error_code error;
-  std::filesystem::create_directories(options.path, error);
-  rocksdb::Options db_options;
-  db_options.create_if_missing = true;
-  db_options.write_buffer_size = options.write_buffer_bytes;
-  db_options.max_write_buffer_number = 2;
-  db_options.IncreaseParallelism(2);
-  // The tables are never point-read (counters live in memory and are read from here once,
-  // in order, at start), so an append-only vector memtable fits: an insert is an append
-  // instead of a skip-list search, and the sort happens once, at flush.
-  db_options.memtable_factory = std::make_shared<rocksdb::VectorRepFactory>();
-  db_options.allow_concurrent_memtable_write = false;
-  rocksdb::BlockBasedTableOptions table_options;
-  table_options.block_cache = rocksdb::NewLRUCache(options.block_cache_bytes);
-  db_options.table_factory.reset(rocksdb::NewBlockBasedTableFactory(table_options));
-
-  rocksdb::DB* raw = nullptr;
-  const std::string tables = options.path + "/tables";
-  const rocksdb::Status status = rocksdb::DB::Open(db_options, tables, &raw);
-  if (!status.ok()) {
-    return IOError(fmt::format("cannot open the store in {}: {}", tables, status.ToString()));
-  }
-  return std::unique_ptr<RocksDbStore>(
-      new RocksDbStore(std::unique_ptr<rocksdb::DB>(raw), options));
+  auto db =
+      OpenTables({options.path + "/tables", options.write_buffer_bytes, options.block_cache_bytes},
+                 TableLayout::kSingleNode);
+  if (!db) return tl::unexpected(db.error());
+  return std::unique_ptr<RocksDbStore>(new RocksDbStore(std::move(*db), options));
 }
 
 RocksDbStore::RocksDbStore(std::unique_ptr<rocksdb::DB> db, RocksDbOptions options)
@@ -86,27 +53,7 @@ Status RocksDbStore::Load(engine::LoadVisitor& visitor) {
     std::memcpy(&log_start, stored.data(), 8);
   }
 
-  rocksdb::ReadOptions read_options;
-  read_options.fill_cache = false;
-  const std::string upper(1, kCounterPrefixEnd);
-  rocksdb::Slice upper_bound(upper);
-  read_options.iterate_upper_bound = &upper_bound;
-  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(read_options));
-  for (it->Seek(std::string(1, kCounterPrefix)); it->Valid(); it->Next()) {
-    const rocksdb::Slice key = it->key();
-    const rocksdb::Slice value = it->value();
-    if (value.size() != 8 && value.size() != 16) {
-      return Corruption(fmt::format("counter record of {} bytes under key '{}'", value.size(),
-                                    key.ToString(true)));
-    }
-    engine::CounterRecord record;
-    std::memcpy(&record.value, value.data(), 8);
-    if (value.size() == 16) std::memcpy(&record.deadline_ms, value.data() + 8, 8);
-    visitor.Put(std::string_view(key.data() + 1, key.size() - 1), record,
-                engine::LoadSource::kTables);
-  }
-  if (auto status = FromRocks(it->status(), "load"); !status) return status;
-  it.reset();
+  if (auto status = LoadCounterTables(*db_, 1, visitor); !status) return status;
 
   std::error_code error;
   std::filesystem::create_directories(log_dir_, error);
@@ -142,24 +89,7 @@ Result<uint64_t> RocksDbStore::BeginCheckpoint() {
 Status RocksDbStore::CheckpointWrite(const engine::CommitBatch& batch) {
   // No RocksDB WAL: these writes become durable by the flush in FinishCheckpoint, and
   // until then the commit log covers everything they hold.
-  rocksdb::WriteOptions write_options;
-  write_options.disableWAL = true;
-  rocksdb::WriteBatch write_batch;
-  if (batch.clear_all()) {
-    write_batch.DeleteRange(std::string(1, kCounterPrefix), std::string(1, kCounterPrefixEnd));
-  }
-  for (size_t i = 0; i < batch.delete_count(); ++i) {
-    write_batch.Delete(CounterKey(batch.delete_key(i)));
-  }
-  char value[16];
-  for (size_t i = 0; i < batch.put_count(); ++i) {
-    const engine::CounterRecord& record = batch.put_record(i);
-    std::memcpy(value, &record.value, 8);
-    std::memcpy(value + 8, &record.deadline_ms, 8);
-    write_batch.Put(CounterKey(batch.put_key(i)),
-                    rocksdb::Slice(value, record.deadline_ms != 0 ? 16 : 8));
-  }
-  return FromRocks(db_->Write(write_options, &write_batch), "checkpoint write");
+  return WriteCheckpointBatch(*db_, batch, &CounterKey);
 }
 
 Status RocksDbStore::FinishCheckpoint(uint64_t token) {
@@ -189,36 +119,11 @@ engine::PersistenceStats RocksDbStore::stats() const {
 }
 
 Status RocksDbStore::WriteCatalog(std::span<const CatalogOp> ops) {
-  rocksdb::WriteBatch batch;
-  for (const CatalogOp& op : ops) {
-    const std::string key = kCatalogPrefix + op.name;
-    if (op.value) {
-      batch.Put(key, *op.value);
-    } else {
-      batch.Delete(key);
-    }
-  }
-  rocksdb::WriteOptions write_options;
-  write_options.sync = true;
-  return FromRocks(db_->Write(write_options, &batch), "catalog write");
+  return storage::WriteCatalog(*db_, ops);
 }
 
 Result<std::vector<std::pair<std::string, std::string>>> RocksDbStore::ReadCatalog() {
-  std::vector<std::pair<std::string, std::string>> records;
-  const std::string lower(1, kCatalogPrefix);
-  const std::string upper(1, kCatalogPrefix + 1);
-  rocksdb::Slice upper_bound(upper);
-  rocksdb::ReadOptions read_options;
-  read_options.iterate_upper_bound = &upper_bound;
-  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(read_options));
-  for (it->Seek(lower); it->Valid(); it->Next()) {
-    records.emplace_back(std::string(it->key().data() + 1, it->key().size() - 1),
-                         it->value().ToString());
-  }
-  if (auto status = FromRocks(it->status(), "catalog read"); !status) {
-    return tl::unexpected(status.error());
-  }
-  return records;
+  return storage::ReadCatalog(*db_);
 }
 
 }  // namespace tally::storage

@@ -34,6 +34,7 @@ struct RocksDbOptions {
 
 class RocksDbStore final : public engine::Persistence {
  public:
+  // kInvalidArgument when options.path holds a cluster node's store (ClusterTables).
   static Result<std::unique_ptr<RocksDbStore>> Open(const RocksDbOptions& options);
   ~RocksDbStore() override;
 

@@ -1,0 +1,239 @@
+// ClusterPersistence against three real nats-servers (started by each test, stopped at its
+// end): two nodes, each an engine over a ClusterPersistence with its own data directory,
+// share the partition streams; each owns some partitions and follows the others. What one
+// node commits appears on the other; a restarted node resumes from its saved positions; a
+// checkpoint cut short by a crash makes the next start rebuild the partitions it owned from
+// their streams.
+#include "cluster/cluster_persistence.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cluster/nats_test_cluster.h"
+#include "cluster/partition_test_support.h"
+#include "core/slot.h"
+#include "engine/engine.h"
+#include "engine/engine_test_support.h"
+#include "engine/increment_buffer.h"
+
+namespace tally::cluster {
+namespace {
+
+using namespace std::chrono_literals;
+using engine::test_support::Contents;
+using engine::test_support::Snap;
+using engine::test_support::Snapshot;
+
+constexpr uint32_t kPartitions = 2;
+
+// A tally node: its engine over its ClusterPersistence.
+struct Node {
+  std::unique_ptr<ClusterPersistence> persistence;
+  std::unique_ptr<engine::Engine> engine;
+
+  ~Node() { Stop(); }
+  // The order engine/cluster_persistence.h asks for: the engine's last commit, then the
+  // followers and logs, then the engine.
+  void Stop() {
+    if (engine) engine->Stop();
+    if (persistence) persistence->Close();
+    engine.reset();
+    persistence.reset();
+  }
+  Snapshot Values() { return Snap(Contents(engine->keyspace())); }
+};
+
+// `count` keys "k<i>" of partition `partition`.
+std::vector<std::string> KeysOf(uint32_t partition, int count) {
+  std::vector<std::string> keys;
+  for (int i = 0; static_cast<int>(keys.size()) < count; ++i) {
+    std::string key = "k" + std::to_string(i);
+    if (SlotPartition(KeySlot(key), kPartitions) == partition) keys.push_back(std::move(key));
+  }
+  return keys;
+}
+
+class ClusterPersistenceTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() /
+           (std::string("tally_cluster_persistence_test_") +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::remove_all(dir_);
+    StreamConfig config;
+    config.name = "TALLY_P0";
+    config.subjects = {"tally.p.0"};
+    StartWithStream(config, &cluster_, &connection_a_);
+    config.name = "TALLY_P1";
+    config.subjects = {"tally.p.1"};
+    auto second = NatsTestCluster::EnsureStream(*connection_a_, config);
+    ASSERT_TRUE(second) << second.error().message;
+    auto connected = cluster_->Connect();
+    ASSERT_TRUE(connected) << connected.error().message;
+    connection_b_ = std::move(*connected);
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+
+  // Starts a node on data directory `name` owning `owned`, over `connection`.
+  static void StartNode(Node* node, NatsConnection& connection, const std::filesystem::path& dir,
+                        std::vector<uint32_t> owned, size_t max_record_bytes = 256 * 1024) {
+    ClusterPersistenceOptions options;
+    options.data_dir = dir.string();
+    options.partition_count = kPartitions;
+    options.owned = std::move(owned);
+    options.node_name = dir.filename().string();
+    options.max_record_bytes = max_record_bytes;
+    auto persistence = ClusterPersistence::Open(connection, options);
+    ASSERT_TRUE(persistence) << persistence.error().message;
+    node->persistence = std::move(*persistence);
+    node->engine =
+        std::make_unique<engine::Engine>(node->persistence.get(), engine::EngineOptions{});
+    node->persistence->Attach(node->engine->keyspace());
+    auto started = node->engine->Start();
+    ASSERT_TRUE(started) << started.error().message;
+  }
+
+  // Adds `delta` to every key on `node` and waits until the commit is durable (in the
+  // partition's stream).
+  static void Increment(Node& node, const std::vector<std::string>& keys, int64_t delta) {
+    engine::IncrementBuffer buffer(&node.engine->keyspace());
+    for (const std::string& key : keys) buffer.Add(engine::HashedKey(key), delta);
+    node.engine->committer().WaitDurable(buffer.Publish());
+  }
+
+  // Waits until `follower`'s node has applied partition p up to what `owner` made durable.
+  static void WaitFollowed(Node& follower, Node& owner, uint32_t partition) {
+    const uint64_t durable = owner.persistence->log(partition)->progress().durable_seq;
+    const FollowerPosition reached =
+        follower.persistence->follower(partition)->WaitApplied(durable, 20s);
+    ASSERT_GE(reached.seq, durable);
+  }
+
+  std::filesystem::path dir_;
+  std::unique_ptr<NatsTestCluster> cluster_;
+  std::unique_ptr<NatsConnection> connection_a_;
+  std::unique_ptr<NatsConnection> connection_b_;
+};
+
+TEST_F(ClusterPersistenceTest, WritesOnAnOwnerAppearOnTheNodeFollowingIt) {
+  Node a, b;
+  ASSERT_NO_FATAL_FAILURE(StartNode(&a, *connection_a_, dir_ / "a", {0}));
+  ASSERT_NO_FATAL_FAILURE(StartNode(&b, *connection_b_, dir_ / "b", {1}));
+  ASSERT_TRUE(a.persistence->log(0) && a.persistence->follower(1));
+  ASSERT_TRUE(b.persistence->log(1) && b.persistence->follower(0));
+
+  const std::vector<std::string> keys_a = KeysOf(0, 40);
+  const std::vector<std::string> keys_b = KeysOf(1, 40);
+  ASSERT_NO_FATAL_FAILURE(Increment(a, keys_a, 5));
+  ASSERT_NO_FATAL_FAILURE(Increment(b, keys_b, 7));
+  ASSERT_NO_FATAL_FAILURE(Increment(a, {keys_a[0]}, 100));
+  ASSERT_NO_FATAL_FAILURE(WaitFollowed(b, a, 0));
+  ASSERT_NO_FATAL_FAILURE(WaitFollowed(a, b, 1));
+
+  Snapshot expected;
+  for (const std::string& key : keys_a) expected[key] = {5, 0};
+  for (const std::string& key : keys_b) expected[key] = {7, 0};
+  expected[keys_a[0]] = {105, 0};
+  EXPECT_EQ(a.Values(), expected);
+  EXPECT_EQ(b.Values(), expected);
+  // One record a commit, in the owner's stream only: a's claim and two batches; b's claim
+  // and one batch. What a node applied as a follower was not published again.
+  EXPECT_EQ(a.persistence->log(0)->progress().durable_seq, 3u);
+  EXPECT_EQ(b.persistence->log(1)->progress().durable_seq, 2u);
+  EXPECT_EQ(b.persistence->follower(0)->stats().applied_records, 2u);
+  EXPECT_EQ(a.persistence->follower(1)->stats().applied_records, 1u);
+}
+
+TEST_F(ClusterPersistenceTest, ARestartedNodeResumesFromItsCheckpointedPositions) {
+  Node a, b;
+  ASSERT_NO_FATAL_FAILURE(StartNode(&a, *connection_a_, dir_ / "a", {0, 1}));
+  ASSERT_NO_FATAL_FAILURE(StartNode(&b, *connection_b_, dir_ / "b", {}));
+  const std::vector<std::string> keys_0 = KeysOf(0, 30);
+  const std::vector<std::string> keys_1 = KeysOf(1, 30);
+  ASSERT_NO_FATAL_FAILURE(Increment(a, keys_0, 1));
+  ASSERT_NO_FATAL_FAILURE(Increment(a, keys_1, 2));
+  ASSERT_NO_FATAL_FAILURE(WaitFollowed(b, a, 0));
+  ASSERT_NO_FATAL_FAILURE(WaitFollowed(b, a, 1));
+  ASSERT_TRUE(b.engine->committer().CheckpointNow().has_value());
+  const uint64_t saved_0 = a.persistence->log(0)->progress().durable_seq;
+  const uint64_t saved_1 = a.persistence->log(1)->progress().durable_seq;
+  b.Stop();
+
+  // While b is down: three more records in partition 0, one in partition 1.
+  ASSERT_NO_FATAL_FAILURE(Increment(a, {keys_0[0]}, 10));
+  ASSERT_NO_FATAL_FAILURE(Increment(a, {keys_0[1]}, 20));
+  ASSERT_NO_FATAL_FAILURE(Increment(a, {keys_0[2], keys_1[0]}, 30));
+
+  ASSERT_NO_FATAL_FAILURE(StartNode(&b, *connection_b_, dir_ / "b", {}));
+  ASSERT_NO_FATAL_FAILURE(WaitFollowed(b, a, 0));
+  ASSERT_NO_FATAL_FAILURE(WaitFollowed(b, a, 1));
+  EXPECT_EQ(b.Values(), a.Values());
+  EXPECT_EQ(b.Values().at(keys_0[2]), (std::pair<int64_t, int64_t>{31, 0}));
+  // Only what followed the saved positions was read again.
+  EXPECT_EQ(b.persistence->follower(0)->stats().records,
+            a.persistence->log(0)->progress().durable_seq - saved_0);
+  EXPECT_EQ(b.persistence->follower(1)->stats().records,
+            a.persistence->log(1)->progress().durable_seq - saved_1);
+  EXPECT_EQ(b.persistence->follower(0)->stats().records, 3u);
+}
+
+TEST_F(ClusterPersistenceTest, ACheckpointCutShortIsRebuiltFromTheStreams) {
+  const std::vector<std::string> keys_0 = KeysOf(0, 20);
+  const std::vector<std::string> keys_1 = KeysOf(1, 20);
+  Snapshot written;
+  {
+    Node a;
+    ASSERT_NO_FATAL_FAILURE(StartNode(&a, *connection_a_, dir_ / "a", {0, 1}));
+    ASSERT_NO_FATAL_FAILURE(Increment(a, keys_0, 3));
+    ASSERT_TRUE(a.engine->committer().CheckpointNow().has_value());
+    ASSERT_NO_FATAL_FAILURE(Increment(a, keys_1, 4));
+    written = a.Values();
+    a.engine->Stop();
+    // A checkpoint that got as far as writing values the streams never received (an owner's
+    // epoch not yet published), then the process died: no FinishCheckpoint.
+    auto token = a.persistence->BeginCheckpoint();
+    ASSERT_TRUE(token);
+    a.persistence->CheckpointCut(*token);
+    engine::CommitBatch phantom;
+    phantom.AddPut(keys_0[0], {999, 0});
+    phantom.AddPut(keys_1[0], {999, 0});
+    phantom.AddPut(KeysOf(0, 21).back(), {1, 0});
+    ASSERT_TRUE(a.persistence->CheckpointWrite(phantom).has_value());
+  }
+  Node a;
+  ASSERT_NO_FATAL_FAILURE(StartNode(&a, *connection_a_, dir_ / "a", {0, 1}));
+  EXPECT_EQ(a.Values(), written);
+
+  // The follower of both streams agrees.
+  Node b;
+  ASSERT_NO_FATAL_FAILURE(StartNode(&b, *connection_b_, dir_ / "b", {}));
+  ASSERT_NO_FATAL_FAILURE(WaitFollowed(b, a, 0));
+  ASSERT_NO_FATAL_FAILURE(WaitFollowed(b, a, 1));
+  EXPECT_EQ(b.Values(), written);
+}
+
+TEST_F(ClusterPersistenceTest, AShareTooLargeForOneRecordIsPublishedAndAppliedAsAGroup) {
+  Node a, b;
+  ASSERT_NO_FATAL_FAILURE(StartNode(&a, *connection_a_, dir_ / "a", {0, 1}, 1000));
+  ASSERT_NO_FATAL_FAILURE(StartNode(&b, *connection_b_, dir_ / "b", {}));
+  const std::vector<std::string> keys = KeysOf(0, 300);
+  const uint64_t before = a.persistence->log(0)->progress().durable_seq;
+  ASSERT_NO_FATAL_FAILURE(Increment(a, keys, 9));
+  ASSERT_NO_FATAL_FAILURE(WaitFollowed(b, a, 0));
+  const uint64_t records = a.persistence->log(0)->progress().durable_seq - before;
+  EXPECT_GT(records, 2u);  // 300 puts of ~10 bytes in records of at most 1000
+  const FollowerStats stats = b.persistence->follower(0)->stats();
+  EXPECT_EQ(stats.applied_records, records);
+  EXPECT_EQ(stats.applied_groups, 1u);
+  Snapshot expected;
+  for (const std::string& key : keys) expected[key] = {9, 0};
+  EXPECT_EQ(b.Values(), expected);
+}
+
+}  // namespace
+}  // namespace tally::cluster
