@@ -17,6 +17,7 @@
 #include "cluster/nats_test_cluster.h"
 #include "cluster/partition_test_support.h"
 #include "core/slot.h"
+#include "core/test_dir.h"
 #include "engine/engine.h"
 #include "engine/engine_test_support.h"
 #include "engine/increment_buffer.h"
@@ -61,9 +62,7 @@ std::vector<std::string> KeysOf(uint32_t partition, int count) {
 class ClusterPersistenceTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = std::filesystem::temp_directory_path() /
-           (std::string("tally_cluster_persistence_test_") +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    dir_ = testing::TestDirectory("tally_cluster_persistence_test_");
     std::filesystem::remove_all(dir_);
     StreamConfig config;
     config.name = "TALLY_P0";

@@ -6,15 +6,15 @@
 #include <fstream>
 #include <string>
 
+#include "core/test_dir.h"
+
 namespace tally::programs {
 namespace {
 
 class NodeTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = std::filesystem::temp_directory_path() /
-           ("tally_node_test_" +
-            std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
+    dir_ = testing::TestDirectory("tally_node_test_");
     std::filesystem::remove_all(dir_);
     std::filesystem::create_directories(dir_);
     options_.data_dir = (dir_ / "data").string();

@@ -12,6 +12,7 @@
 #include <string>
 #include <thread>
 
+#include "core/test_dir.h"
 #include "engine/increment_buffer.h"
 #include "storage/rocksdb_store.h"
 
@@ -33,9 +34,7 @@ class CountingWaiter final : public DurabilityWaiter {
 class DurabilityGateTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = std::filesystem::temp_directory_path() /
-           ("tally_gate_test_" +
-            std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
+    dir_ = testing::TestDirectory("tally_gate_test_");
     std::filesystem::remove_all(dir_);
   }
   void TearDown() override {

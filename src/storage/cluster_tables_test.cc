@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/slot.h"
+#include "core/test_dir.h"
 #include "storage/rocksdb_store.h"
 
 namespace tally::storage {
@@ -41,17 +42,12 @@ std::string KeyInSlot(uint32_t slot) {
 class ClusterTablesTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    // Named by the test, not the process: a crash child (a re-exec) must find the same one.
-    dir_ = std::filesystem::temp_directory_path() /
-           (std::string("tally_cluster_tables_test_") +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    if (!InCrashChild()) std::filesystem::remove_all(dir_);
+    dir_ = testing::TestDirectory("tally_cluster_tables_test_");
+    if (!testing::InDeathTestChild()) std::filesystem::remove_all(dir_);
   }
   void TearDown() override {
-    if (!InCrashChild()) std::filesystem::remove_all(dir_);
+    if (!testing::InDeathTestChild()) std::filesystem::remove_all(dir_);
   }
-
-  static bool InCrashChild() { return !::testing::GTEST_FLAG(internal_run_death_test).empty(); }
 
   std::unique_ptr<ClusterTables> Open(uint32_t partitions = kPartitions) {
     auto tables = ClusterTables::Open({.path = dir_.string(), .partition_count = partitions});

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "core/test_dir.h"
 #include "storage/commit_log.h"
 #include "storage/rocksdb_store.h"
 
@@ -29,17 +30,12 @@ class Collected final : public engine::LoadVisitor {
 class StoreTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    // Named by the test, not the process: a crash child (a re-exec) must find the same one.
-    dir_ = std::filesystem::temp_directory_path() /
-           (std::string("tally_storage_test_") +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    if (!InCrashChild()) std::filesystem::remove_all(dir_);
+    dir_ = testing::TestDirectory("tally_storage_test_");
+    if (!testing::InDeathTestChild()) std::filesystem::remove_all(dir_);
   }
   void TearDown() override {
-    if (!InCrashChild()) std::filesystem::remove_all(dir_);
+    if (!testing::InDeathTestChild()) std::filesystem::remove_all(dir_);
   }
-
-  static bool InCrashChild() { return !::testing::GTEST_FLAG(internal_run_death_test).empty(); }
 
   std::unique_ptr<RocksDbStore> Open(Collected* loaded) {
     auto store = RocksDbStore::Open({.path = dir_.string()});

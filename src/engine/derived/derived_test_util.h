@@ -12,6 +12,7 @@
 #include <string_view>
 
 #include "core/clock.h"
+#include "core/test_dir.h"
 #include "engine/definitions/parser.h"
 #include "engine/derived/derived_counters.h"
 #include "storage/rocksdb_store.h"
@@ -26,8 +27,7 @@ class EngineStoreTest : public ::testing::Test {
       : clock_(now_ms), dir_prefix_(dir_prefix) {}
 
   void SetUp() override {
-    dir_ = std::filesystem::temp_directory_path() /
-           (dir_prefix_ + ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    dir_ = testing::TestDirectory(dir_prefix_);
     std::filesystem::remove_all(dir_);
     Open();
   }
