@@ -75,7 +75,7 @@ class Compiler {
       select += ToSql(*item.expr);
       if (!item.alias.empty()) select += " AS " + QuoteIdentifier(item.alias);
       select += ", ";
-      group_by += (i > 0 ? ", " : "") + ToSql(*item.expr);
+      group_by += (i > 0 ? ", " : "") + GroupBySql(item);
     }
     out_.sql_ =
         fmt::format("SELECT {}{} FROM {}", select, out_.value_sql_, QuoteIdentifier(source_.name));
@@ -246,6 +246,23 @@ class Compiler {
       out_.retention_ = *retention;
     }
     return OkStatus();
+  }
+
+  // How the normalised SQL groups by a key item: by its expression, except a literal key
+  // named by an alias that no source column shadows, which it groups by that alias. Written
+  // as itself, a literal would read back as a GROUP BY position (`5`, `-5`: refused here, a
+  // column number to PostgreSQL) or a constant (refused by both).
+  std::string GroupBySql(const SelectItem& item) const {
+    const Expr* literal = item.expr.get();
+    if (literal->kind == ExprKind::kUnary && literal->op == "-") literal = literal->args[0].get();
+    const bool is_literal = literal->kind == ExprKind::kInteger ||
+                            literal->kind == ExprKind::kDecimal ||
+                            literal->kind == ExprKind::kString ||
+                            literal->kind == ExprKind::kBool || literal->kind == ExprKind::kNull;
+    if (is_literal && !item.alias.empty() && FindColumn(item.alias) < 0) {
+      return QuoteIdentifier(item.alias);
+    }
+    return ToSql(*item.expr);
   }
 
   // CheckNames for a GROUP BY item, where a bare name may also be a select alias.
@@ -735,20 +752,31 @@ Result<CompiledCounter> Compile(const CreateCounter& create, const Catalog& cata
   }
   auto compiled = Compiler(create, *source).Run();
   if (!compiled) return compiled;
-  // The catalog keeps create_sql(), which is fully parenthesised and so can nest deeper than
-  // the text it came from (a pair of parentheses per operator, two for a minus): a definition
-  // whose create_sql() does not read back is refused here, at the deepest expression and
-  // with the reader's reason, rather than kept and then refused when the catalog is loaded
-  // at the next start (found by fuzz/sql_definitions_fuzz.cc).
-  if (auto again = ParseStatement(compiled->create_sql()); !again) {
+  // The catalog keeps create_sql() and compiles it at the next start: a definition whose
+  // create_sql() does not compile again is refused here, with the reason, rather than kept
+  // and then refused when the catalog is loaded (found by fuzz/sql_definitions_fuzz.cc). The
+  // text is fully parenthesised and so can nest deeper than the one it came from (a pair of
+  // parentheses per operator, two for a minus): that refusal points at the deepest
+  // expression.
+  const auto reason_of = [](const Error& error) {
+    const size_t reason = error.message.find(": ");
+    return reason == std::string::npos ? error.message : error.message.substr(reason + 2);
+  };
+  auto again = ParseStatement(compiled->create_sql());
+  if (!again) {
     const Expr* deepest = create.where.get();
     for (const SelectItem& item : create.items) {
       if (deepest == nullptr || item.expr->depth > deepest->depth) deepest = item.expr.get();
     }
-    const std::string& message = again.error().message;
-    const size_t reason = message.find(": ");
-    return ErrorAt(deepest != nullptr ? deepest->pos : create.name_pos,
-                   reason == std::string::npos ? message : message.substr(reason + 2));
+    return ErrorAt(deepest != nullptr ? deepest->pos : create.name_pos, reason_of(again.error()));
+  }
+  const auto* create_again = std::get_if<CreateCounter>(&*again);
+  if (create_again == nullptr) {
+    return ErrorAt(create.name_pos, "the definition's normalised text does not read back");
+  }
+  if (auto recompiled = Compiler(*create_again, *source).Run(); !recompiled) {
+    return ErrorAt(create.name_pos, "the definition's normalised text does not compile again: " +
+                                        reason_of(recompiled.error()));
   }
   return compiled;
 }

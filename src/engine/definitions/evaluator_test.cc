@@ -268,7 +268,13 @@ TEST(CompileTest, EveryAcceptedDefinitionReadsBackFromItsCreateSql) {
   };
   for (const std::string& sql :
        {chain("NOT ", 126, "true"), chain("NOT ", 127, "true"), chain("- ", 63, "rating > 0"),
-        chain("- ", 64, "rating > 0"), chain("rating + ", 127, "1 > 0")}) {
+        chain("- ", 64, "rating > 0"), chain("rating + ", 127, "1 > 0"),
+        // A literal key grouped by its alias (a fuzzer's find: the normalised SQL said
+        // GROUP BY 5, a position).
+        std::string("CREATE COUNTER c AS SELECT 5 AS r, count(*) FROM posts GROUP BY r"),
+        std::string("CREATE COUNTER c AS SELECT -5 AS r, count(*) FROM posts GROUP BY r"),
+        std::string("CREATE COUNTER c AS SELECT 'x' AS r, user_id, count(*) FROM posts "
+                    "GROUP BY user_id, r")}) {
     auto compiled = CompileSql(sql, testing::PostsCatalog);
     if (!compiled) {
       EXPECT_TRUE(
