@@ -7,6 +7,9 @@
 #include <chrono>
 #include <thread>
 
+#include "core/slot.h"
+#include "engine/keyspace.h"
+
 namespace tally::cluster {
 namespace {
 
@@ -16,25 +19,6 @@ int64_t UnixMs() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(
              std::chrono::system_clock::now().time_since_epoch())
       .count();
-}
-
-// Waits until `seq` of `log` is durable; an error once the log is fenced, or (with a
-// deadline) when the deadline passes first.
-Status WaitDurable(PartitionLog& log, uint64_t seq, std::optional<Clock::time_point> deadline) {
-  while (true) {
-    const PartitionLogProgress progress = log.WaitDurable(seq, std::chrono::milliseconds(1000));
-    if (progress.durable_seq >= seq) return OkStatus();
-    if (progress.state == PartitionLogState::kFenced) {
-      return MakeError(ErrorCode::kUnavailable,
-                       fmt::format("fenced: another writer took the stream at sequence {}",
-                                   log.fence() ? log.fence()->seq : seq));
-    }
-    if (deadline && Clock::now() >= *deadline) {
-      return MakeError(ErrorCode::kUnavailable,
-                       fmt::format("record {} not durable in time ({})", seq,
-                                   PartitionLogStateName(progress.state)));
-    }
-  }
 }
 
 // Splits `share` into at most `parts` non-empty shares of about equal operation counts, in
@@ -60,6 +44,24 @@ std::string PartitionSubject(const ClusterPersistenceOptions& options, uint32_t 
   return options.subject_prefix + std::to_string(partition);
 }
 
+std::string_view PartitionRoleName(PartitionRole role) {
+  switch (role) {
+    case PartitionRole::kFollowing:
+      return "following";
+    case PartitionRole::kCatchingUp:
+      return "catching-up";
+    case PartitionRole::kClaiming:
+      return "claiming";
+    case PartitionRole::kOwned:
+      return "owned";
+    case PartitionRole::kLost:
+      return "lost";
+    case PartitionRole::kFailed:
+      return "failed";
+  }
+  return "unknown";
+}
+
 Result<std::unique_ptr<ClusterPersistence>> ClusterPersistence::Open(
     NatsConnection& connection, ClusterPersistenceOptions options) {
   std::sort(options.owned.begin(), options.owned.end());
@@ -83,19 +85,68 @@ ClusterPersistence::ClusterPersistence(NatsConnection& connection,
     : connection_(connection),
       options_(std::move(options)),
       tables_(std::move(tables)),
-      owned_(options_.partition_count),
-      followers_(options_.partition_count),
-      cut_(options_.partition_count) {}
+      renewer_(std::chrono::milliseconds(std::max<int64_t>(options_.renew_ms / 2, 1)),
+               [this] { RenewIdle(); }),
+      partitions_(options_.partition_count),
+      cut_(options_.partition_count),
+      cut_owned_(options_.partition_count, false) {
+  identity_.node_name = options_.node_name;
+}
 
 ClusterPersistence::~ClusterPersistence() { Close(); }
 
 void ClusterPersistence::Close() {
-  for (auto& follower : followers_) follower.reset();
-  for (Owned& owned : owned_) owned.log.reset();
+  renewer_.Stop();
+  std::vector<std::unique_ptr<Follower>> followers;
+  std::vector<std::shared_ptr<PartitionLog>> logs;
+  {
+    std::lock_guard lock(mutex_);
+    closed_ = true;
+    for (Partition& partition : partitions_) {
+      if (partition.follower) followers.push_back(std::move(partition.follower));
+      if (partition.log) logs.push_back(std::move(partition.log));
+      partition.follower_wanted = false;
+    }
+  }
+  changed_.notify_all();
+  // Outside the lock: a follower's thread may be waiting for the keyspace's stripes, and a
+  // log's thread may be reporting progress (which locks mutex_).
+  followers.clear();
+  logs.clear();
+}
+
+void ClusterPersistence::BeginShutdown() {
+  {
+    std::lock_guard lock(mutex_);
+    shutting_down_ = true;
+    shutdown_deadline_ = Clock::now() + std::chrono::milliseconds(options_.shutdown_wait_ms);
+  }
+  changed_.notify_all();
 }
 
 void ClusterPersistence::Attach(engine::Keyspace& keyspace) {
+  keyspace_ = &keyspace;
   applier_ = std::make_unique<KeyspaceApplier>(keyspace, options_.partition_count);
+}
+
+void ClusterPersistence::SetIdentity(ClaimBody identity) {
+  std::lock_guard lock(mutex_);
+  identity_ = std::move(identity);
+}
+
+void ClusterPersistence::SetOnChange(std::function<void()> on_change) {
+  std::lock_guard lock(mutex_);
+  on_change_ = std::move(on_change);
+}
+
+void ClusterPersistence::NotifyChange() {
+  changed_.notify_all();
+  std::function<void()> on_change;
+  {
+    std::lock_guard lock(mutex_);
+    on_change = on_change_;
+  }
+  if (on_change) on_change();
 }
 
 FollowerOptions ClusterPersistence::FollowerOptionsFor(uint32_t partition) const {
@@ -111,7 +162,7 @@ Status ClusterPersistence::Load(engine::LoadVisitor& visitor) {
   auto open = tables_->ReadOpenCheckpoint();
   if (!open) return tl::unexpected(open.error());
   if (*open) {
-    // A checkpoint cut short: its owned partitions may hold values their streams never got.
+    // A checkpoint cut short: the partitions it names may hold values their streams never got.
     for (uint32_t p : **open) {
       spdlog::warn("partition {}: a checkpoint did not finish; rebuilding it from its stream", p);
       if (auto status = tables_->RebuildPartition(p); !status) return status;
@@ -121,84 +172,346 @@ Status ClusterPersistence::Load(engine::LoadVisitor& visitor) {
   if (auto status = tables_->LoadCounters(visitor); !status) return status;
   auto positions = tables_->ReadPositions();
   if (!positions) return tl::unexpected(positions.error());
+  {
+    std::lock_guard lock(mutex_);
+    for (uint32_t p = 0; p < options_.partition_count; ++p) {
+      partitions_[p].from = (*positions)[p];
+      partitions_[p].follower_wanted = true;
+      cut_[p] = (*positions)[p];
+    }
+  }
+  for (uint32_t p = 0; p < options_.partition_count; ++p) StartFollower(p);
   for (uint32_t p : options_.owned) {
-    if (auto status = CatchUpAndClaim(p, (*positions)[p]); !status) return status;
+    if (auto status = ClaimNow(p, std::chrono::milliseconds(options_.catch_up_timeout_ms));
+        !status) {
+      return status;
+    }
   }
-  for (uint32_t p = 0; p < options_.partition_count; ++p) {
-    if (owned_[p].log) continue;
-    auto follower = Follower::Start(connection_, FollowerOptionsFor(p), (*positions)[p], *applier_);
-    if (!follower) return tl::unexpected(follower.error());
-    followers_[p] = std::move(*follower);
-  }
+  if (options_.renew_ms > 0) renewer_.Start();
   return OkStatus();
 }
 
-Status ClusterPersistence::CatchUpAndClaim(uint32_t partition, storage::StreamPosition from) {
+void ClusterPersistence::StartFollower(uint32_t partition) {
+  storage::StreamPosition from;
+  bool fetch_claim = false;
+  {
+    std::lock_guard lock(mutex_);
+    const Partition& p = partitions_[partition];
+    if (!p.follower_wanted || closed_ || p.role != PartitionRole::kFollowing) return;
+    from = p.from;
+    fetch_claim = from.term > 0 && p.last_owner.term != from.term;
+  }
   const std::string stream = PartitionStream(options_, partition);
-  const auto deadline = Clock::now() + std::chrono::milliseconds(options_.catch_up_timeout_ms);
-  // A stream without a leader (just created, or electing one) does not answer: ask again.
-  auto state = connection_.GetStreamState(stream);
-  while (!state && Clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    state = connection_.GetStreamState(stream);
-  }
-  if (!state) return tl::unexpected(state.error().ToError());
-  const uint64_t tail = state->last_seq;
-  auto follower = Follower::Start(connection_, FollowerOptionsFor(partition), from, *applier_);
-  if (!follower) return tl::unexpected(follower.error());
-  // Everything up to the tail read: applied, or buffered as a group the tail cuts short
-  // (its writer died before its last record, so none of it was acknowledged; the claim
-  // below ends it for every reader).
-  FollowerPosition caught_up = (*follower)->position();
-  while (caught_up.seq + (*follower)->pending_parts() < tail) {
-    if ((*follower)->state() == FollowerState::kStopped) return (*follower)->stop_reason();
-    if (Clock::now() >= deadline) {
-      return MakeError(
-          ErrorCode::kUnavailable,
-          fmt::format("partition {}: read up to {} of {} in time", partition, caught_up.seq, tail));
-    }
-    caught_up = (*follower)->WaitApplied(tail, std::chrono::milliseconds(100));
-  }
-  caught_up = (*follower)->position();
-  follower->reset();
-
-  Owned& owned = owned_[partition];
-  owned.header.partition = partition;
-  owned.header.term = tail + 1;
-  owned.header.writer = NewWriterId();
-  PartitionLogOptions log_options;
-  log_options.stream = stream;
-  log_options.subject = PartitionSubject(options_, partition);
-  log_options.partition = partition;
-  log_options.max_in_flight = options_.max_in_flight;
-  log_options.publish_timeout_ms = options_.publish_timeout_ms;
-  log_options.max_record_bytes = options_.max_record_bytes;
-  auto log = PartitionLog::Start(connection_, log_options, tail, owned.header.writer);
-  if (!log) return tl::unexpected(log.error());
   ClaimBody claim;
-  claim.node_name = options_.node_name;
+  if (fetch_claim) {
+    // Following on from a saved position: the claim of the ownership in force there says
+    // who owns the partition (for routing), until a newer claim is read.
+    auto message = connection_.GetMessage(stream, from.term);
+    if (!message) {
+      spdlog::warn("partition {}: cannot read its owner's claim yet: {}", partition,
+                   message.error().message);
+      return;
+    }
+    if (*message) {
+      if (auto record = DecodeRecord((*message)->data);
+          record && record->kind == RecordKind::kClaim) {
+        claim = std::move(record->claim);
+      }
+    }
+  }
+  auto follower = Follower::Start(connection_, FollowerOptionsFor(partition), from, *applier_);
+  std::unique_ptr<Follower> unused;
+  {
+    std::lock_guard lock(mutex_);
+    Partition& p = partitions_[partition];
+    if (fetch_claim) {
+      p.last_owner.term = from.term;
+      p.last_owner.claim = std::move(claim);
+      p.last_owner.last_record_seq = std::max(p.last_owner.last_record_seq, from.term);
+    }
+    if (!follower) {
+      if (follower.error().code == ErrorCode::kCorruption) {
+        p.role = PartitionRole::kFailed;
+        p.failure = follower.error().message;
+        p.follower_wanted = false;
+        spdlog::error("partition {}: {}", partition, p.failure);
+      } else {
+        spdlog::warn("partition {}: cannot follow its stream yet: {}", partition,
+                     follower.error().message);
+      }
+      return;
+    }
+    if (p.follower_wanted && !closed_ && p.role == PartitionRole::kFollowing) {
+      p.follower = std::move(*follower);
+      p.follower_wanted = false;
+    } else {
+      unused = std::move(*follower);
+    }
+  }
+}
+
+Status ClusterPersistence::BeginClaim(uint32_t partition, const PartitionOwner& seen) {
+  {
+    std::lock_guard lock(mutex_);
+    const Partition& p = partitions_[partition];
+    if (p.role != PartitionRole::kFollowing || !p.follower) {
+      return MakeError(ErrorCode::kUnavailable, fmt::format("partition {} is {}, not followed",
+                                                            partition, PartitionRoleName(p.role)));
+    }
+  }
+  auto state = connection_.GetStreamState(PartitionStream(options_, partition));
+  if (!state) return tl::unexpected(state.error().ToError());
+  std::lock_guard lock(mutex_);
+  Partition& p = partitions_[partition];
+  if (p.role != PartitionRole::kFollowing || !p.follower) {
+    return MakeError(ErrorCode::kUnavailable, "the partition changed meanwhile");
+  }
+  p.role = PartitionRole::kCatchingUp;
+  p.claim_tail = state->last_seq;
+  p.claim_seen = seen;
+  p.claim_deadline = Clock::now() + std::chrono::milliseconds(options_.catch_up_timeout_ms);
+  return OkStatus();
+}
+
+std::vector<uint32_t> ClusterPersistence::Step() {
+  std::vector<uint32_t> changed;
+  for (uint32_t p = 0; p < options_.partition_count; ++p) {
+    PartitionRole role;
+    bool start_follower = false;
+    bool follower_stopped = false;
+    {
+      std::lock_guard lock(mutex_);
+      if (closed_) return changed;
+      Partition& partition = partitions_[p];
+      role = partition.role;
+      start_follower = role == PartitionRole::kFollowing && partition.follower_wanted;
+      if ((role == PartitionRole::kFollowing || role == PartitionRole::kCatchingUp) &&
+          partition.follower && partition.follower->state() == FollowerState::kStopped) {
+        follower_stopped = true;
+        const Status reason = partition.follower->stop_reason();
+        partition.failure = reason ? "stopped" : reason.error().message;
+        partition.from = partition.follower->position();
+        partition.role = PartitionRole::kFailed;
+        spdlog::error("partition {}: its follower stopped: {}", p, partition.failure);
+      }
+    }
+    if (follower_stopped) {
+      changed.push_back(p);
+      continue;
+    }
+    if (start_follower) StartFollower(p);
+    if ((role == PartitionRole::kCatchingUp && StepCatchingUp(p)) ||
+        (role == PartitionRole::kClaiming && StepClaiming(p))) {
+      changed.push_back(p);
+    }
+  }
+  return changed;
+}
+
+bool ClusterPersistence::StepCatchingUp(uint32_t partition) {
+  std::unique_ptr<Follower> follower;
+  uint64_t tail;
+  {
+    std::lock_guard lock(mutex_);
+    Partition& p = partitions_[partition];
+    const FollowerPosition reached = p.follower->position();
+    tail = p.claim_tail;
+    const PartitionOwner owner = p.follower->owner();
+    if (owner.term != p.claim_seen.term || owner.last_record_seq > p.claim_seen.last_record_seq) {
+      spdlog::info("partition {}: its owner wrote meanwhile (term {}, sequence {}); claim given up",
+                   partition, owner.term, owner.last_record_seq);
+      p.role = PartitionRole::kFollowing;
+      return true;
+    }
+    // Everything up to the tail read: applied, or buffered as a group the tail cuts short
+    // (its writer died before its last record, so none of it was acknowledged; the claim
+    // ends it for every reader).
+    if (reached.seq + p.follower->pending_parts() < tail) {
+      if (Clock::now() < p.claim_deadline) return false;
+      spdlog::warn("partition {}: read up to {} of {} in time; claim given up", partition,
+                   reached.seq, tail);
+      p.role = PartitionRole::kFollowing;
+      return true;
+    }
+    follower = std::move(p.follower);
+  }
+  // Stopped outside the lock (its thread may be waiting for the keyspace's stripes); from
+  // here on the keyspace holds exactly what it applied.
+  follower->Stop();
+  const FollowerPosition reached = follower->position();
+  follower.reset();
+
+  RecordHeader header;
+  header.partition = partition;
+  header.term = tail + 1;
+  header.writer = NewWriterId();
+  header.owner_unix_ms = UnixMs();
+  std::shared_ptr<PartitionLog> log;
+  if (reached.seq <= tail) {
+    PartitionLogOptions log_options;
+    log_options.stream = PartitionStream(options_, partition);
+    log_options.subject = PartitionSubject(options_, partition);
+    log_options.partition = partition;
+    log_options.max_in_flight = options_.max_in_flight;
+    log_options.publish_timeout_ms = options_.publish_timeout_ms;
+    log_options.max_record_bytes = options_.max_record_bytes;
+    const uint64_t writer = header.writer;
+    auto started = PartitionLog::Start(connection_, log_options, tail, writer,
+                                       [this, partition, writer](const PartitionLogProgress& p) {
+                                         OnLogProgress(partition, writer, p);
+                                       });
+    if (started) {
+      log = std::move(*started);
+    } else {
+      spdlog::warn("partition {}: cannot start writing: {}", partition, started.error().message);
+    }
+  }
+  std::lock_guard lock(mutex_);
+  Partition& p = partitions_[partition];
+  p.from = reached;
+  if (!log || closed_) {
+    // The stream grew past the tail meanwhile (another writer is alive), or NATS failed:
+    // follow on.
+    p.role = PartitionRole::kFollowing;
+    p.follower_wanted = true;
+    return true;
+  }
+  ClaimBody claim = identity_;
   claim.node_id = tables_->node_id();
   claim.caught_up_to = tail;
-  claim.previous_term = caught_up.term;
-  owned.header.owner_unix_ms = UnixMs();
+  claim.previous_term = reached.term;
   std::string bytes;
-  EncodeClaim(owned.header, claim, &bytes);
-  auto seq = (*log)->Append(RecordKind::kClaim, std::move(bytes));
-  if (!seq) return tl::unexpected(seq.error());
-  if (auto status = WaitDurable(**log, *seq, deadline); !status) return status;
-  owned.log = std::move(*log);
-  std::lock_guard lock(cut_mutex_);
-  cut_[partition] = {*seq, owned.header.term, owned.header.writer};
-  spdlog::info("partition {}: claimed at sequence {} (caught up from {})", partition, *seq,
-               from.seq);
+  EncodeClaim(header, claim, &bytes);
+  auto seq = log->Append(RecordKind::kClaim, std::move(bytes));
+  if (!seq) {
+    p.role = PartitionRole::kFollowing;
+    p.follower_wanted = true;
+    return true;
+  }
+  p.role = PartitionRole::kClaiming;
+  p.log = std::move(log);
+  p.header = header;
+  p.claim = std::move(claim);
+  p.claim_seq = *seq;
+  return true;
+}
+
+bool ClusterPersistence::StepClaiming(uint32_t partition) {
+  std::shared_ptr<PartitionLog> fenced;
+  std::vector<uint32_t> checkpoint_partitions;
+  {
+    std::lock_guard lock(mutex_);
+    Partition& p = partitions_[partition];
+    const PartitionLogProgress progress = p.log->progress();
+    if (progress.state == PartitionLogState::kFenced) {
+      // Another node claimed first: nothing of ours landed.
+      spdlog::info("partition {}: another node claimed it first", partition);
+      fenced = std::move(p.log);
+      p.role = PartitionRole::kFollowing;
+      p.follower_wanted = true;
+    } else if (progress.durable_seq >= p.claim_seq) {
+      p.role = PartitionRole::kOwned;
+      p.committed_seq = p.claim_seq;
+      p.last_append = Clock::now();
+      p.last_owner.term = p.header.term;
+      p.last_owner.claim = p.claim;
+      p.last_owner.last_record_seq = p.claim_seq;
+      p.last_owner.last_record_unix_ms = p.header.owner_unix_ms;
+      spdlog::info("partition {}: claimed at sequence {} (caught up from {})", partition,
+                   p.claim_seq, p.from.seq);
+      if (checkpoint_open_ &&
+          std::find(checkpoint_partitions_.begin(), checkpoint_partitions_.end(), partition) ==
+              checkpoint_partitions_.end()) {
+        checkpoint_partitions_.push_back(partition);
+        checkpoint_partitions = checkpoint_partitions_;
+      }
+    } else {
+      return false;
+    }
+  }
+  fenced.reset();
+  if (!checkpoint_partitions.empty()) {
+    // The open checkpoint may now write values of this partition that its stream has not
+    // got yet: name it in ckpt_open before any client writes (routing follows this call).
+    if (auto status = tables_->BeginCheckpoint(checkpoint_partitions); !status) {
+      spdlog::error("partition {}: cannot record it in the open checkpoint: {}", partition,
+                    status.error().message);
+    }
+  }
+  return true;
+}
+
+Status ClusterPersistence::ClaimNow(uint32_t partition, std::chrono::milliseconds timeout) {
+  const auto deadline = Clock::now() + timeout;
+  // A stream without a leader (just created, or electing one) does not answer: ask again.
+  Status begun = BeginClaim(partition, status(partition).owner);
+  while (!begun && Clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    Step();
+    begun = BeginClaim(partition, status(partition).owner);
+  }
+  if (!begun) return begun;
+  while (Clock::now() < deadline) {
+    Step();
+    const PartitionRole now = role(partition);
+    if (now == PartitionRole::kOwned) return OkStatus();
+    if (now == PartitionRole::kFollowing || now == PartitionRole::kFailed) {
+      return MakeError(ErrorCode::kUnavailable, fmt::format("partition {}: the claim failed ({})",
+                                                            partition, PartitionRoleName(now)));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return MakeError(ErrorCode::kUnavailable,
+                   fmt::format("partition {}: not claimed in time", partition));
+}
+
+void ClusterPersistence::OnLogProgress(uint32_t partition, uint64_t writer,
+                                       const PartitionLogProgress& progress) {
+  if (progress.state == PartitionLogState::kFenced) MarkLost(partition, writer);
+}
+
+void ClusterPersistence::MarkLost(uint32_t partition, uint64_t writer) {
+  {
+    std::lock_guard lock(mutex_);
+    Partition& p = partitions_[partition];
+    if (p.role != PartitionRole::kOwned || p.header.writer != writer) return;
+    p.role = PartitionRole::kLost;
+    spdlog::warn("partition {}: fenced (another node took its stream); stopping writes", partition);
+  }
+  NotifyChange();
+}
+
+Status ClusterPersistence::FinishLoss(uint32_t partition) {
+  std::shared_ptr<PartitionLog> log;
+  {
+    std::lock_guard lock(mutex_);
+    Partition& p = partitions_[partition];
+    if (p.role != PartitionRole::kLost) {
+      return MakeError(ErrorCode::kUnavailable, fmt::format("partition {} is {}, not lost",
+                                                            partition, PartitionRoleName(p.role)));
+    }
+    log = std::move(p.log);
+    p.role = PartitionRole::kFollowing;
+    p.from = {};
+    p.follower_wanted = true;
+    if (checkpoint_open_) lost_in_checkpoint_.push_back(partition);
+  }
+  changed_.notify_all();
+  log.reset();
+  // What the keyspace holds of the partition may include writes its stream never got: forget
+  // it, here and in the tables, and read the stream again from the start.
+  keyspace_->DropSlots(PartitionSlots(partition, options_.partition_count));
+  if (auto status = tables_->RebuildPartition(partition); !status) return status;
+  StartFollower(partition);
   return OkStatus();
 }
 
-Result<uint64_t> ClusterPersistence::AppendShare(Owned& owned, const engine::CommitBatch& batch,
+Result<uint64_t> ClusterPersistence::AppendShare(PartitionLog& log, const RecordHeader& header,
+                                                 const engine::CommitBatch& batch,
                                                  const BatchShare& share) {
-  EncodeBatch(owned.header, batch, share, &encoded_);
+  EncodeBatch(header, batch, share, &encoded_);
   if (encoded_.size() <= options_.max_record_bytes) {
-    return owned.log->Append(RecordKind::kBatch, std::move(encoded_));
+    return log.Append(RecordKind::kBatch, std::move(encoded_));
   }
   // Too large for one record: a group of parts, split finer until every part fits. A part
   // holds at least one operation, and one operation (a key) is far below a record's limit;
@@ -210,7 +523,7 @@ Result<uint64_t> ClusterPersistence::AppendShare(Owned& owned, const engine::Com
     const std::vector<BatchShare> split = SplitShare(share, parts);
     for (size_t i = 0; i < split.size(); ++i) {
       std::string bytes;
-      EncodeBatch(owned.header, batch, split[i], &bytes,
+      EncodeBatch(header, batch, split[i], &bytes,
                   i + 1 == split.size() ? RecordKind::kBatch : RecordKind::kPart);
       if (bytes.size() > options_.max_record_bytes && parts < operations) {
         records.clear();
@@ -222,8 +535,8 @@ Result<uint64_t> ClusterPersistence::AppendShare(Owned& owned, const engine::Com
   }
   Result<uint64_t> seq = 0;
   for (size_t i = 0; i < records.size(); ++i) {
-    seq = owned.log->Append(i + 1 == records.size() ? RecordKind::kBatch : RecordKind::kPart,
-                            std::move(records[i]));
+    seq = log.Append(i + 1 == records.size() ? RecordKind::kBatch : RecordKind::kPart,
+                     std::move(records[i]));
     if (!seq) return seq;
   }
   return seq;
@@ -231,48 +544,181 @@ Result<uint64_t> ClusterPersistence::AppendShare(Owned& owned, const engine::Com
 
 Status ClusterPersistence::Commit(const engine::CommitBatch& batch, [[maybe_unused]] bool sync) {
   const std::vector<BatchShare> shares = SplitBatch(batch, options_.partition_count);
-  std::vector<std::pair<uint32_t, uint64_t>> appended;  // partition, its last sequence
-  for (uint32_t p : options_.owned) {
-    if (shares[p].empty()) continue;
-    Owned& owned = owned_[p];
-    if (!owned.log) {
-      return MakeError(ErrorCode::kUnavailable, fmt::format("partition {}: not writing", p));
+  struct Target {
+    uint32_t partition;
+    std::shared_ptr<PartitionLog> log;
+    RecordHeader header;
+  };
+  std::vector<Target> targets;
+  {
+    std::lock_guard lock(mutex_);
+    for (uint32_t p = 0; p < options_.partition_count; ++p) {
+      if (shares[p].empty() || partitions_[p].role != PartitionRole::kOwned) continue;
+      targets.push_back({p, partitions_[p].log, partitions_[p].header});
     }
-    owned.header.epoch = batch.epoch();
-    owned.header.owner_unix_ms = UnixMs();
-    auto seq = AppendShare(owned, batch, shares[p]);
-    if (!seq) {
-      return MakeError(seq.error().code, fmt::format("partition {}: {}", p, seq.error().message));
-    }
-    appended.emplace_back(p, *seq);
   }
-  // Durable once in every stream it went to; a stalled stream keeps the commit waiting
-  // (its replies held), as a slow fsync would.
-  for (const auto& [p, seq] : appended) {
-    if (auto status = WaitDurable(*owned_[p].log, seq, std::nullopt); !status) {
-      return MakeError(status.error().code,
-                       fmt::format("partition {}: {}", p, status.error().message));
+  const int64_t now_ms = UnixMs();
+  for (Target& target : targets) {
+    target.header.epoch = batch.epoch();
+    target.header.owner_unix_ms = now_ms;
+    auto seq = AppendShare(*target.log, target.header, batch, shares[target.partition]);
+    if (!seq) {
+      // Fenced, or a share that cannot be written: none of it will be acknowledged. The
+      // partition is handled as lost (the node closes the clients that wait for it).
+      spdlog::error("partition {}: cannot append epoch {}: {}", target.partition, batch.epoch(),
+                    seq.error().message);
+      MarkLost(target.partition, target.header.writer);
+      continue;
+    }
+    std::lock_guard lock(mutex_);
+    Partition& p = partitions_[target.partition];
+    if (p.header.writer == target.header.writer) {
+      p.committed_seq = std::max(p.committed_seq, *seq);
+      p.last_append = Clock::now();
     }
   }
   return OkStatus();
 }
 
+Status ClusterPersistence::Sync() {
+  struct Target {
+    uint32_t partition;
+    std::shared_ptr<PartitionLog> log;
+    uint64_t seq;
+    uint64_t writer;
+  };
+  std::vector<Target> targets;
+  {
+    std::lock_guard lock(mutex_);
+    for (uint32_t p = 0; p < options_.partition_count; ++p) {
+      const Partition& partition = partitions_[p];
+      if (partition.log &&
+          (partition.role == PartitionRole::kOwned || partition.role == PartitionRole::kLost)) {
+        targets.push_back({p, partition.log, partition.committed_seq, partition.header.writer});
+      }
+    }
+  }
+  const auto gave_up = [this] {
+    std::lock_guard lock(mutex_);
+    return closed_ || (shutting_down_ && Clock::now() >= shutdown_deadline_);
+  };
+  for (const Target& target : targets) {
+    while (true) {
+      const PartitionLogProgress progress =
+          target.log->WaitDurable(target.seq, std::chrono::milliseconds(100));
+      if (progress.durable_seq >= target.seq) break;
+      if (progress.state == PartitionLogState::kFenced) {
+        MarkLost(target.partition, target.writer);
+        break;
+      }
+      if (gave_up()) {
+        spdlog::error("partition {}: records {} to {} not durable at shutdown", target.partition,
+                      progress.durable_seq + 1, target.seq);
+        break;
+      }
+    }
+  }
+  // No reply may leave that depended on a lost partition's writes: the node closes those
+  // clients, then FinishLoss.
+  std::unique_lock lock(mutex_);
+  while (true) {
+    const bool lost = std::any_of(partitions_.begin(), partitions_.end(), [](const Partition& p) {
+      return p.role == PartitionRole::kLost;
+    });
+    if (!lost || closed_ || (shutting_down_ && Clock::now() >= shutdown_deadline_)) break;
+    changed_.wait_for(lock, std::chrono::milliseconds(100));
+  }
+  return OkStatus();
+}
+
+void ClusterPersistence::RenewIdle() {
+  struct Target {
+    uint32_t partition;
+    std::shared_ptr<PartitionLog> log;
+    RecordHeader header;
+  };
+  std::vector<Target> targets;
+  const auto now = Clock::now();
+  {
+    std::lock_guard lock(mutex_);
+    for (uint32_t p = 0; p < options_.partition_count; ++p) {
+      const Partition& partition = partitions_[p];
+      if (partition.role == PartitionRole::kOwned &&
+          now - partition.last_append >= std::chrono::milliseconds(options_.renew_ms)) {
+        targets.push_back({p, partition.log, partition.header});
+      }
+    }
+  }
+  std::string bytes;
+  for (Target& target : targets) {
+    target.header.owner_unix_ms = UnixMs();
+    EncodeRenew(target.header, &bytes);
+    if (auto seq = target.log->Append(RecordKind::kRenew, std::move(bytes)); !seq) {
+      MarkLost(target.partition, target.header.writer);
+      continue;
+    }
+    std::lock_guard lock(mutex_);
+    if (partitions_[target.partition].header.writer == target.header.writer) {
+      partitions_[target.partition].last_append = now;
+    }
+  }
+}
+
+std::vector<uint32_t> ClusterPersistence::MayHoldUnstreamedLocked() const {
+  std::vector<uint32_t> partitions;
+  for (uint32_t p = 0; p < options_.partition_count; ++p) {
+    const PartitionRole role = partitions_[p].role;
+    if (role == PartitionRole::kOwned || role == PartitionRole::kClaiming ||
+        role == PartitionRole::kLost) {
+      partitions.push_back(p);
+    }
+  }
+  return partitions;
+}
+
 Result<uint64_t> ClusterPersistence::BeginCheckpoint() {
-  if (auto status = tables_->BeginCheckpoint(options_.owned); !status) {
+  std::vector<uint32_t> partitions;
+  uint64_t token;
+  {
+    std::lock_guard lock(mutex_);
+    partitions = MayHoldUnstreamedLocked();
+    checkpoint_open_ = true;
+    checkpoint_partitions_ = partitions;
+    lost_in_checkpoint_.clear();
+    token = next_token_++;
+  }
+  // A claim finishing now rewrites the record with its partition added (StepClaiming), after
+  // this write: both run on threads that hold no lock the other waits for, and the
+  // coordinator's write comes second because it read checkpoint_open_ after this set it.
+  if (auto status = tables_->BeginCheckpoint(partitions); !status) {
+    std::lock_guard lock(mutex_);
+    checkpoint_open_ = false;
     return tl::unexpected(status.error());
   }
-  return next_token_++;
+  return token;
 }
 
 void ClusterPersistence::CheckpointCut(uint64_t token) {
-  std::lock_guard lock(cut_mutex_);
+  std::lock_guard lock(mutex_);
   cut_token_ = token;
   for (uint32_t p = 0; p < options_.partition_count; ++p) {
-    if (owned_[p].log) {
-      cut_[p] = {owned_[p].log->progress().appended_seq, owned_[p].header.term,
-                 owned_[p].header.writer};
-    } else if (followers_[p]) {
-      cut_[p] = followers_[p]->position();
+    const Partition& partition = partitions_[p];
+    cut_owned_[p] = false;
+    switch (partition.role) {
+      case PartitionRole::kOwned:
+      case PartitionRole::kLost:
+        cut_[p] = {partition.log->progress().appended_seq, partition.header.term,
+                   partition.header.writer};
+        cut_owned_[p] = true;
+        break;
+      case PartitionRole::kFollowing:
+      case PartitionRole::kCatchingUp:
+        cut_[p] = partition.follower ? partition.follower->position() : partition.from;
+        break;
+      case PartitionRole::kClaiming:
+      case PartitionRole::kFailed:
+        cut_[p] = partition.from;
+        break;
     }
   }
 }
@@ -283,15 +729,47 @@ Status ClusterPersistence::CheckpointWrite(const engine::CommitBatch& batch) {
 
 Status ClusterPersistence::FinishCheckpoint(uint64_t token) {
   std::vector<storage::StreamPosition> positions;
+  std::vector<uint32_t> rebuild;
   {
-    std::lock_guard lock(cut_mutex_);
+    std::lock_guard lock(mutex_);
     if (cut_token_ != token) {
       return MakeError(ErrorCode::kInternal,
                        fmt::format("checkpoint {} finished without its cut", token));
     }
     positions = cut_;
+    rebuild = lost_in_checkpoint_;
+    for (uint32_t p = 0; p < options_.partition_count; ++p) {
+      if (!cut_owned_[p]) continue;
+      const Partition& partition = partitions_[p];
+      // The values written came from this node's writes up to the cut: they stand only when
+      // all of those are in the stream.
+      const bool durable = partition.role == PartitionRole::kOwned &&
+                           partition.header.writer == cut_[p].writer &&
+                           partition.log->progress().durable_seq >= cut_[p].seq;
+      if (!durable) rebuild.push_back(p);
+    }
   }
-  return tables_->FinishCheckpoint(positions);
+  std::sort(rebuild.begin(), rebuild.end());
+  rebuild.erase(std::unique(rebuild.begin(), rebuild.end()), rebuild.end());
+  // Rebuilt before the open checkpoint's record goes: a crash in between rebuilds them again.
+  for (uint32_t p : rebuild) {
+    spdlog::warn(
+        "partition {}: not all of its checkpointed values are in its stream; it will "
+        "be read again from the stream's start",
+        p);
+    if (auto status = tables_->RebuildPartition(p); !status) return status;
+    positions[p] = {};
+  }
+  Status finished = tables_->FinishCheckpoint(positions);
+  {
+    std::lock_guard lock(mutex_);
+    checkpoint_open_ = false;
+    lost_in_checkpoint_.clear();
+  }
+  // The tables lost every counter of the rebuilt partitions, also those the keyspace holds
+  // and will not change again: the next checkpoint writes every counter.
+  if (!rebuild.empty() && keyspace_ != nullptr) keyspace_->RequireFullCheckpoint();
+  return finished;
 }
 
 engine::PersistenceStats ClusterPersistence::stats() const {
@@ -308,12 +786,52 @@ Result<std::vector<std::pair<std::string, std::string>>> ClusterPersistence::Rea
   return tables_->ReadCatalog();
 }
 
+PartitionStatus ClusterPersistence::status(uint32_t partition) const {
+  std::lock_guard lock(mutex_);
+  const Partition& p = partitions_[partition];
+  PartitionStatus status;
+  status.role = p.role;
+  status.owner = p.last_owner;
+  status.failure = p.failure;
+  status.position = p.from;
+  if (p.follower) {
+    status.position = p.follower->position();
+    PartitionOwner seen = p.follower->owner();
+    if (seen.term != 0 && seen.term >= status.owner.term) {
+      if (seen.claim.node_id.empty() && seen.term == status.owner.term) {
+        seen.claim = status.owner.claim;
+      }
+      status.owner = std::move(seen);
+    } else if (seen.term == status.owner.term) {
+      status.owner.last_record_seq = std::max(status.owner.last_record_seq, seen.last_record_seq);
+    }
+  }
+  if (p.log) {
+    const PartitionLogProgress progress = p.log->progress();
+    status.log_state = progress.state;
+    status.appended_seq = progress.appended_seq;
+    if (p.role == PartitionRole::kOwned || p.role == PartitionRole::kLost) {
+      status.position = {progress.durable_seq, p.header.term, p.header.writer};
+      status.owner.last_record_seq = progress.durable_seq;
+    }
+  }
+  return status;
+}
+
+PartitionRole ClusterPersistence::role(uint32_t partition) const {
+  std::lock_guard lock(mutex_);
+  return partitions_[partition].role;
+}
+
 const Follower* ClusterPersistence::follower(uint32_t partition) const {
-  return followers_[partition].get();
+  std::lock_guard lock(mutex_);
+  return partitions_[partition].follower.get();
 }
 
 const PartitionLog* ClusterPersistence::log(uint32_t partition) const {
-  return owned_[partition].log.get();
+  std::lock_guard lock(mutex_);
+  const Partition& p = partitions_[partition];
+  return p.role == PartitionRole::kOwned ? p.log.get() : nullptr;
 }
 
 }  // namespace tally::cluster

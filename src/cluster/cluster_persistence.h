@@ -1,42 +1,62 @@
-// ClusterPersistence: the engine's Persistence on a cluster node (issue 13), with static
-// ownership: the partitions this node writes are given at construction (`--cluster-own`);
-// it follows every other one. Automatic claims, leases and failover (membership) come later
-// and will replace the fixed set.
+// ClusterPersistence: the engine's Persistence on a cluster node (issue 13), and the holder of
+// the node's partitions. Every partition is, on this node, in one role:
 //
-// The write path. Commit splits the batch by slot into one share per partition. A share of
-// an owned partition is published to the partition's stream through its PartitionLog (a
-// share over max_record_bytes as a group: kind-4 parts and a last kBatch); shares of
-// partitions not owned (changes a follower applied from the stream) are dropped. Commit
-// returns once every record it appended is durable (in the stream on a quorum): the
-// engine's "durable" is the stream's. A fenced partition (another writer took its stream)
-// fails the commit: its writes are never acknowledged.
+//   kFollowing   a Follower applies its stream (this node is a standby, or catching up)
+//   kCatchingUp  claiming: the follower reads up to the stream's tail as found
+//   kClaiming    claiming: a claim is appended right after that tail, not yet durable
+//   kOwned       this node writes it: its commits go to the stream through a PartitionLog
+//   kLost        fenced: another node's claim took the stream; nothing of ours lands any more.
+//                Waits for FinishLoss (the node closes every client whose reply might depend
+//                on a write the stream will never have), then follows again from the start.
+//   kFailed      the follower stopped for good (the stream lost records it needs, or a record
+//                does not decode): the partition is not served here (see failure())
+//
+// The coordinator (coordinator.h) decides when to claim (BeginClaim, then Step until the
+// claim resolves) and calls FinishLoss; a fence is noticed here, by the log.
+//
+// The write path. Commit splits the batch by slot into one share per partition and appends
+// each owned partition's share to its PartitionLog (a share over max_record_bytes as a
+// group: kind-4 parts and a last kBatch); it does not wait. Shares of partitions not owned
+// (changes a follower applied, or writes to a partition just lost) are dropped. Sync waits
+// until every record appended before it began is durable (in the stream on a quorum): the
+// engine's "durable" is the stream's. A stalled stream (no quorum) keeps Sync waiting, and
+// with it every reply, as a slow fsync would. A partition fenced meanwhile becomes kLost, and
+// Sync returns only once the loss is finished — so no reply that depended on the lost writes
+// is released: the node closed those clients first.
 //
 // The local store (storage::ClusterTables) is a view of the streams: no fsync on the write
-// path. A checkpoint records the owned partitions (ckpt_open), writes the counters, and
-// finishes by writing every partition's position of the cut taken in CheckpointCut: a
-// follower's applied position, an owner's last appended sequence (every commit drained
-// before the cut has been appended and acknowledged, since commits run one at a time and
-// wait). Load rebuilds every partition a leftover ckpt_open names, loads the tables, brings
-// each owned partition up to its stream's tail (reading it like a follower), claims it at
-// the tail, and starts a Follower for each other partition from its saved position.
+// path. A checkpoint records the partitions that may hold writes not yet in their stream
+// (owned, claiming or lost: ckpt_open), writes the counters, and finishes by writing every
+// partition's position of the cut taken in CheckpointCut: a follower's applied position, an
+// owner's last appended sequence. A partition whose cut is not durable when the checkpoint
+// finishes (lost meanwhile, or stopping without quorum) is rebuilt instead: its tables are
+// emptied and its position reset, so that a restart reads its stream again from the start.
+// Load rebuilds every partition a leftover ckpt_open names, loads the tables and follows
+// every partition from its saved position; the partitions in options.owned are claimed there
+// (tests and tools; tallyd leaves claims to the coordinator).
 //
-// A restart of an owner republishes, in its first commit, the values it read from its own
-// stream while catching up (they drain from the keyspace like any change): one batch of final
-// values equal to the stream's, harmless.
-//
-// Threads: as engine/persistence.h. Attach before Load; the followers apply on threads of
-// their own (Keyspace::ApplyReplicated). The partition streams must exist.
+// Threads: as engine/persistence.h for the Persistence calls; BeginClaim, Step and
+// FinishLoss from one thread (the coordinator's); the accessors from any thread. Attach
+// before Load. The followers apply on threads of their own (Keyspace::ApplyReplicated); a
+// renewal thread appends renewals to idle owned partitions. The partition streams must
+// exist. Lock order: the keyspace's stripes, then mutex_, then a follower's or a log's own.
 #pragma once
 
+#include <chrono>
+#include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "cluster/follower.h"
 #include "cluster/nats_client.h"
 #include "cluster/partition_log.h"
+#include "core/periodic_thread.h"
 #include "engine/persistence.h"
 #include "storage/cluster_tables.h"
 
@@ -49,19 +69,47 @@ namespace tally::cluster {
 struct ClusterPersistenceOptions {
   std::string data_dir;
   uint32_t partition_count = 0;
-  std::vector<uint32_t> owned;              // the partitions this node writes
+  std::vector<uint32_t> owned;              // claimed by Load (tests, tools); tallyd: none
   std::string stream_prefix = "TALLY_P";    // partition p's stream: <stream_prefix><p>
   std::string subject_prefix = "tally.p.";  // and its subject: <subject_prefix><p>
   std::string node_name;
   size_t max_in_flight = 4;
   int64_t publish_timeout_ms = 2000;
   size_t max_record_bytes = 256 * 1024;
-  int64_t catch_up_timeout_ms = 60000;  // Load's bound on reading an owned partition's tail
+  int64_t catch_up_timeout_ms = 60000;  // a claim's bound on reading up to the stream's tail
+  // An owned partition with no record for this long gets a renewal: the standbys see the
+  // owner alive (their lease, coordinator.h). 0: no renewals (tests of the write path).
+  int64_t renew_ms = 500;
+  // Stopping (BeginShutdown): how long Sync still waits for records that are not durable.
+  int64_t shutdown_wait_ms = 5000;
 };
 
 // The stream and subject of partition p under `options`' prefixes.
 std::string PartitionStream(const ClusterPersistenceOptions& options, uint32_t partition);
 std::string PartitionSubject(const ClusterPersistenceOptions& options, uint32_t partition);
+
+enum class PartitionRole : uint8_t {
+  kFollowing,
+  kCatchingUp,
+  kClaiming,
+  kOwned,
+  kLost,
+  kFailed,
+};
+std::string_view PartitionRoleName(PartitionRole role);
+
+// One partition as this node holds it, for the coordinator, INFO and GET /v1/cluster.
+struct PartitionStatus {
+  PartitionRole role = PartitionRole::kFollowing;
+  // Following: the position applied. Owned: the writer's (durable sequence, term, writer).
+  storage::StreamPosition position;
+  uint64_t appended_seq = 0;                                  // owned: the last record appended
+  PartitionLogState log_state = PartitionLogState::kWriting;  // owned, claiming
+  // Who owns it as the stream says (the latest claim this node read or wrote; term 0: none
+  // seen yet), and the owner's latest record seen.
+  PartitionOwner owner;
+  std::string failure;  // kFailed: why
+};
 
 class ClusterPersistence final : public engine::Persistence {
  public:
@@ -72,17 +120,27 @@ class ClusterPersistence final : public engine::Persistence {
   // Close()s.
   ~ClusterPersistence() override;
 
-  // Stops the followers and the logs (records not yet durable stay unknown); Commit fails
-  // from then on. The followers apply to the attached keyspace: stop the engine (its last
-  // commit), then Close, then destroy the engine.
+  // Stops the renewals, the followers and the logs (records not yet durable stay unknown).
+  // The followers apply to the attached keyspace: stop the engine (its last commit), then
+  // Close, then destroy the engine.
   void Close();
+  // The node stops: Sync waits at most shutdown_wait_ms more for records not yet durable,
+  // then returns (no client hears of them: the servers stopped first; the last checkpoint
+  // rebuilds those partitions).
+  void BeginShutdown();
 
   // The keyspace the followers apply to. REQUIRES: called once, before Load; `keyspace`
   // outlives this object.
   void Attach(engine::Keyspace& keyspace);
+  // What this node's claims say of it (node_name, redis_address, http_address). Before the
+  // first claim.
+  void SetIdentity(ClaimBody identity);
+  // Called, on any thread and with no lock held, when a partition changes role by itself
+  // (fenced: kLost).
+  void SetOnChange(std::function<void()> on_change);
 
   Status Commit(const engine::CommitBatch& batch, bool sync) override;
-  Status Sync() override { return OkStatus(); }
+  Status Sync() override;
   Status Load(engine::LoadVisitor& visitor) override;
   Result<uint64_t> BeginCheckpoint() override;
   Status CheckpointWrite(const engine::CommitBatch& batch) override;
@@ -92,43 +150,108 @@ class ClusterPersistence final : public engine::Persistence {
   Status WriteCatalog(std::span<const CatalogOp> ops) override;
   Result<std::vector<std::pair<std::string, std::string>>> ReadCatalog() override;
 
+  // Ownership (the coordinator's thread).
+  // kFollowing -> kCatchingUp: reads the stream's tail (one JetStream request, bounded by the
+  // connection's request timeout). `seen` is the owner as the caller decided on it (from
+  // status()): the claim is given up if reading up to the tail shows a newer claim or a newer
+  // record of that owner (it is alive after all). kUnavailable when not following;
+  // the NATS error when the tail cannot be read (the partition stays kFollowing).
+  Status BeginClaim(uint32_t partition, const PartitionOwner& seen);
+  // Moves every claim on (kCatchingUp -> kClaiming -> kOwned, or back to kFollowing when
+  // another node claimed first or the tail is not reached within catch_up_timeout_ms) and
+  // starts followers that could not be started before. Returns the partitions whose role
+  // changed. Does not wait for NATS beyond starting a follower or a log.
+  std::vector<uint32_t> Step();
+  // kLost -> kFollowing (kUnavailable when not lost). REQUIRES: the node has closed every client
+  // whose replies might depend on writes to the partition (its own routing refuses new ones).
+  // Forgets the partition's counters in the keyspace and the tables and follows its stream again
+  // from the start.
+  Status FinishLoss(uint32_t partition);
+  // Claims `partition` now: BeginClaim, then Step until it is owned (or `timeout`). Tests and
+  // Load's options.owned.
+  Status ClaimNow(uint32_t partition, std::chrono::milliseconds timeout);
+
+  uint32_t partition_count() const { return options_.partition_count; }
+  PartitionStatus status(uint32_t partition) const;
+  PartitionRole role(uint32_t partition) const;
   const std::string& node_id() const { return tables_->node_id(); }
-  // The follower of a partition not owned (nullptr for an owned one, or before Load).
+  const ClusterPersistenceOptions& options() const { return options_; }
+  // The follower of a partition being followed (nullptr otherwise). Tests.
   const Follower* follower(uint32_t partition) const;
-  // The log of an owned partition (nullptr for a followed one, or before Load).
+  // The log of an owned partition (nullptr otherwise). Tests.
   const PartitionLog* log(uint32_t partition) const;
 
  private:
-  // An owned partition's writer: its log and the header of its records.
-  struct Owned {
-    std::unique_ptr<PartitionLog> log;
-    RecordHeader header;
+  // One partition on this node. Guarded by mutex_ (the pointers: what they point to is
+  // thread-safe on its own, and shared so that a caller may use it after unlocking).
+  struct Partition {
+    PartitionRole role = PartitionRole::kFollowing;
+    std::unique_ptr<Follower> follower;  // kFollowing, kCatchingUp
+    std::shared_ptr<PartitionLog> log;   // kClaiming, kOwned, kLost
+    RecordHeader header;                 // the ownership's, for its records
+    ClaimBody claim;                     // kClaiming, kOwned: the claim written
+    storage::StreamPosition from;        // where to follow from (a follower to start)
+    bool follower_wanted = false;        // kFollowing without a follower: start one
+    uint64_t claim_tail = 0;             // kCatchingUp: the tail the claim goes after
+    PartitionOwner claim_seen;           // kCatchingUp: the owner the claim replaces
+    uint64_t claim_seq = 0;              // kClaiming: the claim's sequence
+    std::chrono::steady_clock::time_point claim_deadline;
+    uint64_t committed_seq = 0;                         // owned: the last record Commit appended
+    std::chrono::steady_clock::time_point last_append;  // owned: for renewals
+    PartitionOwner last_owner;  // the owner as last known (kept across role changes)
+    std::string failure;        // kFailed
   };
 
   ClusterPersistence(NatsConnection& connection, ClusterPersistenceOptions options,
                      std::unique_ptr<storage::ClusterTables> tables);
 
-  // Reads partition p from `from` to its stream's tail, then appends a claim there.
-  Status CatchUpAndClaim(uint32_t partition, storage::StreamPosition from);
-  // Appends one share as a record, or as a group when it is too large; returns the
-  // sequence of its last record.
-  Result<uint64_t> AppendShare(Owned& owned, const engine::CommitBatch& batch,
-                               const BatchShare& share);
   FollowerOptions FollowerOptionsFor(uint32_t partition) const;
+  // Starts the follower of a partition from partitions_[p].from, if still wanted.
+  // REQUIRES: mutex_ not held.
+  void StartFollower(uint32_t partition);
+  // The steps of a claim (Step). REQUIRES: mutex_ not held.
+  bool StepCatchingUp(uint32_t partition);
+  bool StepClaiming(uint32_t partition);
+  // A log reports progress (on its thread): a fenced log makes its partition kLost.
+  void OnLogProgress(uint32_t partition, uint64_t writer, const PartitionLogProgress& progress);
+  // kOwned -> kLost, when `writer` is still the partition's writer. Any thread, no lock held.
+  void MarkLost(uint32_t partition, uint64_t writer);
+  // Appends one share as a record, or as a group when it is too large; returns the
+  // sequence of its last record. REQUIRES: one Commit at a time (uses encoded_).
+  Result<uint64_t> AppendShare(PartitionLog& log, const RecordHeader& header,
+                               const engine::CommitBatch& batch, const BatchShare& share);
+  void RenewIdle();
+  // The partitions that may hold writes not yet in their stream. REQUIRES: mutex_ held.
+  std::vector<uint32_t> MayHoldUnstreamedLocked() const;
+  void NotifyChange();
 
   NatsConnection& connection_;
   const ClusterPersistenceOptions options_;
   std::unique_ptr<storage::ClusterTables> tables_;
   std::unique_ptr<KeyspaceApplier> applier_;
-  std::vector<Owned> owned_;                          // index = partition; log empty if followed
-  std::vector<std::unique_ptr<Follower>> followers_;  // index = partition
-  std::string encoded_;                               // Commit's
+  engine::Keyspace* keyspace_ = nullptr;
+  std::string encoded_;  // Commit's
+  PeriodicThread renewer_;
 
-  std::mutex cut_mutex_;
-  // Guarded by cut_mutex_: the positions of the cut of the checkpoint `cut_token_`.
-  std::vector<storage::StreamPosition> cut_;
+  mutable std::mutex mutex_;
+  std::condition_variable changed_;  // a loss finished, or shutdown began
+  // Guarded by mutex_:
+  std::vector<Partition> partitions_;  // index = partition
+  std::function<void()> on_change_;
+  ClaimBody identity_;
+  bool shutting_down_ = false;
+  std::chrono::steady_clock::time_point shutdown_deadline_;
+  bool closed_ = false;
+  // The checkpoint in progress (one at a time): its token, its cut (a position per
+  // partition; the writer of an owned one identifies the log it came from), the partitions
+  // named in its ckpt_open, and those lost since it began.
+  bool checkpoint_open_ = false;
   uint64_t cut_token_ = 0;
-  uint64_t next_token_ = 1;  // BeginCheckpoint's (one at a time)
+  std::vector<storage::StreamPosition> cut_;
+  std::vector<bool> cut_owned_;
+  std::vector<uint32_t> checkpoint_partitions_;
+  std::vector<uint32_t> lost_in_checkpoint_;
+  uint64_t next_token_ = 1;
 };
 
 }  // namespace tally::cluster

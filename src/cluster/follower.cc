@@ -32,7 +32,9 @@ Follower::Follower(FollowerOptions options, std::unique_ptr<PartitionReader> rea
   owner_.term = from.term;
 }
 
-Follower::~Follower() {
+Follower::~Follower() { Stop(); }
+
+void Follower::Stop() {
   {
     std::lock_guard lock(mutex_);
     stopping_ = true;
@@ -90,7 +92,7 @@ void Follower::Run() {
     if (!next) {
       // A record that does not decode cannot be applied, nor skipped without losing what
       // it held; anything else is NATS trouble that the ordered consumer recovers from.
-      if (next.error().code == ErrorCode::kCorruption) return Stop(next.error());
+      if (next.error().code == ErrorCode::kCorruption) return Halt(next.error());
       std::unique_lock lock(mutex_);
       ++stats_.read_errors;
       advanced_.wait_for(lock, poll, [&] { return stopping_; });
@@ -99,14 +101,14 @@ void Follower::Run() {
     if (!next->has_value()) continue;
     LogEntry& entry = **next;
     if (entry.kind == LogEntry::Kind::kGap) {
-      return Stop(Error{ErrorCode::kCorruption,
+      return Halt(Error{ErrorCode::kCorruption,
                         "partition " + std::to_string(options_.partition) + ": stream " +
                             options_.stream + " no longer holds sequences " +
                             std::to_string(entry.seq) + " to " + std::to_string(entry.gap_end - 1) +
                             " (purged before this node applied them)"});
     }
     if (entry.record.header.partition != options_.partition) {
-      return Stop(Error{ErrorCode::kCorruption, "stream " + options_.stream + " sequence " +
+      return Halt(Error{ErrorCode::kCorruption, "stream " + options_.stream + " sequence " +
                                                     std::to_string(entry.seq) +
                                                     " holds a record of partition " +
                                                     std::to_string(entry.record.header.partition)});
@@ -187,7 +189,7 @@ void Follower::Advance(uint64_t seq) {
   advanced_.notify_all();
 }
 
-void Follower::Stop(Error reason) {
+void Follower::Halt(Error reason) {
   std::lock_guard lock(mutex_);
   state_ = FollowerState::kStopped;
   stop_reason_ = tl::unexpected(std::move(reason));

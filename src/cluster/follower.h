@@ -125,6 +125,8 @@ class Follower {
 
   // Stops reading (within about poll_ms); a group still buffered is not applied.
   ~Follower();
+  // The same, keeping the accessors: position() no longer moves afterwards. Idempotent.
+  void Stop();
   Follower(const Follower&) = delete;
   Follower& operator=(const Follower&) = delete;
 
@@ -151,7 +153,7 @@ class Follower {
   void ApplyGroup(LogEntry& last);
   // Moves the position to `seq` (the ownership stays). REQUIRES: mutex_ held.
   void Advance(uint64_t seq);
-  void Stop(Error reason);
+  void Halt(Error reason);
 
   const FollowerOptions options_;
   std::unique_ptr<PartitionReader> reader_;  // the follower's thread only

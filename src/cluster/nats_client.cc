@@ -1,5 +1,6 @@
 #include "cluster/nats_client.h"
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
@@ -493,6 +494,38 @@ NatsResult<std::optional<StoredMessage>> OrderedConsumer::Next(int64_t wait_ms) 
   stored.msg_id = HeaderValue(raw, "Nats-Msg-Id");
   stored.data.assign(natsMsg_GetData(raw), static_cast<size_t>(natsMsg_GetDataLength(raw)));
   return std::optional<StoredMessage>(std::move(stored));
+}
+
+NatsStatus NatsConnection::PublishPlain(const std::string& subject, std::string_view data) {
+  const natsStatus status = natsConnection_Publish(connection_, subject.c_str(), data.data(),
+                                                   static_cast<int>(data.size()));
+  if (status != NATS_OK) return Fail(status);
+  return {};
+}
+
+// ---------------------------------------------------------------------------------------
+// PlainSubscriber
+
+NatsResult<std::unique_ptr<PlainSubscriber>> PlainSubscriber::Start(NatsConnection& connection,
+                                                                    const std::string& subject) {
+  natsSubscription* raw = nullptr;
+  const natsStatus status =
+      natsConnection_SubscribeSync(&raw, connection.handle(), subject.c_str());
+  if (status != NATS_OK) return Fail(status);
+  SubscriptionHandle subscription(raw);
+  natsSubscription_SetPendingLimits(raw, -1, -1);
+  return std::unique_ptr<PlainSubscriber>(new PlainSubscriber(std::move(subscription)));
+}
+
+NatsResult<std::optional<std::string>> PlainSubscriber::Next(int64_t wait_ms) {
+  natsMsg* next = nullptr;
+  const natsStatus status =
+      natsSubscription_NextMsg(&next, subscription_.get(), std::max<int64_t>(wait_ms, 1));
+  if (status == NATS_TIMEOUT) return std::optional<std::string>();
+  if (status != NATS_OK) return Fail(status);
+  const MsgHandle msg(next);
+  return std::optional<std::string>(
+      std::string(natsMsg_GetData(next), static_cast<size_t>(natsMsg_GetDataLength(next))));
 }
 
 }  // namespace tally::cluster

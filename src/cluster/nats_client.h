@@ -172,6 +172,10 @@ class NatsConnection {
   // replica); nullopt when the stream holds none there.
   NatsResult<std::optional<StoredMessage>> GetMessage(const std::string& stream, uint64_t seq);
 
+  // Publishes a plain NATS message (no JetStream: no answer, at most once; buffered while
+  // reconnecting).
+  NatsStatus PublishPlain(const std::string& subject, std::string_view data);
+
  private:
   struct Callbacks;
   NatsConnection(natsConnection* connection, std::unique_ptr<Callbacks> callbacks);
@@ -238,6 +242,23 @@ class OrderedConsumer {
 
   JsHandle js_;
   SubscriptionHandle subscription_;  // destroyed before js_
+};
+
+// Receives the plain NATS messages of one subject (no JetStream), each at most once, in the
+// order they arrived. Not thread-safe: one reader.
+class PlainSubscriber {
+ public:
+  static NatsResult<std::unique_ptr<PlainSubscriber>> Start(NatsConnection& connection,
+                                                            const std::string& subject);
+
+  // The next message's data; nullopt when none arrived within wait_ms.
+  NatsResult<std::optional<std::string>> Next(int64_t wait_ms);
+
+ private:
+  explicit PlainSubscriber(SubscriptionHandle subscription)
+      : subscription_(std::move(subscription)) {}
+
+  SubscriptionHandle subscription_;
 };
 
 }  // namespace tally::cluster

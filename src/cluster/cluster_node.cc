@@ -1,0 +1,198 @@
+#include "cluster/cluster_node.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <cctype>
+#include <chrono>
+#include <thread>
+
+namespace tally::cluster {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr auto kSettleTimeout = std::chrono::seconds(30);
+
+std::string Upper(std::string text) {
+  std::transform(text.begin(), text.end(), text.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::toupper(c)); });
+  return text;
+}
+
+// The layout message of <NAME>_META.
+std::string LayoutText(uint32_t partitions) {
+  return fmt::format("tally-cluster 1\npartitions {}\n", partitions);
+}
+
+// JetStream answers nothing, or "not available", while a fresh cluster elects its leaders:
+// worth asking again. Any other error is final.
+bool Settling(const NatsError& error) {
+  return error.status == NATS_TIMEOUT || error.status == NATS_NO_RESPONDERS ||
+         error.js_code == JSClusterNotAvailErr || error.js_code == JSStreamOfflineErr ||
+         error.js_code == JSClusterNoPeersErr || error.js_code == JSInsufficientResourcesErr;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<ClusterNode>> ClusterNode::Open(const ClusterOptions& options,
+                                                       const std::string& data_dir) {
+  ConnectOptions connect;
+  connect.servers = options.nats_servers;
+  connect.name = fmt::format("tally {}", options.node_name);
+  auto connection = NatsConnection::Connect(std::move(connect));
+  if (!connection) {
+    return MakeError(ErrorCode::kUnavailable,
+                     fmt::format("cannot reach NATS ({}): {}", fmt::join(options.nats_servers, ","),
+                                 connection.error().message));
+  }
+  std::unique_ptr<ClusterNode> node(new ClusterNode(options, std::move(*connection)));
+  if (auto status = node->EnsureLayout(); !status) return tl::unexpected(status.error());
+  if (auto status = node->EnsureStreams(); !status) return tl::unexpected(status.error());
+
+  ClusterPersistenceOptions persistence;
+  persistence.data_dir = data_dir;
+  persistence.partition_count = options.partitions;
+  persistence.stream_prefix = Upper(options.name) + "_P";
+  persistence.subject_prefix = options.name + ".p.";
+  persistence.node_name = options.node_name;
+  persistence.renew_ms = std::max<int64_t>(options.lease_ms / 4, 1);
+  auto opened = ClusterPersistence::Open(*node->connection_, std::move(persistence));
+  if (!opened) return tl::unexpected(opened.error());
+  node->persistence_ = std::move(*opened);
+  node->routing_ = std::make_unique<Routing>(options.partitions);
+  return node;
+}
+
+ClusterNode::ClusterNode(ClusterOptions options, std::unique_ptr<NatsConnection> connection)
+    : options_(std::move(options)), connection_(std::move(connection)) {}
+
+ClusterNode::~ClusterNode() { Stop(); }
+
+Status ClusterNode::EnsureLayout() {
+  StreamConfig config;
+  config.name = Upper(options_.name) + "_META";
+  config.subjects = {options_.name + ".meta"};
+  config.replicas = options_.replicas;
+  const auto deadline = Clock::now() + kSettleTimeout;
+  std::string found;
+  while (true) {
+    NatsError error;
+    if (auto state = connection_->EnsureStream(config); !state) {
+      error = state.error();
+    } else {
+      Publication layout;
+      layout.subject = config.subjects[0];
+      const std::string text = LayoutText(options_.partitions);
+      layout.data = text;
+      layout.expected_last_seq = 0;
+      auto published = connection_->Publish(layout, 5000);
+      if (!published && ClassifyPublishFailure(published.error()) != PublishFailure::kWrongLast) {
+        error = published.error();
+      } else {
+        auto first = connection_->GetMessage(config.name, 1);
+        if (first && *first) {
+          found = (*first)->data;
+          break;
+        }
+        if (!first) error = first.error();
+      }
+    }
+    if (!Settling(error) || Clock::now() >= deadline) {
+      return MakeError(ErrorCode::kUnavailable,
+                       fmt::format("cluster '{}': cannot read or write its layout: {}",
+                                   options_.name, error.ToError().message));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  if (found != LayoutText(options_.partitions)) {
+    std::string count = "an unknown number of";
+    if (const size_t at = found.find("partitions "); at != std::string::npos) {
+      count = found.substr(at + 11, found.find('\n', at) - at - 11);
+    }
+    return InvalidArgument(fmt::format(
+        "cluster '{}' has {} partitions, not {} (--cluster-partitions must be what the cluster "
+        "was created with)",
+        options_.name, count, options_.partitions));
+  }
+  return OkStatus();
+}
+
+Status ClusterNode::EnsureStreams() {
+  const auto deadline = Clock::now() + kSettleTimeout;
+  for (uint32_t p = 0; p < options_.partitions; ++p) {
+    StreamConfig config;
+    config.name = fmt::format("{}_P{}", Upper(options_.name), p);
+    config.subjects = {fmt::format("{}.p.{}", options_.name, p)};
+    config.replicas = options_.replicas;
+    while (true) {
+      auto state = connection_->EnsureStream(config);
+      if (state) break;
+      if (!Settling(state.error()) || Clock::now() >= deadline) {
+        return MakeError(
+            state.error().ToError().code,
+            fmt::format("stream {}: {}", config.name, state.error().ToError().message));
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    }
+  }
+  return OkStatus();
+}
+
+MemberInfo ClusterNode::Describe() const {
+  MemberInfo info;
+  info.node_id = persistence_->node_id();
+  info.node_name = node_name_;
+  info.redis_address = redis_address_;
+  info.http_address = http_address_;
+  if (coordinator_) info.owned = coordinator_->Owned();
+  return info;
+}
+
+Status ClusterNode::Start(const std::string& redis_address, const std::string& http_address,
+                          Coordinator::CloseClients close_clients) {
+  node_name_ = options_.node_name.empty() ? redis_address : options_.node_name;
+  redis_address_ = redis_address;
+  http_address_ = http_address;
+  ClaimBody identity;
+  identity.node_name = node_name_;
+  identity.redis_address = redis_address;
+  identity.http_address = http_address;
+  persistence_->SetIdentity(identity);
+
+  MembershipOptions membership;
+  membership.subject = options_.name + ".members";
+  membership.heartbeat_ms = std::max<int64_t>(options_.lease_ms / 4, 1);
+  membership.timeout_ms = options_.lease_ms;
+  auto started = Membership::Start(*connection_, membership, [this] { return Describe(); });
+  if (!started) return tl::unexpected(started.error());
+  membership_ = std::move(*started);
+
+  CoordinatorOptions coordinator;
+  coordinator.cluster_name = options_.name;
+  coordinator.lease_ms = options_.lease_ms;
+  coordinator.claim_step_ms = std::max<int64_t>(options_.lease_ms / 4, 1);
+  coordinator.settle_ms = std::max<int64_t>(options_.lease_ms * 3 / 4, 1);
+  coordinator_ = std::make_unique<Coordinator>(*persistence_, *membership_, *routing_, *connection_,
+                                               coordinator, std::move(close_clients));
+  persistence_->SetOnChange([coordinator = coordinator_.get()] { coordinator->Wake(); });
+  coordinator_->Start();
+  return OkStatus();
+}
+
+void ClusterNode::BeginShutdown() {
+  if (coordinator_) coordinator_->Stop();
+  if (persistence_) persistence_->BeginShutdown();
+}
+
+void ClusterNode::Stop() {
+  if (coordinator_) coordinator_->Stop();
+  if (membership_) membership_->Leave();
+  if (persistence_) persistence_->Close();
+  membership_.reset();
+  coordinator_.reset();
+}
+
+}  // namespace tally::cluster

@@ -1,0 +1,75 @@
+// ClusterNode: a tally node's part in a cluster, built and started in two steps around the
+// engine: Open (before the engine: the NATS connection, the cluster's layout, the partition
+// streams, and ClusterPersistence, which the engine commits through), then Start (once the
+// servers listen, so that claims and heartbeats carry their addresses: Membership and the
+// Coordinator). Stop in reverse: BeginShutdown before the engine stops, Stop after.
+//
+// The cluster's layout is one message in the stream <NAME>_META, written by the first node
+// ever to start (expected last sequence 0): the partition count. Every later node reads it
+// and refuses to start with another count.
+//
+// Threads: Open, Start, BeginShutdown and Stop from one thread (the node's); the accessors
+// from any.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "cluster/cluster_options.h"
+#include "cluster/cluster_persistence.h"
+#include "cluster/coordinator.h"
+#include "cluster/membership.h"
+#include "cluster/nats_client.h"
+#include "cluster/routing.h"
+#include "core/status.h"
+
+namespace tally::cluster {
+
+class ClusterNode {
+ public:
+  // Connects, checks or writes the layout, ensures every partition's stream (waiting, at most
+  // 30 s, while JetStream elects its leaders) and opens the local store in `data_dir`.
+  static Result<std::unique_ptr<ClusterNode>> Open(const ClusterOptions& options,
+                                                   const std::string& data_dir);
+  ~ClusterNode();  // Stop()s.
+  ClusterNode(const ClusterNode&) = delete;
+  ClusterNode& operator=(const ClusterNode&) = delete;
+
+  ClusterPersistence& persistence() { return *persistence_; }
+  Routing& routing() { return *routing_; }
+  const ClusterOptions& options() const { return options_; }
+  NatsConnection& connection() { return *connection_; }
+
+  // Starts the heartbeats and the coordinator. `redis_address` and `http_address` are
+  // host:port as clients reach them (the node's name, when options().node_name is empty, is
+  // its Redis address); `close_clients` as Coordinator::CloseClients.
+  // REQUIRES: the persistence loaded (the engine started).
+  Status Start(const std::string& redis_address, const std::string& http_address,
+               Coordinator::CloseClients close_clients);
+  // The node's name (after Start).
+  const std::string& node_name() const { return node_name_; }
+  // The node stops: no more claims; commits wait a bounded time for their streams.
+  void BeginShutdown();
+  // Says goodbye (the others claim this node's partitions at once) and closes the streams'
+  // readers and writers. After the engine stopped. Idempotent.
+  void Stop();
+
+ private:
+  ClusterNode(ClusterOptions options, std::unique_ptr<NatsConnection> connection);
+  Status EnsureLayout();
+  Status EnsureStreams();
+  MemberInfo Describe() const;
+
+  const ClusterOptions options_;
+  std::unique_ptr<NatsConnection> connection_;
+  std::unique_ptr<ClusterPersistence> persistence_;
+  std::unique_ptr<Routing> routing_;
+  std::unique_ptr<Membership> membership_;
+  std::unique_ptr<Coordinator> coordinator_;
+  std::string node_name_;
+  std::string redis_address_;
+  std::string http_address_;
+};
+
+}  // namespace tally::cluster

@@ -1,0 +1,326 @@
+#include "cluster/coordinator.h"
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+
+#include "cluster/placement.h"
+
+namespace tally::cluster {
+namespace {
+
+bool Contains(const std::vector<uint32_t>& partitions, uint32_t partition) {
+  return std::find(partitions.begin(), partitions.end(), partition) != partitions.end();
+}
+
+// The member called `node_id` among `members`, or nullptr.
+const Member* FindMember(const std::vector<Member>& members, const std::string& node_id) {
+  for (const Member& member : members) {
+    if (member.info.node_id == node_id) return &member;
+  }
+  return nullptr;
+}
+
+// Roles in which this node counts a partition as its own (placement's balance).
+bool HeldHere(PartitionRole role) {
+  return role == PartitionRole::kOwned || role == PartitionRole::kClaiming ||
+         role == PartitionRole::kCatchingUp;
+}
+
+}  // namespace
+
+Coordinator::Coordinator(ClusterPersistence& persistence, Membership& membership, Routing& routing,
+                         NatsConnection& connection, CoordinatorOptions options,
+                         CloseClients close_clients)
+    : persistence_(persistence),
+      membership_(membership),
+      routing_(routing),
+      connection_(connection),
+      options_(std::move(options)),
+      close_clients_(std::move(close_clients)),
+      started_(Clock::now()),
+      watches_(persistence.partition_count()),
+      last_owners_(persistence.partition_count()) {
+  for (Watch& watch : watches_) watch.heard = started_;
+}
+
+Coordinator::~Coordinator() { Stop(); }
+
+void Coordinator::Start() {
+  std::lock_guard lock(mutex_);
+  if (thread_.joinable()) return;
+  stopping_ = false;
+  thread_ = std::thread([this] { Run(); });
+}
+
+void Coordinator::Stop() {
+  {
+    std::lock_guard lock(mutex_);
+    stopping_ = true;
+  }
+  wake_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+void Coordinator::Wake() {
+  {
+    std::lock_guard lock(mutex_);
+    woken_ = true;
+  }
+  wake_.notify_all();
+}
+
+std::vector<uint32_t> Coordinator::Owned() const {
+  std::lock_guard lock(mutex_);
+  return owned_;
+}
+
+uint64_t Coordinator::claims_started() const {
+  std::lock_guard lock(mutex_);
+  return claims_started_;
+}
+
+uint64_t Coordinator::losses() const {
+  std::lock_guard lock(mutex_);
+  return losses_;
+}
+
+void Coordinator::Run() {
+  while (true) {
+    Tick();
+    std::unique_lock lock(mutex_);
+    wake_.wait_for(lock, std::chrono::milliseconds(options_.tick_ms),
+                   [this] { return stopping_ || woken_; });
+    woken_ = false;
+    if (stopping_) return;
+  }
+}
+
+void Coordinator::Tick() {
+  const uint32_t count = persistence_.partition_count();
+  std::vector<PartitionStatus> statuses(count);
+  for (uint32_t p = 0; p < count; ++p) statuses[p] = persistence_.status(p);
+  FinishLosses(statuses);
+  persistence_.Step();
+  for (uint32_t p = 0; p < count; ++p) statuses[p] = persistence_.status(p);
+
+  const auto now = Clock::now();
+  for (uint32_t p = 0; p < count; ++p) {
+    Watch& watch = watches_[p];
+    const PartitionStatus& status = statuses[p];
+    if (status.role == PartitionRole::kOwned || status.owner.term != watch.term ||
+        status.owner.last_record_seq != watch.last_record_seq) {
+      watch.term = status.owner.term;
+      watch.last_record_seq = status.owner.last_record_seq;
+      watch.heard = now;
+    }
+  }
+  const std::vector<Member> live = membership_.Live();
+  ClaimWhereNeeded(statuses, live);
+  Publish(statuses, live);
+}
+
+void Coordinator::FinishLosses(const std::vector<PartitionStatus>& statuses) {
+  std::vector<uint32_t> lost;
+  for (uint32_t p = 0; p < statuses.size(); ++p) {
+    if (statuses[p].role == PartitionRole::kLost) lost.push_back(p);
+  }
+  if (lost.empty()) return;
+  // No request may write to them from here on; then every client that may be waiting for
+  // one of their writes is closed: its outcome is unknown to it, never acknowledged.
+  for (uint32_t p : lost) routing_.SetRoute(p, Route::kTryAgain);
+  close_clients_();
+  {
+    std::lock_guard lock(mutex_);
+    losses_ += lost.size();
+  }
+  for (uint32_t p : lost) {
+    if (auto status = persistence_.FinishLoss(p); !status) {
+      spdlog::error("partition {}: finishing its loss failed: {}", p, status.error().message);
+    }
+  }
+}
+
+bool Coordinator::NeedsOwner(uint32_t p, const PartitionStatus& status, Clock::time_point now,
+                             Clock::time_point* since, int64_t* wait_ms) const {
+  if (status.role != PartitionRole::kFollowing) return false;
+  const Watch& watch = watches_[p];
+  const std::string& owner = status.owner.claim.node_id;
+  if (status.owner.term == 0) {
+    *since = started_;
+    *wait_ms = options_.settle_ms;
+    return true;
+  }
+  const std::vector<Member> all = membership_.All();
+  const Member* member = FindMember(all, owner);
+  const bool released = member != nullptr && !member->self &&
+                        (member->info.leaving || Contains(member->info.releasing, p));
+  if (owner == persistence_.node_id() || released) {
+    // Its owner was this node before a restart, or it let the partition go: nobody writes it.
+    *since = watch.heard;
+    *wait_ms = 0;
+    return true;
+  }
+  if (now - watch.heard >= std::chrono::milliseconds(options_.lease_ms)) {
+    *since = watch.heard;
+    *wait_ms = options_.lease_ms;
+    return true;
+  }
+  return false;
+}
+
+void Coordinator::ClaimWhereNeeded(const std::vector<PartitionStatus>& statuses,
+                                   const std::vector<Member>& live) {
+  const auto now = Clock::now();
+  std::vector<uint32_t> needy;
+  std::vector<Clock::time_point> since;
+  std::vector<int64_t> wait;
+  for (uint32_t p = 0; p < statuses.size(); ++p) {
+    Clock::time_point need_since;
+    int64_t need_wait = 0;
+    if (NeedsOwner(p, statuses[p], now, &need_since, &need_wait)) {
+      needy.push_back(p);
+      since.push_back(need_since);
+      wait.push_back(need_wait);
+    }
+  }
+  if (needy.empty()) return;
+  // The candidates: the live members, but not the owners being replaced (a member that went
+  // silent on its stream may still beat for a while).
+  std::vector<PlacementMember> members;
+  size_t self = live.size();
+  for (const Member& member : live) {
+    PlacementMember candidate{member.info.node_id, 0};
+    if (member.self) {
+      self = members.size();
+      for (uint32_t p = 0; p < statuses.size(); ++p) {
+        if (HeldHere(statuses[p].role)) ++candidate.owned;
+      }
+    } else {
+      candidate.owned = static_cast<uint32_t>(member.info.owned.size());
+    }
+    members.push_back(std::move(candidate));
+  }
+  if (self == live.size()) return;
+  const std::vector<std::vector<size_t>> orders = ClaimOrders(needy, members);
+  for (size_t i = 0; i < needy.size(); ++i) {
+    const uint32_t p = needy[i];
+    size_t rank = 0;
+    for (const size_t member : orders[i]) {
+      if (member == self) break;
+      // A candidate that is the silent owner itself does not count ahead of us.
+      if (members[member].node_id != statuses[p].owner.claim.node_id) ++rank;
+    }
+    const auto due = since[i] + std::chrono::milliseconds(wait[i] + static_cast<int64_t>(rank) *
+                                                                        options_.claim_step_ms);
+    if (now < due) continue;
+    if (auto begun = persistence_.BeginClaim(p, statuses[p].owner); !begun) {
+      spdlog::debug("partition {}: cannot claim yet: {}", p, begun.error().message);
+      continue;
+    }
+    spdlog::info(
+        "partition {}: claiming it (owner {} silent, rank {})", p,
+        statuses[p].owner.claim.node_name.empty() ? "none" : statuses[p].owner.claim.node_name,
+        rank);
+    std::lock_guard lock(mutex_);
+    ++claims_started_;
+  }
+}
+
+void Coordinator::Publish(const std::vector<PartitionStatus>& statuses,
+                          const std::vector<Member>& live) {
+  const auto now = Clock::now();
+  const std::string& self_id = persistence_.node_id();
+  auto topology = std::make_shared<Topology>();
+  topology->self_id = self_id;
+  topology->cluster_name = options_.cluster_name;
+  topology->partition_count = persistence_.partition_count();
+  topology->nats_connected = connection_.connected();
+  topology->nats_url = connection_.connected_url();
+  topology->nats_reconnects = connection_.reconnects();
+
+  std::vector<uint32_t> owned;
+  bool owners_changed = false;
+  for (uint32_t p = 0; p < statuses.size(); ++p) {
+    const PartitionStatus& status = statuses[p];
+    TopologyPartition partition;
+    partition.slots = PartitionSlots(p, persistence_.partition_count());
+    partition.role = std::string(PartitionRoleName(status.role));
+    partition.owner_id = status.owner.claim.node_id;
+    partition.owner_name = status.owner.claim.node_name;
+    partition.owner_address = status.owner.claim.redis_address;
+    partition.term = status.owner.term;
+    partition.applied_seq = status.position.seq;
+    partition.owner_seq = status.owner.last_record_seq;
+    const int64_t silent_ms =
+        std::chrono::duration_cast<std::chrono::milliseconds>(now - watches_[p].heard).count();
+    const bool owner_silent = silent_ms >= options_.lease_ms;
+    Route route = Route::kDown;
+    switch (status.role) {
+      case PartitionRole::kOwned:
+        owned.push_back(p);
+        route =
+            status.log_state == PartitionLogState::kWriting ? Route::kServe : Route::kServeReads;
+        if (route == Route::kServeReads) {
+          partition.detail = "its stream has no quorum: writes refused until it returns";
+        }
+        break;
+      case PartitionRole::kCatchingUp:
+      case PartitionRole::kClaiming:
+        route = Route::kTryAgain;
+        partition.detail = "this node is claiming it";
+        break;
+      case PartitionRole::kLost:
+        route = Route::kTryAgain;
+        partition.detail = "another node took it over";
+        break;
+      case PartitionRole::kFollowing:
+      case PartitionRole::kFailed:
+        if (status.owner.term == 0 || partition.owner_address.empty()) {
+          route = Route::kDown;
+          partition.detail = "no owner yet";
+        } else if (partition.owner_id == self_id || owner_silent) {
+          route = Route::kTryAgain;
+          partition.detail = "its owner is silent: a standby takes over";
+        } else {
+          route = Route::kMoved;
+        }
+        if (status.role == PartitionRole::kFailed) partition.detail = status.failure;
+        break;
+    }
+    partition.route = route;
+    partition.owner_silent_ms = status.role == PartitionRole::kOwned ? 0 : silent_ms;
+    routing_.SetRoute(p, route);
+    if (last_owners_[p] != partition.owner_id) {
+      last_owners_[p] = partition.owner_id;
+      owners_changed = true;
+    }
+    topology->partitions.push_back(std::move(partition));
+  }
+  if (owners_changed) ++topology_epoch_;
+  topology->epoch = topology_epoch_;
+
+  for (const Member& member : membership_.All()) {
+    TopologyNode node;
+    node.node_id = member.info.node_id;
+    node.name = member.info.node_name;
+    node.redis_address = member.info.redis_address;
+    node.http_address = member.info.http_address;
+    node.self = member.self;
+    node.live = FindMember(live, member.info.node_id) != nullptr;
+    node.owned = member.self ? owned : member.info.owned;
+    topology->nodes.push_back(std::move(node));
+  }
+  routing_.SetTopology(std::move(topology));
+
+  bool changed;
+  {
+    std::lock_guard lock(mutex_);
+    changed = owned != owned_;
+    owned_ = std::move(owned);
+  }
+  if (changed) membership_.BeatSoon();
+}
+
+}  // namespace tally::cluster

@@ -1,0 +1,112 @@
+// Routing: what a cluster node's servers need to know of the cluster, kept by the
+// coordinator (coordinator.h) and read by every request. No NATS, no engine: the servers
+// link this alone (tally_cluster_routing).
+//
+// Two parts. The route of each partition — serve here, send to its owner (MOVED), ask to
+// try again (TRYAGAIN: the partition changes hands), or refuse (CLUSTERDOWN) — is one atomic
+// per partition, read on every keyed request. The topology — nodes, partitions, owners,
+// standbys, positions — is an immutable snapshot replaced whole, read by the cluster commands
+// (CLUSTER SLOTS, NODES, SHARDS, INFO), INFO cluster and GET /v1/cluster.
+//
+// The ordering the coordinator relies on: before it closes the clients that may wait for a
+// lost partition, it stores that partition's route as kTryAgain; a request that reads the
+// route afterwards (on any thread) no longer writes there.
+//
+// Threads: everything is safe from any thread.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/slot.h"
+
+namespace tally::cluster {
+
+enum class Route : uint8_t {
+  kServe,       // this node owns the partition
+  kServeReads,  // owned, but its stream has no quorum now: reads served, writes refused
+  kMoved,       // another node owns it: MOVED to the topology's owner address
+  kTryAgain,    // changing hands (claiming, lost, owner silent): retry shortly
+  kDown,        // not served (no owner yet, or the partition failed here)
+};
+
+// A node as the topology lists it.
+struct TopologyNode {
+  std::string node_id;  // 40 hex
+  std::string name;
+  std::string redis_address;  // host:port
+  std::string http_address;
+  bool self = false;
+  bool live = false;
+  std::vector<uint32_t> owned;  // partitions it owns, as its heartbeats say (self: as it is)
+};
+
+// A partition as this node sees it.
+struct TopologyPartition {
+  SlotRange slots{0, 0};
+  std::string role;  // this node's role: PartitionRoleName
+  Route route = Route::kDown;
+  std::string owner_id;  // the node of the latest claim (empty: never claimed)
+  std::string owner_name;
+  std::string owner_address;    // its Redis host:port (what MOVED names)
+  uint64_t term = 0;            // the latest claim's sequence
+  uint64_t applied_seq = 0;     // what this node applied (following) or has durable (owned)
+  uint64_t owner_seq = 0;       // the owner's latest record this node saw
+  int64_t owner_silent_ms = 0;  // since this node last saw the owner write (0 when owned here)
+  std::string detail;           // why it is not served, when it is not
+};
+
+// Everything the cluster commands show.
+struct Topology {
+  std::string self_id;
+  std::string cluster_name;
+  uint32_t partition_count = 0;
+  std::vector<TopologyNode> nodes;            // ordered by node id
+  std::vector<TopologyPartition> partitions;  // index = partition
+  bool nats_connected = false;
+  std::string nats_url;
+  uint64_t nats_reconnects = 0;
+  uint64_t epoch = 0;  // grows with every change of owners (CLUSTER INFO's current_epoch)
+
+  // The node of `node_id`, or nullptr.
+  const TopologyNode* Node(std::string_view node_id) const;
+  // The addresses of the live nodes other than the owner of partition p: its standbys.
+  std::vector<const TopologyNode*> Standbys(uint32_t partition) const;
+};
+
+class Routing {
+ public:
+  explicit Routing(uint32_t partition_count);
+  Routing(const Routing&) = delete;
+  Routing& operator=(const Routing&) = delete;
+
+  uint32_t partition_count() const { return partition_count_; }
+  uint32_t PartitionOf(uint32_t slot) const { return SlotPartition(slot, partition_count_); }
+
+  // The route of a partition (the hot path: one atomic load).
+  Route route(uint32_t partition) const {
+    return routes_[partition].load(std::memory_order_acquire);
+  }
+  // The coordinator's.
+  void SetRoute(uint32_t partition, Route route) {
+    routes_[partition].store(route, std::memory_order_release);
+  }
+
+  std::shared_ptr<const Topology> topology() const;
+  // The coordinator's: replaces the snapshot (the routes are set apart, with SetRoute).
+  void SetTopology(std::shared_ptr<const Topology> topology);
+
+ private:
+  const uint32_t partition_count_;
+  std::unique_ptr<std::atomic<Route>[]> routes_;
+  mutable std::mutex mutex_;
+  std::shared_ptr<const Topology> topology_;  // guarded by mutex_
+};
+
+}  // namespace tally::cluster
