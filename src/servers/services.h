@@ -7,6 +7,7 @@
 
 #include <functional>
 
+#include "cluster/routing.h"
 #include "core/metrics.h"
 #include "core/status.h"
 #include "core/status_report.h"
@@ -40,6 +41,11 @@ struct Services {
   // GET /readyz's checks beyond the store's health: an error means not ready and says why.
   // Called from the HTTP threads.
   std::function<Status()> readiness;
+  // A cluster node's routes and topology (cluster/routing.h); null on a single node. With
+  // it, a keyed request is served only for the slots this node serves (others get MOVED,
+  // TRYAGAIN or CLUSTERDOWN), the CLUSTER commands answer, and derived counters are not
+  // offered (not yet in a cluster).
+  cluster::Routing* cluster = nullptr;
 };
 
 }  // namespace tally::servers

@@ -33,6 +33,7 @@ import urllib.parse
 import jsonschema
 
 from harness import TALLYD, RespConn, TallyServer, free_port, tally_only, wait_until
+from tally_cluster import TallyCluster
 
 HOST = "127.0.0.1"
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -398,6 +399,7 @@ class OpenApiServerTest(unittest.TestCase):
         self.dashboard()
         self.every_operation_refuses_bad_query_and_no_password()
         self.every_operation_refuses_users_and_guessers()
+        self.cluster_node()
         self.paths_without_an_operation()
         self.connection_limits()
         missing = self.api.missing()
@@ -550,6 +552,7 @@ class OpenApiServerTest(unittest.TestCase):
                          {"status": "ok"})
         self.assertEqual(self.call("GET", "/readyz", auth=False, expect=200)[2],
                          {"status": "ready"})
+        self.assertEqual(self.ok("GET", "/v1/cluster"), {"cluster_enabled": False})
         metrics = self.ok("GET", "/metrics")
         self.assertIn("tally_http_requests_total", metrics)
         hot = self.ok("GET", "/v1/hot?n=3")
@@ -681,6 +684,27 @@ class OpenApiServerTest(unittest.TestCase):
             with self.subTest(operation="%s %s" % (method, path)):
                 self.error(429, "too many failed authentication attempts", method, path,
                            port=port)
+
+    def cluster_node(self):
+        """On a one-node cluster over one nats-server: GET /v1/cluster describes it, and every
+        derived counter's operation answers 501 (not offered in a cluster yet)."""
+        cluster = TallyCluster(nodes=1, nats_servers=1, partitions=2, replicas=1)
+        self.addCleanup(cluster.cleanup)
+        cluster.start()
+        port = cluster.http_port(0)
+        described = self.call("GET", "/v1/cluster", auth=False, port=port, expect=200)[2]
+        self.assertTrue(described["cluster_enabled"])
+        self.assertEqual(described["partition_count"], 2)
+        self.assertEqual([p["role"] for p in described["partitions"]], ["owned", "owned"])
+        self.assertEqual(described["partitions"][1]["slots"], [8192, 16383])
+        for template, item in self.api.doc["paths"].items():
+            path = re.sub(r"\{[^}]+\}", "x", template)
+            for method, operation in item.items():
+                if "501" in operation["responses"]:
+                    with self.subTest(operation="%s %s" % (method, path)):
+                        reply = self.call(method.upper(), path, auth=False, port=port,
+                                          expect=501)[2]
+                        self.assertIn("not offered in cluster mode", reply["error"])
 
     def paths_without_an_operation(self):
         self.error(404, "no such route: /v1/nope", "GET", "/v1/nope")

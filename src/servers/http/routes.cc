@@ -14,6 +14,7 @@
 
 #include "core/version.h"
 #include "engine/databases.h"
+#include "servers/http/cluster_json.h"
 #include "servers/http/dashboard_assets.h"
 #include "servers/http/json_writer.h"
 #include "servers/http/openapi.h"
@@ -69,6 +70,7 @@ const Api::Route Api::kRoutes[] = {
     {{"GET", "/v1/definitions", ""}, &Api::GetDefinitions, "counter.list"},
     {{"DELETE", "/v1/definitions/{counter}", ""}, &Api::DeleteDefinition, "counter.drop"},
     {{"GET", "/v1/status", ""}, &Api::GetStatus, "dbsize"},
+    {{"GET", "/v1/cluster", ""}, &Api::GetCluster, "cluster"},
     {{"GET", "/healthz", ""}, &Api::GetHealth, ""},
     {{"GET", "/readyz", ""}, &Api::GetReady, ""},
     {{"GET", "/metrics", ""}, &Api::GetMetrics, "info"},
@@ -240,6 +242,11 @@ ApiResponse Api::Dispatch(const ApiRequest& request, int* route) {
       matched.command.empty() || (matched.handler == &Api::GetMetrics && options_.public_metrics);
   if (!open) {
     if (auto refused = Authorize(request, *target, matched.command)) return std::move(*refused);
+  }
+  if (services_.cluster != nullptr && matched.command.starts_with("counter.")) {
+    return Fail(501,
+                "derived counters are not offered in cluster mode yet: they run on a "
+                "single node");
   }
   const Call call{request, *target, std::move(match.params)};
   // Errors are values here; an exception (out of memory, a bug) must not take the
@@ -488,6 +495,11 @@ ApiResponse Api::DeleteDefinition(const Call& call) {
 
 // {"version":"0.1.0","durability":"sync","counters":N,"source":{figures as INFO's # Source,
 // same names without "source_"}} ("source": null without --source).
+ApiResponse Api::GetCluster([[maybe_unused]] const Call& call) {
+  if (services_.cluster == nullptr) return Ok(R"({"cluster_enabled":false})");
+  return Ok(ClusterJson(*services_.cluster->topology()));
+}
+
 ApiResponse Api::GetStatus(const Call& call) {
   std::string body = R"({"version":)";
   AppendJsonString(Version(), &body);

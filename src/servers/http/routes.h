@@ -14,6 +14,7 @@
 //   GET    /v1/definitions                 the sources and counters defined
 //   DELETE /v1/definitions/{counter}       DROP COUNTER
 //   GET    /v1/status                      durability, counters, and the --source figures
+//   GET    /v1/cluster                     a cluster node's view of its cluster (cluster_json.h)
 //   GET    /healthz                        liveness (503 while commits fail)
 //   GET    /readyz                         readiness: 200, or 503 and why (see GetReady)
 //   GET    /metrics                        Prometheus text format 0.0.4 (core/metrics.h)
@@ -207,6 +208,7 @@ class Api {
   ApiResponse GetDefinitions(const Call& call);
   ApiResponse DeleteDefinition(const Call& call);
   ApiResponse GetStatus(const Call& call);
+  ApiResponse GetCluster(const Call& call);
   ApiResponse GetHealth(const Call& call);     // GET /healthz
   ApiResponse GetReady(const Call& call);      // GET /readyz
   ApiResponse GetMetrics(const Call& call);    // GET /metrics

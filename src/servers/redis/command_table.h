@@ -143,6 +143,13 @@ void Config(CommandContext& ctx);
 void Time(CommandContext& ctx);
 // acl.cc
 void AclCommand(CommandContext& ctx);
+// cluster.cc
+void Cluster(CommandContext& ctx);
+void ReadOnly(CommandContext& ctx);
+void ReadWrite(CommandContext& ctx);
+void Asking(CommandContext& ctx);
+// INFO's "# Cluster" section (cluster_enabled, and in a cluster its nodes and partitions).
+void ClusterSection(CommandContext& ctx, std::string& out);
 // transactions (MULTI, EXEC, DISCARD) are the dispatcher's own: see Session.
 void Multi(CommandContext& ctx);
 void Exec(CommandContext& ctx);

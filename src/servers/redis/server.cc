@@ -6,6 +6,8 @@
 
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/write.hpp>
+#include <condition_variable>
+#include <mutex>
 
 #include "servers/accept.h"
 #include "servers/listen.h"
@@ -34,6 +36,27 @@ RedisServer::RedisServer(servers::Services services, ServerOptions options)
 }
 
 RedisServer::~RedisServer() { Stop(); }
+
+bool RedisServer::CloseWaitingClients(std::chrono::milliseconds timeout) {
+  struct Pending {
+    std::mutex mutex;
+    std::condition_variable done;
+    size_t left = 0;
+  };
+  auto pending = std::make_shared<Pending>();
+  pending->left = workers_.size();
+  for (const auto& worker : workers_) {
+    worker->loop().Post([worker = worker.get(), pending] {
+      worker->CloseWaitingClients();
+      std::lock_guard lock(pending->mutex);
+      if (--pending->left == 0) pending->done.notify_all();
+    });
+  }
+  std::unique_lock lock(pending->mutex);
+  // A stopped server's workers run no more work, and have closed every client already.
+  return pending->done.wait_for(lock, timeout, [&] { return pending->left == 0; }) ||
+         stopped_.load(std::memory_order_acquire);
+}
 
 Status RedisServer::Start() {
   const int worker_count = core_.options().workers > 0 ? core_.options().workers : UsableCpus();
@@ -123,6 +146,7 @@ void RedisServer::Stop() {
   accept_thread_.join();
   durable_.Detach();
   for (auto& worker : workers_) worker->Stop();
+  stopped_.store(true, std::memory_order_release);
 }
 
 }  // namespace tally::redis

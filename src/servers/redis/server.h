@@ -3,9 +3,11 @@
 // which share one engine. A TLS client reaches its worker through a tunnel (tls_tunnel.h).
 #pragma once
 
+#include <atomic>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <chrono>
 #include <memory>
 #include <thread>
 #include <vector>
@@ -37,6 +39,10 @@ class RedisServer {
   // engine's Stop().
   void Stop();
 
+  // On every worker, Worker::CloseWaitingClients. Returns once all did, or false when one did
+  // not within `timeout`. Any thread but a worker's.
+  bool CloseWaitingClients(std::chrono::milliseconds timeout);
+
   // The bound ports; 0 for a port not listened on.
   uint16_t port() const { return core_.bound_port(); }
   uint16_t tls_port() const { return tls_port_; }
@@ -59,6 +65,7 @@ class RedisServer {
   std::unique_ptr<boost::asio::steady_timer> sampler_;
   std::thread accept_thread_;
   size_t next_worker_ = 0;
+  std::atomic<bool> stopped_{false};  // every worker stopped (CloseWaitingClients)
   uint64_t last_commands_ = 0;
 };
 

@@ -86,6 +86,8 @@ class ServerCore {
   // The live subscriptions (SUBSCRIBE, PSUBSCRIBE), or null when the server offers none.
   engine::SubscriptionHub* subscriptions() { return services_.subscriptions; }
   const servers::Services& services() const { return services_; }
+  // The cluster's routes and topology, or null on a single node.
+  cluster::Routing* cluster() const { return services_.cluster; }
   // The node's users, or the server's own (the default user with --requirepass).
   auth::Acl& acl() { return *acl_; }
   const ServerOptions& options() const { return options_; }

@@ -6,6 +6,7 @@
 
 #include "core/integer.h"
 #include "servers/redis/acl_commands.h"
+#include "servers/redis/cluster_redirect.h"
 #include "servers/redis/command_args.h"
 
 namespace tally::redis {
@@ -13,6 +14,9 @@ namespace {
 
 constexpr std::string_view kOverflow = "ERR increment or decrement would overflow";
 constexpr std::string_view kNoPermKey = "NOPERM No permissions to access a key";
+// The longest key a cluster node writes: a record of a partition's stream holds a whole key
+// (and a NATS message is at most 1 MiB).
+constexpr size_t kMaxClusterKeyBytes = 64 * 1024;
 
 bool IsTransactionControl(const CommandSpec& spec) {
   return spec.handler == commands::Multi || spec.handler == commands::Exec ||
@@ -163,6 +167,13 @@ void Session::Execute(std::span<const std::string_view> args) {
     Reject(*spec, refusal);
     return;
   }
+  if (core_.cluster() != nullptr) {
+    const std::string redirect = ClusterRedirect(*spec, args, positions);
+    if (!redirect.empty()) {
+      Reject(*spec, redirect);
+      return;
+    }
+  }
 
   if (in_multi_ && !IsTransactionControl(*spec)) {
     if (spec->flags & kNoMulti) {
@@ -221,6 +232,29 @@ std::string Session::KeyRefusal(const CommandSpec& spec, std::span<const std::st
     if (derived->IsProtectedKey(args[position])) return derived->ProtectedKeyError(args[position]);
   }
   return {};
+}
+
+std::string Session::ClusterRedirect(const CommandSpec& spec,
+                                     std::span<const std::string_view> args,
+                                     std::span<const size_t> key_positions) {
+  if (key_positions.empty()) return ClusterKeylessRefusal(spec, args);
+  if ((spec.flags & kWrite) != 0) {
+    for (const size_t position : key_positions) {
+      if (args[position].size() > kMaxClusterKeyBytes) {
+        return fmt::format("ERR key too long for a cluster (at most {} bytes)",
+                           kMaxClusterKeyBytes);
+      }
+    }
+  }
+  const KeysSlot keys = SlotOfKeys(args, key_positions);
+  if (!keys.error.empty()) return keys.error;
+  if (in_multi_ && !IsTransactionControl(spec)) {
+    if (multi_slot_ && *multi_slot_ != keys.slot) {
+      return "CROSSSLOT Keys in request don't hash to the same slot";
+    }
+    multi_slot_ = keys.slot;
+  }
+  return ClusterRefusal(*core_.cluster(), keys.slot, (spec.flags & kWrite) != 0, readonly_);
 }
 
 bool Session::NeedsFold(const CommandSpec& spec) {
@@ -289,6 +323,7 @@ void Session::Run(const CommandSpec& spec, std::span<const std::string_view> arg
 
 void Session::BeginMulti() {
   in_multi_ = true;
+  multi_slot_.reset();
   queued_db_ = db_;
   multi_failed_ = false;
   multi_queue_.clear();
@@ -297,6 +332,7 @@ void Session::BeginMulti() {
 
 void Session::ClearMulti() {
   in_multi_ = false;
+  multi_slot_.reset();
   multi_failed_ = false;
   multi_queue_.clear();
   info_->in_multi.store(false, std::memory_order_relaxed);
@@ -311,6 +347,18 @@ void Session::RunExec() {
     ClearMulti();
     writer_.Error("EXECABORT Transaction discarded because of previous errors.");
     return;
+  }
+  // In a cluster the slot may have changed hands since the commands were queued.
+  if (multi_slot_ && core_.cluster() != nullptr) {
+    const bool writes = std::ranges::any_of(multi_queue_, [](const QueuedCommand& queued) {
+      return (queued.spec->flags & kWrite) != 0;
+    });
+    if (std::string redirect = ClusterRefusal(*core_.cluster(), *multi_slot_, writes, readonly_);
+        !redirect.empty()) {
+      ClearMulti();
+      writer_.Error(redirect);
+      return;
+    }
   }
   // Every stripe at once: the queued commands are seen together by every reader, and the
   // committer drains them into one batch, so they become durable together or not at all.

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <set>
 #include <span>
 #include <string>
@@ -88,6 +89,9 @@ class Session {
   }
   void RequestClose() { close_requested_ = true; }
   void RaiseRequiredEpoch(uint64_t epoch) { required_epoch_ = std::max(required_epoch_, epoch); }
+  // Cluster mode: READONLY lets this connection read the slots this node follows.
+  bool readonly() const { return readonly_; }
+  void set_readonly(bool readonly) { readonly_ = readonly; }
   // MULTI / EXEC / DISCARD / RESET.
   bool in_multi() const { return in_multi_; }
   void BeginMulti();
@@ -136,6 +140,11 @@ class Session {
   // database 0, where derived counters live).
   std::string KeyRefusal(const CommandSpec& spec, std::span<const std::string_view> args,
                          std::span<const size_t> key_positions, uint32_t db) const;
+  // Cluster mode: why this request may not run on this node (MOVED, TRYAGAIN, CROSSSLOT,
+  // CLUSTERDOWN, a key too long for a partition's stream ...), or empty. Inside MULTI every
+  // queued command must use the slot of the first one.
+  std::string ClusterRedirect(const CommandSpec& spec, std::span<const std::string_view> args,
+                              std::span<const size_t> key_positions);
   // True when a command must see the effect of increments still in the buffer.
   bool NeedsFold(const CommandSpec& spec);
   void RejectUnknown(std::span<const std::string_view> args);
@@ -157,6 +166,9 @@ class Session {
   bool acl_checks_ = false;
   bool close_requested_ = false;
   uint32_t db_ = 0;
+  bool readonly_ = false;
+  // Cluster mode, inside MULTI: the slot of the queued commands' keys (the first keyed one's).
+  std::optional<uint32_t> multi_slot_;
   bool in_multi_ = false;
   uint32_t queued_db_ = 0;  // the database queued commands will run in, as far as SELECTs tell
   bool multi_failed_ = false;

@@ -74,6 +74,21 @@ void Worker::Adopt(boost::asio::ip::tcp::socket socket, servers::Peer peer) {
 
 void Worker::Forget(uint64_t id) { connections_.erase(id); }
 
+void Worker::CloseWaitingClients() {
+  shard_.FoldIncrements();
+  std::vector<std::shared_ptr<Connection>> waiting = touched_;
+  for (const auto& [id, connection] : connections_) {
+    if (!core_.engine().IsDurable(connection->required_epoch())) waiting.push_back(connection);
+  }
+  for (const auto& connection : waiting) connection->Close();
+  if (!waiting.empty()) {
+    spdlog::warn(
+        "worker {}: closed {} client(s) whose replies waited for a lost partition's "
+        "commit",
+        index_, waiting.size());
+  }
+}
+
 void Worker::OnSocketReady(uint64_t id, uint32_t events) {
   const auto found = connections_.find(id);
   // Closed by an earlier socket of the same batch.

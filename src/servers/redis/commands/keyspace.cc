@@ -6,7 +6,9 @@
 #include <vector>
 
 #include "core/glob.h"
+#include "core/slot.h"
 #include "engine/databases.h"
+#include "servers/redis/cluster_redirect.h"
 #include "servers/redis/command_args.h"
 #include "servers/redis/session.h"
 
@@ -66,9 +68,13 @@ uint64_t ScanDatabase(CommandContext& ctx, uint64_t cursor, size_t count,
                       const std::function<bool(std::string_view name)>& wanted,
                       std::vector<std::string>* names) {
   const uint32_t db = ctx.session.db();
+  // A cluster node lists the keys of the slots it serves, as a Redis Cluster node does (it
+  // holds the others as a standby).
+  const cluster::Routing* cluster = ctx.server.cluster();
   const auto match = [&](std::string_view stored) {
     const engine::DatabaseKey key = engine::SplitStoredKey(stored);
-    return key.db == db && !derived::IsInternalKey(stored) && wanted(key.name);
+    return key.db == db && !derived::IsInternalKey(stored) && wanted(key.name) &&
+           (cluster == nullptr || ServesSlot(*cluster, KeySlot(stored)));
   };
   const size_t first = names->size();
   // Inside EXEC every stripe is already held by this thread: scan without locking.
@@ -166,8 +172,23 @@ void Keys(CommandContext& ctx) {
 }
 
 void DbSize(CommandContext& ctx) {
-  ctx.reply.Integer(
-      static_cast<int64_t>(ctx.server.engine().keyspace().database_size(ctx.session.db())));
+  if (ctx.server.cluster() == nullptr) {
+    ctx.reply.Integer(
+        static_cast<int64_t>(ctx.server.engine().keyspace().database_size(ctx.session.db())));
+    return;
+  }
+  // A cluster node counts the keys of the slots it serves: a walk over the keyspace (the
+  // keyspace keeps counts per database, not per slot).
+  std::vector<std::string> names;
+  int64_t count = 0;
+  uint64_t cursor = 0;
+  do {
+    names.clear();
+    cursor = ScanDatabase(
+        ctx, cursor, 4096, [](std::string_view) { return true; }, &names);
+    count += static_cast<int64_t>(names.size());
+  } while (cursor != 0);
+  ctx.reply.Integer(count);
 }
 
 namespace {
@@ -180,10 +201,25 @@ bool FlushArguments(CommandContext& ctx) {
   }
   return true;
 }
+
+// A cluster node flushes the partitions it owns (the others' owners flush theirs), one
+// deletion per key, so that the standbys apply the same.
+void FlushOwnedPartitions(CommandContext& ctx, const cluster::Routing& routing) {
+  for (uint32_t p = 0; p < routing.partition_count(); ++p) {
+    if (routing.route(p) == cluster::Route::kServe) {
+      ctx.view->ClearSlots(PartitionSlots(p, routing.partition_count()));
+    }
+  }
+}
 }  // namespace
 
 void FlushAll(CommandContext& ctx) {
   if (!FlushArguments(ctx)) return;
+  if (const cluster::Routing* cluster = ctx.server.cluster()) {
+    FlushOwnedPartitions(ctx, *cluster);
+    ctx.reply.SimpleString("OK");
+    return;
+  }
   ctx.view->FlushAll();
   if (derived::DerivedCounters* derived = ctx.server.derived()) derived->OnFlushAll();
   ctx.reply.SimpleString("OK");
@@ -192,6 +228,11 @@ void FlushAll(CommandContext& ctx) {
 // Database 0 holds the derived counters' groups: flushing it empties them, as FLUSHALL does.
 void FlushDb(CommandContext& ctx) {
   if (!FlushArguments(ctx)) return;
+  if (const cluster::Routing* cluster = ctx.server.cluster()) {
+    FlushOwnedPartitions(ctx, *cluster);  // a cluster has database 0 only
+    ctx.reply.SimpleString("OK");
+    return;
+  }
   const uint32_t db = ctx.session.db();
   ctx.view->FlushDatabase(db);
   if (derived::DerivedCounters* derived = ctx.server.derived(); derived != nullptr && db == 0) {

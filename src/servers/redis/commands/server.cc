@@ -62,13 +62,13 @@ void ServerSection(CommandContext& ctx, std::string& out) {
   const int64_t uptime =
       (ctx.server.engine().keyspace().clock()->NowMillis() - ctx.server.start_ms()) / 1000;
   fmt::format_to(std::back_inserter(out),
-                 "# Server\r\nredis_version:7.0.0\r\ntally_version:{}\r\nredis_mode:standalone\r\n"
+                 "# Server\r\nredis_version:7.0.0\r\ntally_version:{}\r\nredis_mode:{}\r\n"
                  "os:{} {} {}\r\narch_bits:64\r\nprocess_id:{}\r\ntcp_port:{}\r\n"
                  "uptime_in_seconds:{}\r\nuptime_in_days:{}\r\nio_threads_active:{}\r\n"
                  "config_file:{}\r\n",
-                 Version(), uts.sysname, uts.release, uts.machine, getpid(),
-                 ctx.server.bound_port(), uptime, uptime / 86400, ctx.server.worker_count(),
-                 ctx.server.options().config_file);
+                 Version(), ctx.server.cluster() != nullptr ? "cluster" : "standalone", uts.sysname,
+                 uts.release, uts.machine, getpid(), ctx.server.bound_port(), uptime,
+                 uptime / 86400, ctx.server.worker_count(), ctx.server.options().config_file);
 }
 
 void ClientsSection(CommandContext& ctx, std::string& out) {
@@ -260,6 +260,7 @@ constexpr InfoSection kSections[] = {
     {"source", true, SourceSection},
     {"errorstats", true, ErrorStatsSection},
     {"hotkeys", true, HotKeysSection},
+    {"cluster", true, ClusterSection},
 };
 
 struct ConfigEntry {

@@ -1,0 +1,69 @@
+#include "servers/redis/cluster_redirect.h"
+
+#include <fmt/format.h>
+
+#include "core/slot.h"
+
+namespace tally::redis {
+
+KeysSlot SlotOfKeys(std::span<const std::string_view> args, std::span<const size_t> positions) {
+  KeysSlot result;
+  result.slot = KeySlot(args[positions[0]]);
+  for (size_t i = 1; i < positions.size(); ++i) {
+    if (KeySlot(args[positions[i]]) != result.slot) {
+      result.error = "CROSSSLOT Keys in request don't hash to the same slot";
+      break;
+    }
+  }
+  return result;
+}
+
+std::string ClusterRefusal(const cluster::Routing& routing, uint32_t slot, bool write,
+                           bool readonly) {
+  const uint32_t partition = routing.PartitionOf(slot);
+  const cluster::Route route = routing.route(partition);
+  if (route == cluster::Route::kServe || (route == cluster::Route::kServeReads && !write)) {
+    return {};
+  }
+  if (route == cluster::Route::kServeReads) {
+    return fmt::format(
+        "CLUSTERDOWN The stream of slot {} has no quorum now: the write was refused and counted "
+        "nothing (retry once the NATS servers are back)",
+        slot);
+  }
+  const auto topology = routing.topology();
+  const cluster::TopologyPartition* part =
+      partition < topology->partitions.size() ? &topology->partitions[partition] : nullptr;
+  // A standby holds the slot's values as far as it has applied its stream.
+  if (readonly && !write && part != nullptr && part->role == "following" &&
+      (route == cluster::Route::kMoved || route == cluster::Route::kTryAgain)) {
+    return {};
+  }
+  if (route == cluster::Route::kMoved && part != nullptr && !part->owner_address.empty()) {
+    return fmt::format("MOVED {} {}", slot, part->owner_address);
+  }
+  if (route == cluster::Route::kTryAgain) {
+    return fmt::format("TRYAGAIN Slot {} is changing hands ({}); retry shortly", slot,
+                       part != nullptr ? part->detail : "");
+  }
+  return "CLUSTERDOWN Hash slot not served";
+}
+
+std::string ClusterKeylessRefusal(const CommandSpec& spec, std::span<const std::string_view> args) {
+  if (spec.name == "select" && args.size() > 1 && args[1] != "0") {
+    return "ERR SELECT is not allowed in cluster mode";
+  }
+  if (spec.group == "derived") {
+    return fmt::format(
+        "ERR {} is not offered in cluster mode yet: derived counters run on a single node",
+        spec.name);
+  }
+  return {};
+}
+
+bool ServesSlot(const cluster::Routing& routing, uint32_t slot) {
+  const cluster::Route route = routing.route(routing.PartitionOf(slot));
+  return route == cluster::Route::kServe || route == cluster::Route::kServeReads;
+}
+
+}  // namespace tally::redis
