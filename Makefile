@@ -5,7 +5,7 @@
 #   make test    deps + build, then every CTest test (unit and end-to-end)
 #
 # Other targets: build bench fuzz fuzz-smoke soak soak-crash check-sanitize check-asan check-tsan format format-check
-# tidy clean help. Every upper-case variable below can be overridden: make run PORT=7000.
+# tidy clean help cluster cluster-stop. Every upper-case variable below can be overridden: make run PORT=7000.
 
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
@@ -71,6 +71,17 @@ SOURCE_BENCH_ARGS ?=
 SUBSCRIBERS_BENCH_ARGS ?=
 ENGINE_BENCH_ARGS ?= --benchmark_min_time=1
 
+# make bench: CLUSTER_BENCH_ARGS go to bench/cluster_compare.py (e.g. --quick, --no-failover).
+CLUSTER_BENCH_ARGS ?=
+
+# make cluster: a local cluster in the background (tools/cluster.py): 3 nats-servers and
+# CLUSTER_NODES tallyd in cluster mode on 127.0.0.1 (Redis ports from 7001, HTTP from 7101,
+# NATS from 4222); pids, ports, data and logs in CLUSTER_DIR. CLUSTER_ARGS go to
+# `tools/cluster.py start` (e.g. --fresh, or -- --cluster-partitions 8).
+CLUSTER_DIR   ?= $(BUILD_DIR)/cluster
+CLUSTER_NODES ?= 3
+CLUSTER_ARGS  ?=
+
 # make deb: the Debian package (debian/), built by dpkg-buildpackage in a copy of the source
 # tree under DEB_DIR, where the .deb lands. make deb-test installs it on this machine (root),
 # runs tallyd as its systemd unit would, and removes it again (tests/packaging/test_deb.py).
@@ -106,12 +117,14 @@ SUDO := sudo
 endif
 
 .PHONY: help deps configure build run test bench fuzz fuzz-smoke soak soak-crash check-sanitize check-asan check-tsan \
-	deb deb-test format format-check tidy clean
+	deb deb-test format format-check tidy clean cluster cluster-stop
 
 help:
 	@echo "make deps            install missing Debian packages (apt-get; sudo when not root)"
 	@echo "make build           configure ($(BUILD_DIR), $(BUILD_TYPE)) and build with -j$(JOBS)"
 	@echo "make run             build, then run tallyd on $(BIND):$(PORT) (PORT= DATA= ARGS=)"
+	@echo "make cluster         build, then 3 nats-servers + $(CLUSTER_NODES) tallyd in cluster mode, in the background (7001-...)"
+	@echo "make cluster-stop    stop what make cluster started"
 	@echo "make test            build, then ctest: unit and end-to-end tests"
 	@echo "make bench           tallyd vs redis-server side by side, then engine_bench"
 	@echo "make fuzz            every libFuzzer target for FUZZ_SECONDS=$(FUZZ_SECONDS) each"
@@ -203,12 +216,20 @@ bench: build
 	$(PYTHON) bench/derived_compare.py --tally-binary $(BUILD_DIR)/bin/tallyd $(DERIVED_BENCH_ARGS)
 	$(PYTHON) bench/source_compare.py --tally-binary $(BUILD_DIR)/bin/tallyd $(SOURCE_BENCH_ARGS)
 	$(PYTHON) bench/subscribers_cost.py --tally-binary $(BUILD_DIR)/bin/tallyd $(SUBSCRIBERS_BENCH_ARGS)
+	$(PYTHON) bench/cluster_compare.py --tally-binary $(BUILD_DIR)/bin/tallyd $(CLUSTER_BENCH_ARGS)
 	@if [ -x $(BUILD_DIR)/bin/engine_bench ]; then \
 	  echo "+ $(BUILD_DIR)/bin/engine_bench $(ENGINE_BENCH_ARGS)"; \
 	  $(BUILD_DIR)/bin/engine_bench $(ENGINE_BENCH_ARGS); \
 	else \
 	  echo "bench: no $(BUILD_DIR)/bin/engine_bench yet, engine benchmarks skipped"; \
 	fi
+
+cluster: build
+	$(PYTHON) tools/cluster.py start --dir $(CLUSTER_DIR) --nodes $(CLUSTER_NODES) \
+	  --tallyd $(BUILD_DIR)/bin/tallyd $(CLUSTER_ARGS)
+
+cluster-stop:
+	$(PYTHON) tools/cluster.py stop --dir $(CLUSTER_DIR)
 
 # The source is copied without build trees, data and the npm folders the package does not
 # need (the dashboard's node_modules stays: the build runs esbuild). debhelper sets HOME to a

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "cluster/cluster_node.h"
 #include "engine/engine_metrics.h"
 #include "programs/monitoring.h"
 #include "servers/http/server.h"
@@ -50,6 +51,18 @@ Status Node::Start() {
 }
 
 Status Node::StartParts() {
+  if (options_.cluster.enabled()) {
+    // Not (yet) in a cluster: acknowledging before the stream has a write would lose it in a
+    // failover; derived counters and their sources run on a single node.
+    if (options_.engine.commit.durability != engine::Durability::kSync) {
+      return InvalidArgument("--durability async is not offered in a cluster");
+    }
+    if (!options_.source.conninfo.empty() || !options_.definitions_file.empty()) {
+      return InvalidArgument(
+          "--source and --definitions are not offered in a cluster yet (derived counters run "
+          "on a single node)");
+    }
+  }
   // First: they need nothing of the store, and a bad certificate, port choice or aclfile is
   // then refused before the commit log is replayed.
   if (auto status = LoadTls(); !status) return status;
@@ -60,6 +73,7 @@ Status Node::StartParts() {
   PrepareSource();
   PrepareSubscriptions();
   if (auto status = StartServers(); !status) return status;
+  if (auto status = StartCluster(); !status) return status;
   if (auto status = StartSource(); !status) return status;
   // The flusher hands updates to the servers' threads: it runs only while they serve.
   subscriptions_->Start();
@@ -79,25 +93,43 @@ Status Node::OpenStore() {
   std::error_code ignored;
   std::filesystem::create_directories(options_.data_dir, ignored);
   options_.redis.data_dir = std::filesystem::absolute(options_.data_dir).string();
+  if (options_.cluster.enabled()) return OpenClusterStore();
   auto store = storage::RocksDbStore::Open({.path = options_.redis.data_dir});
   if (!store) return tl::make_unexpected(store.error());
   store_ = std::move(*store);
+  persistence_ = store_.get();
+  return OkStatus();
+}
+
+Status Node::OpenClusterStore() {
+  auto node = cluster::ClusterNode::Open(options_.cluster, options_.redis.data_dir);
+  if (!node) return Failed("cannot join the cluster", node.error());
+  cluster_ = std::move(*node);
+  persistence_ = &cluster_->persistence();
+  // Last of all (registered first): the followers apply to the engine's keyspace until then.
+  OnStop([this] { cluster_->Stop(); });
   return OkStatus();
 }
 
 Status Node::StartEngine() {
   RegisterProcessMetrics(metrics_);
-  engine_ = std::make_unique<engine::Engine>(store_.get(), options_.engine);
+  engine_ = std::make_unique<engine::Engine>(persistence_, options_.engine);
   RegisterEngineMetrics(*engine_, metrics_, derived::IsInternalKey);
+  if (cluster_ != nullptr) cluster_->persistence().Attach(engine_->keyspace());
   if (auto status = engine_->Start(); !status) {
     return Failed("cannot start the engine", status.error());
   }
   OnStop([this] { engine_->Stop(); });
+  if (cluster_ != nullptr) {
+    // Once the servers stopped (no reply leaves any more), before the engine's last commit:
+    // no more claims, and the last commits wait a bounded time for their streams.
+    OnStop([this] { cluster_->BeginShutdown(); });
+  }
   return OkStatus();
 }
 
 Status Node::LoadCounters() {
-  derived_ = std::make_unique<derived::DerivedCounters>(*engine_, *store_, options_.derived);
+  derived_ = std::make_unique<derived::DerivedCounters>(*engine_, *persistence_, options_.derived);
   if (auto status = derived_->Load(); !status) {
     return Failed("cannot load the derived counters", status.error());
   }
@@ -182,6 +214,7 @@ Status Node::StartServers() {
   services.metrics = &metrics_;
   services.tls = tls_.get();
   services.acl = acl_.get();
+  if (cluster_ != nullptr) services.cluster = &cluster_->routing();
   if (source_ != nullptr) {
     services.source_report = [source = source_.get()] { return source->Report(); };
     services.readiness = [source = source_.get(), max_lag_ms = options_.ready_max_lag_ms] {
@@ -194,6 +227,31 @@ Status Node::StartServers() {
   http_ = std::make_unique<http::HttpServer>(services, options_.http);
   if (auto status = http_->Start(); !status) return status;
   OnStop([this] { http_->Stop(); });
+  return OkStatus();
+}
+
+Status Node::StartCluster() {
+  if (cluster_ == nullptr) return OkStatus();
+  const std::string& host = options_.cluster.announce_host;
+  const std::string redis_address = fmt::format("{}:{}", host, redis_port());
+  const std::string http_address = http_port() != 0 ? fmt::format("{}:{}", host, http_port()) : "";
+  // A partition this node owned was taken over: close every client that may wait for one of
+  // its writes before the loss is finished. A worker that does not answer (it cannot happen
+  // while the loops run) would leave such a reply to be sent: stop the process instead.
+  auto close_clients = [this] {
+    if (!redis_->CloseWaitingClients(std::chrono::seconds(10))) {
+      spdlog::critical(
+          "a Redis worker did not close its waiting clients in time: stopping, so "
+          "that no reply of a lost write is ever sent");
+      std::abort();
+    }
+  };
+  if (auto status = cluster_->Start(redis_address, http_address, close_clients); !status) {
+    return Failed("cannot start the cluster's membership", status.error());
+  }
+  spdlog::info("cluster '{}': node {} ({}) at {}, {} partitions", options_.cluster.name,
+               cluster_->node_name(), cluster_->persistence().node_id(), redis_address,
+               options_.cluster.partitions);
   return OkStatus();
 }
 

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "cluster/cluster_options.h"
 #include "core/metrics.h"
 #include "core/status.h"
 #include "engine/derived/derived_counters.h"
@@ -27,6 +28,9 @@
 
 namespace tally::storage {
 class RocksDbStore;
+}
+namespace tally::cluster {
+class ClusterNode;
 }
 namespace tally::redis {
 class RedisServer;
@@ -60,6 +64,9 @@ struct NodeOptions {
   // --subscription-interval-ms, --subscriber-*, --http-allow-origin. Its `hidden` is set by
   // the node (tally's own records are never sent).
   engine::SubscriptionOptions subscriptions;
+  // --cluster-*: with NATS servers, the node joins a cluster (its store: the partition
+  // streams and a local view of them, cluster/cluster_node.h); without, it is a single node.
+  cluster::ClusterOptions cluster;
 };
 
 class Node {
@@ -99,11 +106,13 @@ class Node {
   Status LoadTls();
   Status LoadUsers();
   Status OpenStore();
+  Status OpenClusterStore();
   Status StartEngine();
   Status LoadCounters();
   void PrepareSource();
   void PrepareSubscriptions();
   Status StartServers();
+  Status StartCluster();
   Status StartSource();
   void OnStop(std::function<void()> stop) { stops_.push_back(std::move(stop)); }
 
@@ -111,7 +120,9 @@ class Node {
   // Declared in the order of building, so that each part is destroyed before what it uses:
   // the registry first (the engine's committer feeds its histograms until it stops).
   metrics::Registry metrics_;
-  std::unique_ptr<storage::RocksDbStore> store_;
+  std::unique_ptr<storage::RocksDbStore> store_;   // a single node's store
+  std::unique_ptr<cluster::ClusterNode> cluster_;  // or a cluster node's
+  engine::Persistence* persistence_ = nullptr;     // whichever of the two it is
   std::unique_ptr<engine::Engine> engine_;
   std::unique_ptr<derived::DerivedCounters> derived_;
   // Built before the servers and started after them: INFO and GET /v1/status read its figures.

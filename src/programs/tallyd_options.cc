@@ -1,5 +1,6 @@
 #include "programs/tallyd_options.h"
 
+#include <algorithm>
 #include <chrono>
 
 #include "core/version.h"
@@ -225,6 +226,51 @@ void AddTallydOptions(CLI::App& app, TallydOptions* options) {
                  "TLS 1.2 cipher list, OpenSSL's syntax (default: OpenSSL's)");
   app.add_option("--tls-ciphersuites", tls.ciphersuites,
                  "TLS 1.3 cipher suites, OpenSSL's syntax (default: OpenSSL's)");
+  cluster::ClusterOptions& cluster = node.cluster;
+  app.add_option("--cluster-nats", cluster.nats_servers,
+                 "Join a cluster over these NATS servers (nats://host:port, comma-separated); "
+                 "without: a single node on the embedded store")
+      ->delimiter(',');
+  app.add_option("--cluster-partitions", cluster.partitions,
+                 "How many partitions the hash slots are split into; fixed when the cluster "
+                 "is created")
+      ->check(CLI::Range(1u, 1024u))
+      ->capture_default_str();
+  app.add_option("--cluster-replicas", cluster.replicas,
+                 "Replicas of each partition's stream on the NATS servers (3: one may be lost)")
+      ->check(CLI::Range(1, 5))
+      ->capture_default_str();
+  app.add_option("--cluster-name", cluster.name,
+                 "The cluster's name, in its streams' and subjects' names: [a-z0-9_-], at most "
+                 "32 characters")
+      ->check(CLI::Validator(
+          [](std::string& text) -> std::string {
+            const bool ok = !text.empty() && text.size() <= 32 &&
+                            text.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789_-") ==
+                                std::string::npos;
+            return ok ? "" : "a cluster name is 1-32 of a-z, 0-9, _ and -";
+          },
+          "NAME"))
+      ->capture_default_str();
+  app.add_option("--cluster-node-name", cluster.node_name,
+                 "This node's name in CLUSTER NODES and the logs (default: its announced "
+                 "host:port)")
+      ->check(CLI::Validator(
+          [](std::string& text) -> std::string {
+            const bool ok =
+                !text.empty() && text.size() <= 128 &&
+                std::all_of(text.begin(), text.end(), [](char c) { return c > ' ' && c < 127; });
+            return ok ? "" : "a node name is 1-128 printable characters without spaces";
+          },
+          "NAME"));
+  app.add_option("--cluster-announce-host", cluster.announce_host,
+                 "The address clients and the other nodes reach this node at, in MOVED and "
+                 "CLUSTER SLOTS (default: the --bind address; 127.0.0.1 when that is a "
+                 "wildcard)");
+  app.add_option("--cluster-lease-ms", cluster.lease_ms,
+                 "A partition's owner silent this long is replaced by a standby")
+      ->check(CLI::Range(int64_t{200}, int64_t{600000}))
+      ->capture_default_str();
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error or off")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "off"}))
       ->capture_default_str();
@@ -250,6 +296,11 @@ void FinishTallydOptions(const CLI::App& app, TallydOptions* options) {
                               : *tls::ParseClientAuth(options->tls_auth_clients);
   node.redis.plain = node.http.plain = options->plain_ports == "yes";
   node.redis.protected_mode = node.http.protected_mode = options->protected_mode == "yes";
+  cluster::ClusterOptions& cluster = node.cluster;
+  if (cluster.announce_host.empty()) {
+    const std::string& bind = node.redis.bind;
+    cluster.announce_host = bind == "0.0.0.0" || bind == "::" || bind.empty() ? "127.0.0.1" : bind;
+  }
 }
 
 }  // namespace tally::programs

@@ -70,7 +70,7 @@ def check(source, tallyd, version):
             line = re.sub(r"^# ([a-z][a-z0-9-]* = )", r"\1", line)
             if line.startswith(("data-dir = ", "source = ", "definitions = ", "port = ",
                                 "http-port = ", "tls-cert-file = ", "tls-key-file = ",
-                                "tls-ca-cert-file = ")):
+                                "tls-ca-cert-file = ", "cluster-nats = ")):
                 continue
             lines.append(line)
         path = os.path.join(tmp, "tally.conf")

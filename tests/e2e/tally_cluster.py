@@ -1,0 +1,272 @@
+"""A local tally cluster for the cluster-mode tests: M tallyd nodes over a NatsCluster.
+
+    with TallyCluster(nodes=3) as cluster:      # NATS up, 3 nodes, every slot owned
+        r = cluster.cluster_client()            # redis-py RedisCluster over the live nodes
+        cluster.kill9(0)
+        cluster.wait_all_owned(timeout=30)      # the others took over node 0's partitions
+        cluster.restart(0)                      # same data dir and ports
+
+Each node is a harness.TallyServer (its own data dir, 127.0.0.1, a free --port and
+--http-port) with the --cluster-* options of /work/notes/cluster-spec.md; its process handling
+(start, PING wait, stop, kill -9, setpriv --pdeathsig, E2E_TALLY_ARGS, E2E_KEEP) is
+TallyServer's. Every process is stopped by stop_all() / cleanup() / the context manager, and
+by an atexit hook (nodes first, then NATS). Node indexes are 0-based and never reused: a node
+added by add_node() gets the next one.
+"""
+
+import atexit
+import collections
+import os
+import signal
+import threading
+import time
+
+import redis
+from redis.cluster import ClusterNode, RedisCluster
+
+from harness import HOST, TallyServer
+from nats_cluster import NatsCluster, free_ports
+
+SLOTS = 16384
+OWNED_TIMEOUT = 60.0
+POLL_INTERVAL = 0.1
+
+_live = set()
+_live_lock = threading.Lock()
+
+
+def _cleanup_all_at_exit():
+    with _live_lock:
+        clusters = list(_live)
+    for cluster in clusters:
+        try:
+            cluster.cleanup()
+        except Exception:  # noqa: BLE001 - best effort at exit
+            pass
+
+
+# Registered after harness's and nats_cluster's hooks (imported above), so it runs before
+# them: the nodes stop while NATS still runs.
+atexit.register(_cleanup_all_at_exit)
+
+
+class ClusterError(Exception):
+    """The cluster did not reach the state waited for in time."""
+
+
+# One range of CLUSTER SLOTS: slots start..end (inclusive), served by owner (host, port),
+# followed by replicas [(host, port), ...] (the partition's standbys).
+SlotRange = collections.namedtuple("SlotRange", "start end owner replicas")
+
+
+def parse_cluster_slots(reply):
+    """CLUSTER SLOTS' reply (as redis-py returns it with decode_responses=True) as
+    SlotRanges sorted by start."""
+    ranges = [SlotRange(int(r[0]), int(r[1]), (r[2][0], int(r[2][1])),
+                        [(n[0], int(n[1])) for n in r[3:]]) for r in reply]
+    return sorted(ranges)
+
+
+def uncovered(ranges, live_ports):
+    """The slot ranges [(first, last), ...] not served by a node whose port is in live_ports
+    (every node is on loopback, so the port names it; the host it announces is not judged
+    here). [] when all SLOTS slots are."""
+    served = sorted((r.start, r.end) for r in ranges if r.owner[1] in live_ports)
+    gaps, next_slot = [], 0
+    for start, end in served:
+        if start > next_slot:
+            gaps.append((next_slot, start - 1))
+        next_slot = max(next_slot, end + 1)
+    if next_slot < SLOTS:
+        gaps.append((next_slot, SLOTS - 1))
+    return gaps
+
+
+def fetch_slots(port, timeout=2.0):
+    """CLUSTER SLOTS of the node on 127.0.0.1:port as SlotRanges; raises redis.RedisError
+    when it does not answer within `timeout` seconds or answers with an error."""
+    with redis.Redis(host=HOST, port=port, decode_responses=True, socket_timeout=timeout,
+                     socket_connect_timeout=timeout) as client:
+        return parse_cluster_slots(client.execute_command("CLUSTER", "SLOTS"))
+
+
+def slots_problem(ask_ports, live_ports):
+    """None when every node on ask_ports answers CLUSTER SLOTS with all slots served by nodes
+    whose port is in live_ports; otherwise what is wrong with the first node that does not."""
+    for port in ask_ports:
+        try:
+            gaps = uncovered(fetch_slots(port), live_ports)
+        except redis.RedisError as e:
+            return "node on port %d: %s" % (port, e)
+        if gaps:
+            return "node on port %d: slots not served by a live node: %s" % (port, gaps)
+    return None
+
+
+class TallyCluster:
+    """`nodes` tallyd nodes in cluster mode over `nats_servers` nats-servers, all on
+    127.0.0.1. partitions, replicas, lease_ms and name become --cluster-partitions,
+    --cluster-replicas, --cluster-lease-ms and --cluster-name when given (tallyd's defaults
+    otherwise); extra_args go to every node. Not thread-safe: one test drives it."""
+
+    def __init__(self, nodes=3, nats_servers=3, partitions=None, replicas=None, lease_ms=None,
+                 name=None, extra_args=()):
+        self.initial_nodes = nodes
+        self.nats = NatsCluster(nats_servers)
+        self.options = [(flag, value) for flag, value in (
+            ("--cluster-partitions", partitions), ("--cluster-replicas", replicas),
+            ("--cluster-lease-ms", lease_ms), ("--cluster-name", name)) if value is not None]
+        self.extra_args = list(extra_args)
+        self._nodes = []       # TallyServer, by index
+        self._http_ports = []  # by index
+        self._paused = set()   # indexes of nodes stopped with SIGSTOP
+
+    # --- lifecycle ------------------------------------------------------------------------
+    def start(self, wait_owned=True, timeout=OWNED_TIMEOUT):
+        """Starts NATS, then the nodes one after the other (each answering PING), then, with
+        wait_owned, waits until every slot is owned by a live node (wait_all_owned).
+        Returns self; raises on failure (the caller cleans up, or use the context manager)."""
+        with _live_lock:
+            _live.add(self)
+        self.nats.start()
+        for _ in range(self.initial_nodes):
+            self.add_node()
+        if wait_owned:
+            self.wait_all_owned(timeout)
+        return self
+
+    def add_node(self):
+        """Starts one more node, with an empty data dir and free ports; returns its index once
+        it answers PING (it may not own anything yet). REQUIRES: start() was called."""
+        port, http_port = free_ports(2)
+        index = len(self._nodes)
+        args = ["--http-port", str(http_port),
+                "--cluster-nats", ",".join(self.nats.urls),
+                "--cluster-node-name", "node%d" % (index + 1),
+                "--cluster-announce-host", HOST]
+        for flag, value in self.options:
+            args += [flag, str(value)]
+        node = TallyServer(extra_args=args + self.extra_args, port=port, target="tally")
+        self._nodes.append(node)
+        self._http_ports.append(http_port)
+        node.start()
+        return index
+
+    def kill9(self, i):
+        """SIGKILL to node i, reaped."""
+        self._paused.discard(i)
+        self._nodes[i].kill9()
+
+    def sigstop(self, i):
+        """Freezes node i (SIGSTOP): its process and ports stay, it answers nothing.
+        REQUIRES: node i runs."""
+        if not self._nodes[i].alive():
+            raise RuntimeError("node %d is not running" % i)
+        os.kill(self._nodes[i].pid(), signal.SIGSTOP)
+        self._paused.add(i)
+
+    def sigcont(self, i):
+        """Resumes node i after sigstop(i)."""
+        os.kill(self._nodes[i].pid(), signal.SIGCONT)
+        self._paused.discard(i)
+
+    def restart(self, i, hard=False):
+        """Stops node i (SIGTERM, bounded, or SIGKILL with hard=True; resumed first if
+        frozen) and starts it again with the same data dir and ports; returns once it answers
+        PING."""
+        if i in self._paused:
+            self.sigcont(i)
+        self._nodes[i].restart(hard=hard)
+
+    def stop_all(self):
+        """Stops every node (resumed first if frozen; SIGTERM, then SIGKILL after a bound),
+        then every nats-server."""
+        for i in sorted(self._paused):
+            if self._nodes[i].alive():
+                self.sigcont(i)
+        self._paused.clear()
+        for node in self._nodes:
+            node.stop()
+        self.nats.stop_all()
+
+    def cleanup(self):
+        """stop_all(), then removes every directory (kept with E2E_KEEP=1). Safe to call more
+        than once, and before start()."""
+        try:
+            self.stop_all()
+        finally:
+            with _live_lock:
+                _live.discard(self)
+            for node in self._nodes:
+                node.cleanup()
+            self.nats.cleanup()
+
+    def __enter__(self):
+        try:
+            return self.start()
+        except BaseException:
+            self.cleanup()
+            raise
+
+    def __exit__(self, *exc):
+        self.cleanup()
+
+    # --- nodes ----------------------------------------------------------------------------
+    def node(self, i):
+        """Node i's TallyServer (port, data_dir, client(), raw(), log_tail(), ...)."""
+        return self._nodes[i]
+
+    def http_port(self, i):
+        return self._http_ports[i]
+
+    def __len__(self):
+        return len(self._nodes)
+
+    def live(self, i):
+        """True when node i runs and is not frozen."""
+        return i not in self._paused and self._nodes[i].alive()
+
+    def live_indexes(self):
+        return [i for i in range(len(self._nodes)) if self.live(i)]
+
+    def startup_nodes(self):
+        """[(host, port), ...] of the live nodes, for cluster clients."""
+        return [(HOST, self._nodes[i].port) for i in self.live_indexes()]
+
+    def cluster_client(self, **kwargs):
+        """A redis-py RedisCluster started from the live nodes (decoded replies, bounded
+        socket timeouts unless given)."""
+        kwargs.setdefault("decode_responses", True)
+        kwargs.setdefault("socket_timeout", 15)
+        kwargs.setdefault("socket_connect_timeout", 5)
+        nodes = [ClusterNode(host, port) for host, port in self.startup_nodes()]
+        return RedisCluster(startup_nodes=nodes, **kwargs)
+
+    # --- slots ----------------------------------------------------------------------------
+    def cluster_slots(self, i=None):
+        """CLUSTER SLOTS of node i (default: the first live node) as SlotRanges sorted by
+        start. Raises redis.RedisError when the node does not answer."""
+        if i is None:
+            live = self.live_indexes()
+            if not live:
+                raise ClusterError("no live node to ask for CLUSTER SLOTS")
+            i = live[0]
+        return fetch_slots(self._nodes[i].port, timeout=5.0)
+
+    def wait_all_owned(self, timeout=OWNED_TIMEOUT):
+        """Polls CLUSTER SLOTS on every live node until each answers with all 16384 slots
+        served by live nodes (so that a client may start from any of them); returns the first
+        live node's answer (SlotRanges). Raises ClusterError with the last problem seen and
+        every live node's log tail after `timeout` seconds."""
+        deadline = time.monotonic() + timeout
+        while True:
+            live = self.live_indexes()
+            ports = [self._nodes[i].port for i in live]
+            problem = slots_problem(ports, set(ports)) if live else "no live node"
+            if problem is None:
+                return self.cluster_slots(live[0])
+            if time.monotonic() >= deadline:
+                tails = "\n".join(self._nodes[i].log_tail(20) for i in live)
+                raise ClusterError("not every slot owned by a live node within %.0fs (last: %s)"
+                                   "\n%s" % (timeout, problem, tails))
+            time.sleep(POLL_INTERVAL)
