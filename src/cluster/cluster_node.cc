@@ -42,6 +42,9 @@ Result<std::unique_ptr<ClusterNode>> ClusterNode::Open(const ClusterOptions& opt
   ConnectOptions connect;
   connect.servers = options.nats_servers;
   connect.name = fmt::format("tally {}", options.node_name);
+  // Each JetStream request (a stream's state, a consumer, a message) waits at most this: the
+  // coordinator's actor and a stopping node wait no longer for a NATS that cannot answer.
+  connect.request_timeout_ms = 2000;
   auto connection = NatsConnection::Connect(std::move(connect));
   if (!connection) {
     return MakeError(ErrorCode::kUnavailable,
@@ -59,6 +62,9 @@ Result<std::unique_ptr<ClusterNode>> ClusterNode::Open(const ClusterOptions& opt
   persistence.subject_prefix = options.name + ".p.";
   persistence.node_name = options.node_name;
   persistence.renew_ms = std::max<int64_t>(options.lease_ms / 4, 1);
+  // A claim whose follower cannot read up to the tail in this time is given up (and the
+  // follower started again): the partition is not left changing hands for long.
+  persistence.catch_up_timeout_ms = std::max<int64_t>(options.lease_ms * 5, 10000);
   auto opened = ClusterPersistence::Open(*node->connection_, std::move(persistence));
   if (!opened) return tl::unexpected(opened.error());
   node->persistence_ = std::move(*opened);

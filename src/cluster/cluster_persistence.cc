@@ -275,6 +275,10 @@ Status ClusterPersistence::BeginClaim(uint32_t partition, const PartitionOwner& 
 
 std::vector<uint32_t> ClusterPersistence::Step() {
   std::vector<uint32_t> changed;
+  // Starting a follower asks JetStream, which may take the connection's request timeout when
+  // it cannot answer: one such wait a call, the rest next time.
+  const auto began = Clock::now();
+  bool waited = false;
   for (uint32_t p = 0; p < options_.partition_count; ++p) {
     PartitionRole role;
     bool start_follower = false;
@@ -299,7 +303,10 @@ std::vector<uint32_t> ClusterPersistence::Step() {
       changed.push_back(p);
       continue;
     }
-    if (start_follower) StartFollower(p);
+    if (start_follower && !waited) {
+      StartFollower(p);
+      waited = Clock::now() - began > std::chrono::milliseconds(100);
+    }
     if ((role == PartitionRole::kCatchingUp && StepCatchingUp(p)) ||
         (role == PartitionRole::kClaiming && StepClaiming(p))) {
       changed.push_back(p);
@@ -310,6 +317,9 @@ std::vector<uint32_t> ClusterPersistence::Step() {
 
 bool ClusterPersistence::StepCatchingUp(uint32_t partition) {
   std::unique_ptr<Follower> follower;
+  // A follower that did not reach the tail in time (stuck, maybe): destroyed outside the
+  // lock, when this returns.
+  std::unique_ptr<Follower> stale;
   uint64_t tail;
   {
     std::lock_guard lock(mutex_);
@@ -328,11 +338,18 @@ bool ClusterPersistence::StepCatchingUp(uint32_t partition) {
     // ends it for every reader).
     if (reached.seq + p.follower->pending_parts() < tail) {
       if (Clock::now() < p.claim_deadline) return false;
-      spdlog::warn("partition {}: read up to {} of {} in time; claim given up", partition,
-                   reached.seq, tail);
+      spdlog::warn(
+          "partition {}: read up to {} of {} in time; claim given up, its follower "
+          "started again",
+          partition, reached.seq, tail);
       p.role = PartitionRole::kFollowing;
+      p.from = reached;
+      p.last_owner = p.follower->owner();
+      stale = std::move(p.follower);
+      p.follower_wanted = true;
       return true;
     }
+    p.last_owner = owner;
     follower = std::move(p.follower);
   }
   // Stopped outside the lock (its thread may be waiting for the keyspace's stripes); from
@@ -707,8 +724,8 @@ void ClusterPersistence::CheckpointCut(uint64_t token) {
     switch (partition.role) {
       case PartitionRole::kOwned:
       case PartitionRole::kLost:
-        cut_[p] = {partition.log->progress().appended_seq, partition.header.term,
-                   partition.header.writer};
+        // The last record of a commit: renewals appended since hold no value.
+        cut_[p] = {partition.committed_seq, partition.header.term, partition.header.writer};
         cut_owned_[p] = true;
         break;
       case PartitionRole::kFollowing:

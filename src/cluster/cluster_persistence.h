@@ -81,7 +81,7 @@ struct ClusterPersistenceOptions {
   // owner alive (their lease, coordinator.h). 0: no renewals (tests of the write path).
   int64_t renew_ms = 500;
   // Stopping (BeginShutdown): how long Sync still waits for records that are not durable.
-  int64_t shutdown_wait_ms = 5000;
+  int64_t shutdown_wait_ms = 3000;
 };
 
 // The stream and subject of partition p under `options`' prefixes.

@@ -40,8 +40,9 @@ Coordinator::Coordinator(ClusterPersistence& persistence, Membership& membership
       options_(std::move(options)),
       close_clients_(std::move(close_clients)),
       started_(Clock::now()),
+      last_owners_(persistence.partition_count()),
       watches_(persistence.partition_count()),
-      last_owners_(persistence.partition_count()) {
+      stalled_since_(persistence.partition_count()) {
   for (Watch& watch : watches_) watch.heard = started_;
 }
 
@@ -49,9 +50,10 @@ Coordinator::~Coordinator() { Stop(); }
 
 void Coordinator::Start() {
   std::lock_guard lock(mutex_);
-  if (thread_.joinable()) return;
+  if (router_.joinable()) return;
   stopping_ = false;
-  thread_ = std::thread([this] { Run(); });
+  router_ = std::thread([this] { RunRouter(); });
+  actor_ = std::thread([this] { RunActor(); });
 }
 
 void Coordinator::Stop() {
@@ -60,7 +62,8 @@ void Coordinator::Stop() {
     stopping_ = true;
   }
   wake_.notify_all();
-  if (thread_.joinable()) thread_.join();
+  if (router_.joinable()) router_.join();
+  if (actor_.joinable()) actor_.join();
 }
 
 void Coordinator::Wake() {
@@ -86,39 +89,89 @@ uint64_t Coordinator::losses() const {
   return losses_;
 }
 
-void Coordinator::Run() {
-  while (true) {
-    Tick();
-    std::unique_lock lock(mutex_);
-    wake_.wait_for(lock, std::chrono::milliseconds(options_.tick_ms),
-                   [this] { return stopping_ || woken_; });
-    woken_ = false;
-    if (stopping_) return;
-  }
+uint64_t Coordinator::stall_closes() const {
+  std::lock_guard lock(mutex_);
+  return stall_closes_;
 }
 
-void Coordinator::Tick() {
-  const uint32_t count = persistence_.partition_count();
-  std::vector<PartitionStatus> statuses(count);
-  for (uint32_t p = 0; p < count; ++p) statuses[p] = persistence_.status(p);
-  FinishLosses(statuses);
-  persistence_.Step();
-  for (uint32_t p = 0; p < count; ++p) statuses[p] = persistence_.status(p);
+bool Coordinator::WaitTurn(bool actor) {
+  std::unique_lock lock(mutex_);
+  wake_.wait_for(lock, std::chrono::milliseconds(options_.tick_ms),
+                 [&] { return stopping_ || (actor && woken_); });
+  if (actor) woken_ = false;
+  return !stopping_;
+}
 
+void Coordinator::RunRouter() {
+  do {
+    RouteTurn();
+  } while (WaitTurn(/*actor=*/false));
+}
+
+void Coordinator::RunActor() {
+  do {
+    ActTurn();
+  } while (WaitTurn(/*actor=*/true));
+}
+
+std::vector<PartitionStatus> Coordinator::Statuses() const {
+  std::vector<PartitionStatus> statuses(persistence_.partition_count());
+  for (uint32_t p = 0; p < statuses.size(); ++p) statuses[p] = persistence_.status(p);
+  return statuses;
+}
+
+void Coordinator::RouteTurn() {
+  const std::vector<PartitionStatus> statuses = Statuses();
   const auto now = Clock::now();
-  for (uint32_t p = 0; p < count; ++p) {
-    Watch& watch = watches_[p];
-    const PartitionStatus& status = statuses[p];
-    if (status.role == PartitionRole::kOwned || status.owner.term != watch.term ||
-        status.owner.last_record_seq != watch.last_record_seq) {
-      watch.term = status.owner.term;
-      watch.last_record_seq = status.owner.last_record_seq;
-      watch.heard = now;
+  {
+    std::lock_guard lock(mutex_);
+    for (uint32_t p = 0; p < statuses.size(); ++p) {
+      Watch& watch = watches_[p];
+      const PartitionStatus& status = statuses[p];
+      if (status.role == PartitionRole::kOwned || status.owner.term != watch.term ||
+          status.owner.last_record_seq != watch.last_record_seq) {
+        watch.term = status.owner.term;
+        watch.last_record_seq = status.owner.last_record_seq;
+        watch.heard = now;
+      }
+      const bool stalled =
+          status.role == PartitionRole::kOwned && status.log_state != PartitionLogState::kWriting;
+      if (!stalled) {
+        stalled_since_[p].reset();
+      } else if (!stalled_since_[p]) {
+        stalled_since_[p] = now;
+      }
     }
   }
-  const std::vector<Member> live = membership_.Live();
-  ClaimWhereNeeded(statuses, live);
-  Publish(statuses, live);
+  Publish(statuses, membership_.Live());
+}
+
+void Coordinator::ActTurn() {
+  FinishLosses(Statuses());
+  CloseWhileStalled(Statuses());
+  persistence_.Step();
+  ClaimWhereNeeded(Statuses(), membership_.Live());
+}
+
+void Coordinator::CloseWhileStalled(const std::vector<PartitionStatus>& statuses) {
+  const auto now = Clock::now();
+  const auto lease = std::chrono::milliseconds(options_.lease_ms);
+  bool stalled_long = false;
+  {
+    std::lock_guard lock(mutex_);
+    for (uint32_t p = 0; p < statuses.size(); ++p) {
+      if (stalled_since_[p] && now - *stalled_since_[p] >= lease) stalled_long = true;
+    }
+  }
+  if (!stalled_long || now - last_stall_close_ < lease) return;
+  last_stall_close_ = now;
+  spdlog::warn(
+      "cluster: a partition's stream has had no quorum for {} ms: closing the clients "
+      "that wait for a commit (new writes are refused)",
+      options_.lease_ms);
+  close_clients_();
+  std::lock_guard lock(mutex_);
+  ++stall_closes_;
 }
 
 void Coordinator::FinishLosses(const std::vector<PartitionStatus>& statuses) {
@@ -129,7 +182,10 @@ void Coordinator::FinishLosses(const std::vector<PartitionStatus>& statuses) {
   if (lost.empty()) return;
   // No request may write to them from here on; then every client that may be waiting for
   // one of their writes is closed: its outcome is unknown to it, never acknowledged.
-  for (uint32_t p : lost) routing_.SetRoute(p, Route::kTryAgain);
+  {
+    std::lock_guard lock(route_mutex_);
+    for (uint32_t p : lost) routing_.SetRoute(p, Route::kTryAgain);
+  }
   close_clients_();
   {
     std::lock_guard lock(mutex_);
@@ -145,7 +201,11 @@ void Coordinator::FinishLosses(const std::vector<PartitionStatus>& statuses) {
 bool Coordinator::NeedsOwner(uint32_t p, const PartitionStatus& status, Clock::time_point now,
                              Clock::time_point* since, int64_t* wait_ms) const {
   if (status.role != PartitionRole::kFollowing) return false;
-  const Watch& watch = watches_[p];
+  Watch watch;
+  {
+    std::lock_guard lock(mutex_);
+    watch = watches_[p];
+  }
   const std::string& owner = status.owner.claim.node_id;
   if (status.owner.term == 0) {
     *since = started_;
@@ -156,13 +216,19 @@ bool Coordinator::NeedsOwner(uint32_t p, const PartitionStatus& status, Clock::t
   const Member* member = FindMember(all, owner);
   const bool released = member != nullptr && !member->self &&
                         (member->info.leaving || Contains(member->info.releasing, p));
-  if (owner == persistence_.node_id() || released) {
-    // Its owner was this node before a restart, or it let the partition go: nobody writes it.
+  if (released) {
+    // Its owner let the partition go: nobody writes it.
     *since = watch.heard;
     *wait_ms = 0;
     return true;
   }
-  if (now - watch.heard >= std::chrono::milliseconds(options_.lease_ms)) {
+  // An ownership of this node before a restart is treated like any other: its stream is
+  // silent (a node reading its streams again after a loss may see its own old claims first).
+  // The watch is the router's; a status newer than it shows a record the router has not
+  // timed yet: the owner is not silent.
+  const bool watched =
+      watch.term == status.owner.term && watch.last_record_seq == status.owner.last_record_seq;
+  if (watched && now - watch.heard >= std::chrono::milliseconds(options_.lease_ms)) {
     *since = watch.heard;
     *wait_ms = options_.lease_ms;
     return true;
@@ -253,8 +319,13 @@ void Coordinator::Publish(const std::vector<PartitionStatus>& statuses,
     partition.term = status.owner.term;
     partition.applied_seq = status.position.seq;
     partition.owner_seq = status.owner.last_record_seq;
+    Clock::time_point heard;
+    {
+      std::lock_guard lock(mutex_);
+      heard = watches_[p].heard;
+    }
     const int64_t silent_ms =
-        std::chrono::duration_cast<std::chrono::milliseconds>(now - watches_[p].heard).count();
+        std::chrono::duration_cast<std::chrono::milliseconds>(now - heard).count();
     const bool owner_silent = silent_ms >= options_.lease_ms;
     Route route = Route::kDown;
     switch (status.role) {
@@ -289,9 +360,34 @@ void Coordinator::Publish(const std::vector<PartitionStatus>& statuses,
         if (status.role == PartitionRole::kFailed) partition.detail = status.failure;
         break;
     }
+    if (partition.owner_address.empty()) {
+      // No claim read yet (a follower not started, or reading its stream again after a
+      // loss): the owner as its heartbeats say, so that CLUSTER SLOTS lists every partition
+      // that has one.
+      for (const Member& member : live) {
+        if (!member.self && Contains(member.info.owned, p)) {
+          partition.owner_id = member.info.node_id;
+          partition.owner_name = member.info.node_name;
+          partition.owner_address = member.info.redis_address;
+          if (route == Route::kDown) route = Route::kMoved;
+          partition.detail.clear();
+          break;
+        }
+      }
+    }
     partition.route = route;
     partition.owner_silent_ms = status.role == PartitionRole::kOwned ? 0 : silent_ms;
-    routing_.SetRoute(p, route);
+    {
+      // The statuses may be older than a loss the actor is finishing: serve only what is
+      // still owned now, under the lock the actor takes to stop serving a lost partition.
+      std::lock_guard lock(route_mutex_);
+      if ((route == Route::kServe || route == Route::kServeReads) &&
+          persistence_.role(p) != PartitionRole::kOwned) {
+        route = Route::kTryAgain;
+        partition.route = route;
+      }
+      routing_.SetRoute(p, route);
+    }
     if (last_owners_[p] != partition.owner_id) {
       last_owners_[p] = partition.owner_id;
       owners_changed = true;

@@ -3,22 +3,36 @@
 // fences, losses) and Membership's (who is alive); safety is the streams' (a claim lands only
 // right after the tail its claimer read; a stale owner's next record is refused).
 //
-// Every tick (tick_ms), on a thread of its own:
+// Two threads, so that what clients see never waits for NATS:
+//
+// The router, every tick_ms, reads the partitions' states (no NATS call) and sets the
+// routes and the topology for the servers (routing.h): served here, MOVED to the owner,
+// TRYAGAIN while it changes hands (the owner silent past the lease, a claim or a loss in
+// progress), reads only while an owned partition's stream has no quorum. It also keeps the
+// liveness watch: when this node last saw each owner's record count grow (its monotonic
+// clock), and heartbeats when the owned partitions change.
+//
+// The actor, every tick_ms, does what may wait for NATS (each call bounded by the
+// connection's request timeout):
 //   1. Losses. A partition fenced (kLost) gets the route kTryAgain; then `close_clients`
 //      closes every client whose replies might depend on a write not yet durable (on every
 //      thread that serves clients); then ClusterPersistence::FinishLoss. Only then may a Sync
 //      return, so no reply that counted a lost write ever leaves.
-//   2. Claims in progress move on (ClusterPersistence::Step).
-//   3. Liveness. A partition needs an owner when it never had one, when its owner's stream
-//      has been silent for lease_ms (this node's monotonic clock, from when it last saw the
-//      owner's record count grow), or when its owner says in its heartbeat that it leaves.
-//   4. Claims. For the partitions that need an owner, placement (placement.h) orders the live
-//      members; the one ranked r claims once the need is older than lease_ms (settle_ms for a
-//      partition never claimed, 0 for one its owner released) plus r * claim_step_ms.
-//   5. Routes and topology for the servers (routing.h), and a heartbeat when this node's
-//      owned partitions changed.
+//   2. Stalls. While an owned partition's stream has had no quorum for lease_ms, new writes
+//      are refused (the router's reads-only route) and the clients already waiting are
+//      closed, once a lease: their writes may still land or not (an unknown outcome), and
+//      they are not left hanging for as long as the NATS servers are down.
+//   3. Claims in progress move on, and followers that could not start are started
+//      (ClusterPersistence::Step).
+//   4. Claims. A partition needs an owner when it never had one, when its owner's stream
+//      has been silent for lease_ms, or when its owner says in its heartbeat that it leaves.
+//      Placement (placement.h) orders the live members; the one ranked r claims once the
+//      need is older than lease_ms (settle_ms for a partition never claimed, 0 for one its
+//      owner released) plus r * claim_step_ms. Silence is timed by the router's watch, and
+//      only while the watch has seen the owner's latest record: a record the actor reads
+//      before the router times it means the owner is alive.
 //
-// Threads: Start, Stop and Wake from any thread; the callbacks run on the coordinator's.
+// Threads: Start, Stop and Wake from any thread; the callbacks run on the actor's.
 #pragma once
 
 #include <chrono>
@@ -26,6 +40,7 @@
 #include <cstdint>
 #include <functional>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -67,6 +82,8 @@ class Coordinator {
   std::vector<uint32_t> Owned() const;
   uint64_t claims_started() const;
   uint64_t losses() const;
+  // Times waiting clients were closed for a stream without quorum.
+  uint64_t stall_closes() const;
 
  private:
   using Clock = std::chrono::steady_clock;
@@ -78,9 +95,17 @@ class Coordinator {
     Clock::time_point heard;  // when term or last_record_seq last changed (or the start)
   };
 
-  void Run();
-  void Tick();
+  // The two threads' loops, and one turn of each.
+  void RunRouter();
+  void RunActor();
+  void RouteTurn();
+  void ActTurn();
+  // Waits for the next turn of a loop (the actor's also comes at once after Wake()); false
+  // once stopping.
+  bool WaitTurn(bool actor);
+  std::vector<PartitionStatus> Statuses() const;
   void FinishLosses(const std::vector<PartitionStatus>& statuses);
+  void CloseWhileStalled(const std::vector<PartitionStatus>& statuses);
   void ClaimWhereNeeded(const std::vector<PartitionStatus>& statuses,
                         const std::vector<Member>& live);
   void Publish(const std::vector<PartitionStatus>& statuses, const std::vector<Member>& live);
@@ -96,21 +121,33 @@ class Coordinator {
   const CloseClients close_clients_;
   const Clock::time_point started_;
 
-  // The coordinator's thread only:
-  std::vector<Watch> watches_;  // index = partition
+  // The router's only:
   uint64_t topology_epoch_ = 0;
   std::vector<std::string> last_owners_;
+  // The actor's only:
+  Clock::time_point last_stall_close_;
+
+  // Held while a route is set: the router re-reads a partition's role under it before it
+  // serves the partition, and the actor stops serving a lost partition under it before it
+  // closes the waiting clients. Before the persistence's own lock.
+  std::mutex route_mutex_;
 
   mutable std::mutex mutex_;
   std::condition_variable wake_;
   // Guarded by mutex_:
+  std::vector<Watch> watches_;  // index = partition; written by the router
+  // Since when each owned partition's stream has had no quorum (router), and how often the
+  // actor closed waiting clients for it.
+  std::vector<std::optional<Clock::time_point>> stalled_since_;
   bool woken_ = false;
   bool stopping_ = false;
   std::vector<uint32_t> owned_;
   uint64_t claims_started_ = 0;
   uint64_t losses_ = 0;
+  uint64_t stall_closes_ = 0;
 
-  std::thread thread_;
+  std::thread router_;
+  std::thread actor_;
 };
 
 }  // namespace tally::cluster

@@ -24,11 +24,14 @@ import time
 import redis
 from redis.cluster import ClusterNode, RedisCluster
 
-from harness import HOST, TallyServer
+from harness import HOST, START_TIMEOUT, TallyServer
 from nats_cluster import NatsCluster, free_ports
 
 SLOTS = 16384
 OWNED_TIMEOUT = 60.0
+# A node answers PING only once it has found (the first one: created) every stream, which
+# can take longer than E2E_START_TIMEOUT's default on a loaded machine.
+NODE_START_TIMEOUT = max(START_TIMEOUT, 60.0)
 POLL_INTERVAL = 0.1
 
 _live = set()
@@ -149,7 +152,8 @@ class TallyCluster:
         node = TallyServer(extra_args=args + self.extra_args, port=port, target="tally")
         self._nodes.append(node)
         self._http_ports.append(http_port)
-        node.start()
+        node.start(wait=False)
+        node.wait_ready(NODE_START_TIMEOUT)
         return index
 
     def kill9(self, i):
@@ -176,7 +180,8 @@ class TallyCluster:
         PING."""
         if i in self._paused:
             self.sigcont(i)
-        self._nodes[i].restart(hard=hard)
+        self._nodes[i].restart(hard=hard, wait=False)
+        self._nodes[i].wait_ready(NODE_START_TIMEOUT)
 
     def stop_all(self):
         """Stops every node (resumed first if frozen; SIGTERM, then SIGKILL after a bound),

@@ -75,8 +75,9 @@ void Worker::Adopt(boost::asio::ip::tcp::socket socket, servers::Peer peer) {
 void Worker::Forget(uint64_t id) { connections_.erase(id); }
 
 void Worker::CloseWaitingClients() {
+  // Folded first: an increment run in this turn raises its connection's epoch here.
   shard_.FoldIncrements();
-  std::vector<std::shared_ptr<Connection>> waiting = touched_;
+  std::vector<std::shared_ptr<Connection>> waiting;
   for (const auto& [id, connection] : connections_) {
     if (!core_.engine().IsDurable(connection->required_epoch())) waiting.push_back(connection);
   }

@@ -59,9 +59,9 @@ class Worker {
   // The connection closed: the worker lets go of it (by its id).
   void Forget(uint64_t id);
 
-  // Closes every connection whose replies wait for a commit epoch not yet durable, and every
-  // one that ran requests in the current turn (their increments folded first): their
-  // outcomes stay unknown to them, never acknowledged. A cluster node does this when a
+  // Closes every connection whose replies wait for a commit epoch not yet durable (the
+  // increments of the current turn folded first, so that theirs count): their outcomes stay
+  // unknown to them, never acknowledged. A cluster node does this when a
   // partition it owned was taken over (a write to it may never become durable). Loop thread.
   void CloseWaitingClients();
 
