@@ -153,12 +153,15 @@ MemberInfo ClusterNode::Describe() const {
   info.node_name = node_name_;
   info.redis_address = redis_address_;
   info.http_address = http_address_;
-  if (coordinator_) info.owned = coordinator_->Owned();
+  if (coordinator_) {
+    info.owned = coordinator_->Owned();
+    info.releasing = coordinator_->Releasing();
+  }
   return info;
 }
 
 Status ClusterNode::Start(const std::string& redis_address, const std::string& http_address,
-                          Coordinator::CloseClients close_clients) {
+                          Coordinator::CloseClients close_clients, Coordinator::Barrier barrier) {
   node_name_ = options_.node_name.empty() ? redis_address : options_.node_name;
   redis_address_ = redis_address;
   http_address_ = http_address;
@@ -181,8 +184,9 @@ Status ClusterNode::Start(const std::string& redis_address, const std::string& h
   coordinator.lease_ms = options_.lease_ms;
   coordinator.claim_step_ms = std::max<int64_t>(options_.lease_ms / 4, 1);
   coordinator.settle_ms = std::max<int64_t>(options_.lease_ms * 3 / 4, 1);
-  coordinator_ = std::make_unique<Coordinator>(*persistence_, *membership_, *routing_, *connection_,
-                                               coordinator, std::move(close_clients));
+  coordinator_ =
+      std::make_unique<Coordinator>(*persistence_, *membership_, *routing_, *connection_,
+                                    coordinator, std::move(close_clients), std::move(barrier));
   persistence_->SetOnChange([coordinator = coordinator_.get()] { coordinator->Wake(); });
   coordinator_->Start();
   return OkStatus();

@@ -43,10 +43,10 @@ class ClusterNode {
 
   // Starts the heartbeats and the coordinator. `redis_address` and `http_address` are
   // host:port as clients reach them (the node's name, when options().node_name is empty, is
-  // its Redis address); `close_clients` as Coordinator::CloseClients.
+  // its Redis address); `close_clients` and `barrier` as the Coordinator's.
   // REQUIRES: the persistence loaded (the engine started).
   Status Start(const std::string& redis_address, const std::string& http_address,
-               Coordinator::CloseClients close_clients);
+               Coordinator::CloseClients close_clients, Coordinator::Barrier barrier);
   // The node's name (after Start).
   const std::string& node_name() const { return node_name_; }
   // The node stops: no more claims; commits wait a bounded time for their streams.

@@ -34,6 +34,11 @@ std::vector<BatchShare> SplitShare(const BatchShare& share, size_t parts) {
   return split;
 }
 
+// The roles in which this node's commits go to the partition's stream.
+bool Writes(PartitionRole role) {
+  return role == PartitionRole::kOwned || role == PartitionRole::kReleasing;
+}
+
 }  // namespace
 
 std::string PartitionStream(const ClusterPersistenceOptions& options, uint32_t partition) {
@@ -54,6 +59,8 @@ std::string_view PartitionRoleName(PartitionRole role) {
       return "claiming";
     case PartitionRole::kOwned:
       return "owned";
+    case PartitionRole::kReleasing:
+      return "releasing";
     case PartitionRole::kLost:
       return "lost";
     case PartitionRole::kFailed:
@@ -491,7 +498,7 @@ void ClusterPersistence::MarkLost(uint32_t partition, uint64_t writer) {
   {
     std::lock_guard lock(mutex_);
     Partition& p = partitions_[partition];
-    if (p.role != PartitionRole::kOwned || p.header.writer != writer) return;
+    if (!Writes(p.role) || p.header.writer != writer) return;
     p.role = PartitionRole::kLost;
     spdlog::warn("partition {}: fenced (another node took its stream); stopping writes", partition);
   }
@@ -519,6 +526,81 @@ Status ClusterPersistence::FinishLoss(uint32_t partition) {
   // it, here and in the tables, and read the stream again from the start.
   keyspace_->DropSlots(PartitionSlots(partition, options_.partition_count));
   if (auto status = tables_->RebuildPartition(partition); !status) return status;
+  StartFollower(partition);
+  return OkStatus();
+}
+
+Status ClusterPersistence::BeginRelease(uint32_t partition) {
+  std::lock_guard lock(mutex_);
+  Partition& p = partitions_[partition];
+  if (p.role != PartitionRole::kOwned || p.log->progress().state != PartitionLogState::kWriting) {
+    return MakeError(ErrorCode::kUnavailable,
+                     fmt::format("partition {} is {}, not owned and writing", partition,
+                                 PartitionRoleName(p.role)));
+  }
+  p.role = PartitionRole::kReleasing;
+  return OkStatus();
+}
+
+void ClusterPersistence::AbortRelease(uint32_t partition) {
+  std::lock_guard lock(mutex_);
+  Partition& p = partitions_[partition];
+  if (p.role == PartitionRole::kReleasing) p.role = PartitionRole::kOwned;
+}
+
+Status ClusterPersistence::FinishRelease(uint32_t partition, std::chrono::milliseconds timeout) {
+  const auto deadline = Clock::now() + timeout;
+  // The writes made before now: those of the epochs before the open one, and of the open
+  // one when anything was written in it.
+  const uint64_t open = keyspace_->open_epoch();
+  const uint64_t last_written = keyspace_->OpenEpochWritten() ? open : open - 1;
+  std::shared_ptr<PartitionLog> log;
+  uint64_t seq = 0;
+  while (true) {
+    {
+      std::lock_guard lock(mutex_);
+      Partition& p = partitions_[partition];
+      if (p.role != PartitionRole::kReleasing) {
+        return MakeError(
+            ErrorCode::kUnavailable,
+            fmt::format("partition {} is {} while released", partition, PartitionRoleName(p.role)));
+      }
+      if (committed_epoch_ >= last_written) {
+        log = p.log;
+        seq = p.committed_seq;
+        break;
+      }
+    }
+    if (Clock::now() >= deadline) {
+      return MakeError(
+          ErrorCode::kUnavailable,
+          fmt::format("partition {}: epoch {} not committed in time", partition, last_written));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+  const PartitionLogProgress progress =
+      log->WaitDurable(seq, std::max(left, std::chrono::milliseconds(1)));
+  if (progress.durable_seq < seq) {
+    return MakeError(ErrorCode::kUnavailable,
+                     fmt::format("partition {}: record {} not durable in time ({})", partition, seq,
+                                 PartitionLogStateName(progress.state)));
+  }
+  {
+    std::lock_guard lock(mutex_);
+    Partition& p = partitions_[partition];
+    if (p.role != PartitionRole::kReleasing) {
+      return MakeError(ErrorCode::kUnavailable, "the partition changed while released");
+    }
+    // Everything the keyspace holds of it is in the stream up to committed_seq: follow on
+    // from there (later renewals are read again, harmlessly).
+    p.from = {p.committed_seq, p.header.term, p.header.writer};
+    p.role = PartitionRole::kFollowing;
+    p.follower_wanted = true;
+    log = std::move(p.log);
+  }
+  log.reset();
+  spdlog::info("partition {}: released at sequence {}", partition, seq);
   StartFollower(partition);
   return OkStatus();
 }
@@ -569,8 +651,9 @@ Status ClusterPersistence::Commit(const engine::CommitBatch& batch, [[maybe_unus
   std::vector<Target> targets;
   {
     std::lock_guard lock(mutex_);
+    committed_epoch_ = std::max(committed_epoch_, batch.epoch());
     for (uint32_t p = 0; p < options_.partition_count; ++p) {
-      if (shares[p].empty() || partitions_[p].role != PartitionRole::kOwned) continue;
+      if (shares[p].empty() || !Writes(partitions_[p].role)) continue;
       targets.push_back({p, partitions_[p].log, partitions_[p].header});
     }
   }
@@ -609,8 +692,7 @@ Status ClusterPersistence::Sync() {
     std::lock_guard lock(mutex_);
     for (uint32_t p = 0; p < options_.partition_count; ++p) {
       const Partition& partition = partitions_[p];
-      if (partition.log &&
-          (partition.role == PartitionRole::kOwned || partition.role == PartitionRole::kLost)) {
+      if (partition.log && (Writes(partition.role) || partition.role == PartitionRole::kLost)) {
         targets.push_back({p, partition.log, partition.committed_seq, partition.header.writer});
       }
     }
@@ -660,7 +742,7 @@ void ClusterPersistence::RenewIdle() {
     std::lock_guard lock(mutex_);
     for (uint32_t p = 0; p < options_.partition_count; ++p) {
       const Partition& partition = partitions_[p];
-      if (partition.role == PartitionRole::kOwned &&
+      if (Writes(partition.role) &&
           now - partition.last_append >= std::chrono::milliseconds(options_.renew_ms)) {
         targets.push_back({p, partition.log, partition.header});
       }
@@ -685,8 +767,7 @@ std::vector<uint32_t> ClusterPersistence::MayHoldUnstreamedLocked() const {
   std::vector<uint32_t> partitions;
   for (uint32_t p = 0; p < options_.partition_count; ++p) {
     const PartitionRole role = partitions_[p].role;
-    if (role == PartitionRole::kOwned || role == PartitionRole::kClaiming ||
-        role == PartitionRole::kLost) {
+    if (Writes(role) || role == PartitionRole::kClaiming || role == PartitionRole::kLost) {
       partitions.push_back(p);
     }
   }
@@ -723,6 +804,7 @@ void ClusterPersistence::CheckpointCut(uint64_t token) {
     cut_owned_[p] = false;
     switch (partition.role) {
       case PartitionRole::kOwned:
+      case PartitionRole::kReleasing:
       case PartitionRole::kLost:
         // The last record of a commit: renewals appended since hold no value.
         cut_[p] = {partition.committed_seq, partition.header.term, partition.header.writer};
@@ -760,8 +842,7 @@ Status ClusterPersistence::FinishCheckpoint(uint64_t token) {
       const Partition& partition = partitions_[p];
       // The values written came from this node's writes up to the cut: they stand only when
       // all of those are in the stream.
-      const bool durable = partition.role == PartitionRole::kOwned &&
-                           partition.header.writer == cut_[p].writer &&
+      const bool durable = Writes(partition.role) && partition.header.writer == cut_[p].writer &&
                            partition.log->progress().durable_seq >= cut_[p].seq;
       if (!durable) rebuild.push_back(p);
     }
@@ -827,7 +908,7 @@ PartitionStatus ClusterPersistence::status(uint32_t partition) const {
     const PartitionLogProgress progress = p.log->progress();
     status.log_state = progress.state;
     status.appended_seq = progress.appended_seq;
-    if (p.role == PartitionRole::kOwned || p.role == PartitionRole::kLost) {
+    if (Writes(p.role) || p.role == PartitionRole::kLost) {
       status.position = {progress.durable_seq, p.header.term, p.header.writer};
       status.owner.last_record_seq = progress.durable_seq;
     }

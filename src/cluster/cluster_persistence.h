@@ -5,6 +5,10 @@
 //   kCatchingUp  claiming: the follower reads up to the stream's tail as found
 //   kClaiming    claiming: a claim is appended right after that tail, not yet durable
 //   kOwned       this node writes it: its commits go to the stream through a PartitionLog
+//   kReleasing   handing it over (rebalancing): no new writes reach it (the coordinator's
+//                route says TRYAGAIN), what was written before is still appended; once all
+//                of it is durable (FinishRelease) this node follows the partition, and says
+//                in its heartbeats that it let it go, so that another node claims at once
 //   kLost        fenced: another node's claim took the stream; nothing of ours lands any more.
 //                Waits for FinishLoss (the node closes every client whose reply might depend
 //                on a write the stream will never have), then follows again from the start.
@@ -93,6 +97,7 @@ enum class PartitionRole : uint8_t {
   kCatchingUp,
   kClaiming,
   kOwned,
+  kReleasing,
   kLost,
   kFailed,
 };
@@ -167,6 +172,18 @@ class ClusterPersistence final : public engine::Persistence {
   // Forgets the partition's counters in the keyspace and the tables and follows its stream again
   // from the start.
   Status FinishLoss(uint32_t partition);
+  // kOwned -> kReleasing. kUnavailable when not owned, or while its stream stalls.
+  Status BeginRelease(uint32_t partition);
+  // kReleasing -> kFollowing, once every write the keyspace held when this was called is
+  // durable in the stream (commits drain in epoch order: the epochs up to the open one, or
+  // up to the one before when nothing was written in it, appended and acknowledged), then
+  // follows the partition from its last record. REQUIRES: no write can reach the partition
+  // any more (its route has been TRYAGAIN and every worker has folded its increments since).
+  // Waits at most `timeout`; on kUnavailable (a timeout, a fence) the partition is left as
+  // it is: the caller makes it kOwned again (AbortRelease), or it is lost.
+  Status FinishRelease(uint32_t partition, std::chrono::milliseconds timeout);
+  // kReleasing -> kOwned.
+  void AbortRelease(uint32_t partition);
   // Claims `partition` now: BeginClaim, then Step until it is owned (or `timeout`). Tests and
   // Load's options.owned.
   Status ClaimNow(uint32_t partition, std::chrono::milliseconds timeout);
@@ -187,7 +204,7 @@ class ClusterPersistence final : public engine::Persistence {
   struct Partition {
     PartitionRole role = PartitionRole::kFollowing;
     std::unique_ptr<Follower> follower;  // kFollowing, kCatchingUp
-    std::shared_ptr<PartitionLog> log;   // kClaiming, kOwned, kLost
+    std::shared_ptr<PartitionLog> log;   // kClaiming, kOwned, kReleasing, kLost
     RecordHeader header;                 // the ownership's, for its records
     ClaimBody claim;                     // kClaiming, kOwned: the claim written
     storage::StreamPosition from;        // where to follow from (a follower to start)
@@ -238,6 +255,7 @@ class ClusterPersistence final : public engine::Persistence {
   // Guarded by mutex_:
   std::vector<Partition> partitions_;  // index = partition
   std::function<void()> on_change_;
+  uint64_t committed_epoch_ = 0;  // the epoch of the last batch Commit took
   ClaimBody identity_;
   bool shutting_down_ = false;
   std::chrono::steady_clock::time_point shutdown_deadline_;

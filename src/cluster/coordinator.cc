@@ -32,17 +32,19 @@ bool HeldHere(PartitionRole role) {
 
 Coordinator::Coordinator(ClusterPersistence& persistence, Membership& membership, Routing& routing,
                          NatsConnection& connection, CoordinatorOptions options,
-                         CloseClients close_clients)
+                         CloseClients close_clients, Barrier barrier)
     : persistence_(persistence),
       membership_(membership),
       routing_(routing),
       connection_(connection),
       options_(std::move(options)),
       close_clients_(std::move(close_clients)),
+      barrier_(std::move(barrier)),
       started_(Clock::now()),
       last_owners_(persistence.partition_count()),
       watches_(persistence.partition_count()),
-      stalled_since_(persistence.partition_count()) {
+      stalled_since_(persistence.partition_count()),
+      last_owner_change_(started_) {
   for (Watch& watch : watches_) watch.heard = started_;
 }
 
@@ -77,6 +79,19 @@ void Coordinator::Wake() {
 std::vector<uint32_t> Coordinator::Owned() const {
   std::lock_guard lock(mutex_);
   return owned_;
+}
+
+std::vector<uint32_t> Coordinator::Releasing() const {
+  std::lock_guard lock(mutex_);
+  std::vector<uint32_t> partitions;
+  for (const auto& [p, term] : released_) partitions.push_back(p);
+  std::sort(partitions.begin(), partitions.end());
+  return partitions;
+}
+
+uint64_t Coordinator::releases() const {
+  std::lock_guard lock(mutex_);
+  return releases_;
 }
 
 uint64_t Coordinator::claims_started() const {
@@ -151,6 +166,78 @@ void Coordinator::ActTurn() {
   CloseWhileStalled(Statuses());
   persistence_.Step();
   ClaimWhereNeeded(Statuses(), membership_.Live());
+  Rebalance(Statuses(), membership_.Live());
+}
+
+std::optional<uint32_t> Coordinator::PartitionToRelease(
+    const std::vector<PartitionStatus>& statuses, const std::vector<Member>& live) const {
+  // Only in a settled cluster: every partition owned by a live node, none changing hands.
+  std::vector<uint32_t> mine;
+  for (uint32_t p = 0; p < statuses.size(); ++p) {
+    const PartitionStatus& status = statuses[p];
+    if (status.role == PartitionRole::kOwned) {
+      mine.push_back(p);
+    } else if (status.role != PartitionRole::kFollowing || status.owner.term == 0 ||
+               FindMember(live, status.owner.claim.node_id) == nullptr) {
+      return std::nullopt;
+    }
+  }
+  const Member* least = nullptr;
+  for (const Member& member : live) {
+    if (member.self || member.info.redis_address.empty()) continue;
+    if (least == nullptr || member.info.owned.size() < least->info.owned.size() ||
+        (member.info.owned.size() == least->info.owned.size() &&
+         member.info.node_id < least->info.node_id)) {
+      least = &member;
+    }
+  }
+  if (least == nullptr || mine.empty()) return std::nullopt;
+  const size_t count = statuses.size();
+  const size_t floor = count / live.size();
+  const size_t ceil = (count + live.size() - 1) / live.size();
+  const size_t fewest = least->info.owned.size();
+  if (!(mine.size() > ceil || (mine.size() > floor && fewest < floor))) return std::nullopt;
+  if (fewest + 1 >= mine.size()) return std::nullopt;  // moving one would not even it out
+  // The one the least loaded node would rank highest: the same choice on every node.
+  return *std::max_element(mine.begin(), mine.end(), [&](uint32_t a, uint32_t b) {
+    return RendezvousWeight(least->info.node_id, a) < RendezvousWeight(least->info.node_id, b);
+  });
+}
+
+void Coordinator::Rebalance(const std::vector<PartitionStatus>& statuses,
+                            const std::vector<Member>& live) {
+  const auto now = Clock::now();
+  const auto settled = std::chrono::milliseconds(2 * options_.lease_ms);
+  {
+    std::lock_guard lock(mutex_);
+    // A released partition is listed until a newer claim is seen.
+    std::erase_if(released_, [&](const auto& entry) {
+      return statuses[entry.first].owner.term != entry.second;
+    });
+    if (now - last_owner_change_ < settled) return;
+  }
+  if (now - last_release_ < settled) return;
+  const std::optional<uint32_t> p = PartitionToRelease(statuses, live);
+  if (!p) return;
+  last_release_ = now;
+  if (auto begun = persistence_.BeginRelease(*p); !begun) return;
+  {
+    std::lock_guard lock(route_mutex_);
+    routing_.SetRoute(*p, Route::kTryAgain);
+  }
+  barrier_();
+  if (auto released = persistence_.FinishRelease(*p, std::chrono::milliseconds(options_.lease_ms));
+      !released) {
+    spdlog::warn("partition {}: not handed over: {}", *p, released.error().message);
+    persistence_.AbortRelease(*p);
+    return;
+  }
+  {
+    std::lock_guard lock(mutex_);
+    released_.emplace_back(*p, statuses[*p].owner.term);
+    ++releases_;
+  }
+  membership_.BeatSoon();
 }
 
 void Coordinator::CloseWhileStalled(const std::vector<PartitionStatus>& statuses) {
@@ -346,6 +433,10 @@ void Coordinator::Publish(const std::vector<PartitionStatus>& statuses,
         route = Route::kTryAgain;
         partition.detail = "another node took it over";
         break;
+      case PartitionRole::kReleasing:
+        route = Route::kTryAgain;
+        partition.detail = "this node hands it over";
+        break;
       case PartitionRole::kFollowing:
       case PartitionRole::kFailed:
         if (status.owner.term == 0 || partition.owner_address.empty()) {
@@ -394,7 +485,11 @@ void Coordinator::Publish(const std::vector<PartitionStatus>& statuses,
     }
     topology->partitions.push_back(std::move(partition));
   }
-  if (owners_changed) ++topology_epoch_;
+  if (owners_changed) {
+    ++topology_epoch_;
+    std::lock_guard lock(mutex_);
+    last_owner_change_ = now;
+  }
   topology->epoch = topology_epoch_;
 
   for (const Member& member : membership_.All()) {

@@ -24,7 +24,14 @@
 //      they are not left hanging for as long as the NATS servers are down.
 //   3. Claims in progress move on, and followers that could not start are started
 //      (ClusterPersistence::Step).
-//   4. Claims. A partition needs an owner when it never had one, when its owner's stream
+//   4. Balance. Once nothing has changed hands for two leases, a node that owns more than its
+//      share (more than ceil(P / live nodes), or more than floor while another has less)
+//      hands one partition over: its route becomes TRYAGAIN, every worker folds its
+//      increments (`barrier`: no request that saw the old route is left outside the
+//      keyspace), everything written is made durable (ClusterPersistence::FinishRelease),
+//      and the node follows the partition and says in its heartbeats that it released it;
+//      the least loaded node claims it at once. One partition a time, two leases apart.
+//   5. Claims. A partition needs an owner when it never had one, when its owner's stream
 //      has been silent for lease_ms, or when its owner says in its heartbeat that it leaves.
 //      Placement (placement.h) orders the live members; the one ranked r claims once the
 //      need is older than lease_ms (settle_ms for a partition never claimed, 0 for one its
@@ -64,10 +71,15 @@ class Coordinator {
   // Closes every client whose replies might depend on a write not yet durable, and returns
   // once done. On the coordinator's thread.
   using CloseClients = std::function<void()>;
+  // Returns once every thread serving clients has applied what it took so far (the
+  // increments buffered in an event-loop turn folded into the keyspace). On the
+  // coordinator's thread.
+  using Barrier = std::function<void()>;
 
   // REQUIRES: everything referenced outlives the coordinator; persistence loaded.
   Coordinator(ClusterPersistence& persistence, Membership& membership, Routing& routing,
-              NatsConnection& connection, CoordinatorOptions options, CloseClients close_clients);
+              NatsConnection& connection, CoordinatorOptions options, CloseClients close_clients,
+              Barrier barrier);
   ~Coordinator();  // Stop()s.
   Coordinator(const Coordinator&) = delete;
   Coordinator& operator=(const Coordinator&) = delete;
@@ -78,8 +90,10 @@ class Coordinator {
   // Something changed (a fence): tick now.
   void Wake();
 
-  // The partitions this node owns now (for its heartbeats).
+  // The partitions this node owns now, and those it released lately (for its heartbeats).
   std::vector<uint32_t> Owned() const;
+  std::vector<uint32_t> Releasing() const;
+  uint64_t releases() const;
   uint64_t claims_started() const;
   uint64_t losses() const;
   // Times waiting clients were closed for a stream without quorum.
@@ -108,6 +122,11 @@ class Coordinator {
   void CloseWhileStalled(const std::vector<PartitionStatus>& statuses);
   void ClaimWhereNeeded(const std::vector<PartitionStatus>& statuses,
                         const std::vector<Member>& live);
+  void Rebalance(const std::vector<PartitionStatus>& statuses, const std::vector<Member>& live);
+  // The partition of this node to hand to the least loaded member, if this node owns more
+  // than its share.
+  std::optional<uint32_t> PartitionToRelease(const std::vector<PartitionStatus>& statuses,
+                                             const std::vector<Member>& live) const;
   void Publish(const std::vector<PartitionStatus>& statuses, const std::vector<Member>& live);
   // Whether partition p's owner is presumed gone, and since when its need for an owner runs.
   bool NeedsOwner(uint32_t p, const PartitionStatus& status, Clock::time_point now,
@@ -119,6 +138,7 @@ class Coordinator {
   NatsConnection& connection_;
   const CoordinatorOptions options_;
   const CloseClients close_clients_;
+  const Barrier barrier_;
   const Clock::time_point started_;
 
   // The router's only:
@@ -126,6 +146,7 @@ class Coordinator {
   std::vector<std::string> last_owners_;
   // The actor's only:
   Clock::time_point last_stall_close_;
+  Clock::time_point last_release_;
 
   // Held while a route is set: the router re-reads a partition's role under it before it
   // serves the partition, and the actor stops serving a lost partition under it before it
@@ -142,6 +163,11 @@ class Coordinator {
   bool woken_ = false;
   bool stopping_ = false;
   std::vector<uint32_t> owned_;
+  // Released partitions, and the claim term in force when each was released: listed in the
+  // heartbeats until a newer claim is seen.
+  std::vector<std::pair<uint32_t, uint64_t>> released_;
+  Clock::time_point last_owner_change_;  // when the router last saw an owner change
+  uint64_t releases_ = 0;
   uint64_t claims_started_ = 0;
   uint64_t losses_ = 0;
   uint64_t stall_closes_ = 0;

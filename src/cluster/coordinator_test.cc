@@ -1,8 +1,9 @@
 // Coordinators of several nodes in one process, against three real nats-servers (started by
-// each test): a cold cluster's partitions get owners, spread evenly; an owner gone silent is
-// replaced by a standby after the lease, with every write it had made durable; an owner
-// fenced by another node's claim closes its waiting clients before any of its commits is
-// announced, then follows the partition again and ends with the stream's values.
+// each test): a cold cluster's partitions get owners, spread evenly; a node that joins later
+// gets its share handed over, values intact; an owner gone silent is replaced by a standby
+// after the lease, with every write it had made durable; an owner fenced by another node's
+// claim closes its waiting clients before any of its commits is announced, then follows the
+// partition again and ends with the stream's values.
 #include "cluster/coordinator.h"
 
 #include <gtest/gtest.h>
@@ -146,7 +147,8 @@ class CoordinatorTest : public ::testing::Test {
         [self] {
           self->durable_at_close = self->engine->committer().durable_epoch();
           ++self->closes;
-        });
+        },
+        [] {});
     node->persistence->SetOnChange([self] { self->coordinator->Wake(); });
     node->coordinator->Start();
   }
@@ -210,6 +212,28 @@ TEST_F(CoordinatorTest, AColdClusterGetsEveryPartitionOwnedAndSpread) {
     EXPECT_EQ(a.routing->topology()->partitions[p].owner_address, "127.0.0.1:7002");
   }
   EXPECT_EQ(a.closes.load(), 0);
+}
+
+TEST_F(CoordinatorTest, ANodeThatJoinsLaterGetsItsShareHandedOver) {
+  TestNode a, b;
+  ASSERT_NO_FATAL_FAILURE(Start(&a, "7001"));
+  ASSERT_TRUE(WaitAllServed({&a}, 30s));
+  for (uint32_t p = 0; p < kPartitions; ++p) Increment(a, KeyOf(p), 7);
+  ASSERT_NO_FATAL_FAILURE(Start(&b, "7002"));
+  const auto deadline = std::chrono::steady_clock::now() + 60s;
+  while (!(b.Served().size() == 2 && WaitAllServed({&a, &b}, 1s)) &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(50ms);
+  }
+  ASSERT_EQ(b.Served().size(), 2u);
+  ASSERT_EQ(a.Served().size(), 2u);
+  EXPECT_EQ(a.coordinator->releases(), 2u);
+  EXPECT_EQ(a.closes.load(), 0);  // handed over, not taken: nobody's reply was at risk
+  for (uint32_t p : b.Served()) {
+    EXPECT_EQ(Value(b, KeyOf(p)), 7) << p;
+    Increment(b, KeyOf(p), 1);
+    EXPECT_TRUE(WaitValue(a, KeyOf(p), 8, 20s)) << p;
+  }
 }
 
 TEST_F(CoordinatorTest, ASilentOwnerIsReplacedWithEveryAcknowledgedWrite) {

@@ -30,7 +30,7 @@ namespace tally::cluster {
 
 enum class Route : uint8_t {
   kServe,       // this node owns the partition
-  kServeReads,  // owned, but its stream has no quorum now: reads served, writes refused
+  kServeReads,  // owned, but its stream does not answer (no quorum): reads served, writes refused
   kMoved,       // another node owns it: MOVED to the topology's owner address
   kTryAgain,    // changing hands (claiming, lost, owner silent): retry shortly
   kDown,        // not served (no owner yet, or the partition failed here)

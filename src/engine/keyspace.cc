@@ -617,17 +617,27 @@ size_t Keyspace::DropSlots(SlotRange slots) {
   return dropped;
 }
 
-bool Keyspace::Drain(CommitBatch* batch) {
-  View all = LockAll();
+bool Keyspace::OpenEpochWrittenLocked() {
   const uint64_t epoch = open_epoch_.load(std::memory_order_relaxed);
-  // Close the epoch when anything was written in it, even a write that changed nothing
-  // (a SET NX that did not apply): its reply waits for the epoch to be durable.
+  // Anything written in it, even a write that changed nothing (a SET NX that did not
+  // apply): its reply waits for the epoch to be durable.
   bool touched = clear_all_pending_;
   for (size_t i = 0; i < kStripeCount && !touched; ++i) {
     const StripeState& s = stripe(i);
     touched = !s.dirty.empty() || !s.deleted.empty() || s.last_write_epoch == epoch;
   }
-  if (!touched) return false;
+  return touched;
+}
+
+bool Keyspace::OpenEpochWritten() {
+  View all = LockAll();
+  return OpenEpochWrittenLocked();
+}
+
+bool Keyspace::Drain(CommitBatch* batch) {
+  View all = LockAll();
+  const uint64_t epoch = open_epoch_.load(std::memory_order_relaxed);
+  if (!OpenEpochWrittenLocked()) return false;
 
   open_epoch_.store(epoch + 1, std::memory_order_release);
   batch->set_epoch(epoch);

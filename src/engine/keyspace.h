@@ -249,6 +249,10 @@ class Keyspace {
   // sets; the batch may be empty when writes changed nothing). Returns false when nothing
   // was written in the epoch (it then stays open).
   bool Drain(CommitBatch* batch);
+  // Whether anything was written in the open epoch (what Drain would close). Takes every
+  // stripe. Epochs close in order and each closed one held writes: when this is false,
+  // every write so far belongs to an epoch before open_epoch().
+  bool OpenEpochWritten();
 
   // Appends every stripe's sampled writes since the last call (WriteSketch::Drain). The
   // HotKeys thread's, about once a second.
@@ -279,6 +283,8 @@ class Keyspace {
  private:
   friend class View;
   void ReleaseView(View& view);
+  // OpenEpochWritten. REQUIRES: every stripe held.
+  bool OpenEpochWrittenLocked();
 
   detail::StripeState& stripe(size_t i) { return *stripes_[i]; }
 

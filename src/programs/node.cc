@@ -246,7 +246,18 @@ Status Node::StartCluster() {
       std::abort();
     }
   };
-  if (auto status = cluster_->Start(redis_address, http_address, close_clients); !status) {
+  // Before a partition is handed over: every increment a worker took for it is in the
+  // keyspace, so that the hand-over waits for it to be durable. Past the bound, such an
+  // increment could be folded after the hand-over and acknowledged unreplicated: stop instead.
+  auto barrier = [this] {
+    if (!redis_->FoldIncrements(std::chrono::seconds(10))) {
+      spdlog::critical(
+          "a Redis worker did not fold its increments in time: stopping, so that "
+          "no write to a partition handed over is acknowledged");
+      std::abort();
+    }
+  };
+  if (auto status = cluster_->Start(redis_address, http_address, close_clients, barrier); !status) {
     return Failed("cannot start the cluster's membership", status.error());
   }
   spdlog::info("cluster '{}': node {} ({}) at {}, {} partitions", options_.cluster.name,

@@ -27,8 +27,8 @@ std::string ClusterRefusal(const cluster::Routing& routing, uint32_t slot, bool 
   }
   if (route == cluster::Route::kServeReads) {
     return fmt::format(
-        "CLUSTERDOWN The stream of slot {} has no quorum now: the write was refused and counted "
-        "nothing (retry once the NATS servers are back)",
+        "CLUSTERDOWN The stream of slot {} does not answer this node now (no quorum, or the node "
+        "is cut off): the write was refused and counted nothing",
         slot);
   }
   const auto topology = routing.topology();

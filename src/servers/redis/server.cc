@@ -38,6 +38,15 @@ RedisServer::RedisServer(servers::Services services, ServerOptions options)
 RedisServer::~RedisServer() { Stop(); }
 
 bool RedisServer::CloseWaitingClients(std::chrono::milliseconds timeout) {
+  return OnEveryWorker([](Worker& worker) { worker.CloseWaitingClients(); }, timeout);
+}
+
+bool RedisServer::FoldIncrements(std::chrono::milliseconds timeout) {
+  return OnEveryWorker([](Worker& worker) { worker.shard().FoldIncrements(); }, timeout);
+}
+
+bool RedisServer::OnEveryWorker(const std::function<void(Worker&)>& work,
+                                std::chrono::milliseconds timeout) {
   struct Pending {
     std::mutex mutex;
     std::condition_variable done;
@@ -46,8 +55,8 @@ bool RedisServer::CloseWaitingClients(std::chrono::milliseconds timeout) {
   auto pending = std::make_shared<Pending>();
   pending->left = workers_.size();
   for (const auto& worker : workers_) {
-    worker->loop().Post([worker = worker.get(), pending] {
-      worker->CloseWaitingClients();
+    worker->loop().Post([worker = worker.get(), pending, work] {
+      work(*worker);
       std::lock_guard lock(pending->mutex);
       if (--pending->left == 0) pending->done.notify_all();
     });

@@ -8,6 +8,7 @@
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <thread>
 #include <vector>
@@ -42,6 +43,10 @@ class RedisServer {
   // On every worker, Worker::CloseWaitingClients. Returns once all did, or false when one did
   // not within `timeout`. Any thread but a worker's.
   bool CloseWaitingClients(std::chrono::milliseconds timeout);
+  // On every worker, folds the increments buffered in its current turn into the keyspace:
+  // once this returns, every request any worker has taken so far has written what it
+  // writes. The same threads and outcome as CloseWaitingClients.
+  bool FoldIncrements(std::chrono::milliseconds timeout);
 
   // The bound ports; 0 for a port not listened on.
   uint16_t port() const { return core_.bound_port(); }
@@ -54,6 +59,10 @@ class RedisServer {
   // readable) to `worker`, or refuses it past maxclients.
   void Admit(Worker& worker, boost::asio::ip::tcp::socket socket, servers::Peer peer);
   void SampleOps();
+  // Runs `work` on every worker's loop thread; true once all ran it (or every worker has
+  // stopped: they run nothing any more, and have closed their clients), false when one did
+  // not within `timeout`.
+  bool OnEveryWorker(const std::function<void(Worker&)>& work, std::chrono::milliseconds timeout);
 
   ServerCore core_;
   std::vector<std::unique_ptr<Worker>> workers_;
