@@ -128,11 +128,24 @@ Status ClusterNode::EnsureLayout() {
 
 Status ClusterNode::EnsureStreams() {
   const auto deadline = Clock::now() + kSettleTimeout;
+  std::vector<StreamConfig> configs;
   for (uint32_t p = 0; p < options_.partitions; ++p) {
     StreamConfig config;
     config.name = fmt::format("{}_P{}", Upper(options_.name), p);
     config.subjects = {fmt::format("{}.p.{}", options_.name, p)};
     config.replicas = options_.replicas;
+    configs.push_back(std::move(config));
+  }
+  // The definitions and pushes of the derived counters, in one order (change_feed.h); a
+  // push's id is remembered as long as the idempotency window.
+  StreamConfig changes;
+  changes.name = Upper(options_.name) + "_CHANGES";
+  changes.subjects = {options_.name + ".changes"};
+  changes.replicas = options_.replicas;
+  changes.duplicate_window_ms = options_.idempotency_window_ms;
+  changes.max_message_bytes = 64 << 20;
+  configs.push_back(std::move(changes));
+  for (const StreamConfig& config : configs) {
     while (true) {
       auto state = connection_->EnsureStream(config);
       if (state) break;
@@ -153,9 +166,9 @@ MemberInfo ClusterNode::Describe() const {
   info.node_name = node_name_;
   info.redis_address = redis_address_;
   info.http_address = http_address_;
-  if (coordinator_) {
-    info.owned = coordinator_->Owned();
-    info.releasing = coordinator_->Releasing();
+  if (const Coordinator* coordinator = heartbeat_coordinator_.load(std::memory_order_acquire)) {
+    info.owned = coordinator->Owned();
+    info.releasing = coordinator->Releasing();
   }
   return info;
 }
@@ -187,22 +200,54 @@ Status ClusterNode::Start(const std::string& redis_address, const std::string& h
   coordinator_ =
       std::make_unique<Coordinator>(*persistence_, *membership_, *routing_, *connection_,
                                     coordinator, std::move(close_clients), std::move(barrier));
+  heartbeat_coordinator_.store(coordinator_.get(), std::memory_order_release);
   persistence_->SetOnChange([coordinator = coordinator_.get()] { coordinator->Wake(); });
   coordinator_->Start();
   return OkStatus();
 }
 
+Status ClusterNode::StartChanges(engine::Engine& engine, derived::DerivedCounters& derived) {
+  persistence_->SetReplicationObserver(
+      [&derived](std::span<const engine::CommitBatch* const> batches) {
+        std::vector<std::string_view> puts;
+        std::vector<std::string_view> deletes;
+        for (const engine::CommitBatch* batch : batches) {
+          for (size_t i = 0; i < batch->put_count(); ++i) puts.push_back(batch->put_key(i));
+          for (size_t i = 0; i < batch->delete_count(); ++i) {
+            deletes.push_back(batch->delete_key(i));
+          }
+        }
+        derived.OnReplicated(puts, deletes);
+      },
+      [&derived](SlotRange slots) {
+        derived.ForgetKeys([slots](std::string_view key) {
+          const uint32_t slot = KeySlot(key);
+          return slot >= slots.first && slot <= slots.last;
+        });
+      });
+  ChangeFeedOptions options;
+  options.stream = Upper(options_.name) + "_CHANGES";
+  options.subject = options_.name + ".changes";
+  options.partition_count = options_.partitions;
+  feed_ = std::make_unique<ChangeFeed>(*connection_, options, *persistence_, engine, derived);
+  return feed_->Start();
+}
+
 void ClusterNode::BeginShutdown() {
   if (coordinator_) coordinator_->Stop();
+  if (feed_) feed_->Stop();  // it applies through the engine, which stops next
   if (persistence_) persistence_->BeginShutdown();
 }
 
 void ClusterNode::Stop() {
   if (coordinator_) coordinator_->Stop();
+  if (feed_) feed_->Stop();
   if (membership_) membership_->Leave();
   if (persistence_) persistence_->Close();
   membership_.reset();
+  heartbeat_coordinator_.store(nullptr, std::memory_order_release);
   coordinator_.reset();
+  feed_.reset();
 }
 
 }  // namespace tally::cluster

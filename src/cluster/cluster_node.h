@@ -12,10 +12,12 @@
 // from any.
 #pragma once
 
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <string>
 
+#include "cluster/change_feed.h"
 #include "cluster/cluster_options.h"
 #include "cluster/cluster_persistence.h"
 #include "cluster/coordinator.h"
@@ -49,7 +51,15 @@ class ClusterNode {
                Coordinator::CloseClients close_clients, Coordinator::Barrier barrier);
   // The node's name (after Start).
   const std::string& node_name() const { return node_name_; }
-  // The node stops: no more claims; commits wait a bounded time for their streams.
+  // Starts the derived counters' part (change_feed.h): the feed of the cluster's change
+  // stream, and the indexes kept in step with what the followers apply. Once `derived` is
+  // loaded, before the servers serve. REQUIRES: `engine` and `derived` outlive Stop().
+  Status StartChanges(engine::Engine& engine, derived::DerivedCounters& derived);
+  // Where the servers send the derived counters' writes (null before StartChanges).
+  ChangeFront* changes() { return feed_.get(); }
+
+  // The node stops: no more claims, no more pushes applied; commits wait a bounded time for
+  // their streams. Before the engine stops.
   void BeginShutdown();
   // Says goodbye (the others claim this node's partitions at once) and closes the streams'
   // readers and writers. After the engine stopped. Idempotent.
@@ -67,6 +77,9 @@ class ClusterNode {
   std::unique_ptr<Routing> routing_;
   std::unique_ptr<Membership> membership_;
   std::unique_ptr<Coordinator> coordinator_;
+  // The coordinator, for the heartbeats' thread (Describe), which runs before it is made.
+  std::atomic<Coordinator*> heartbeat_coordinator_{nullptr};
+  std::unique_ptr<ChangeFeed> feed_;
   std::string node_name_;
   std::string redis_address_;
   std::string http_address_;

@@ -31,6 +31,9 @@ struct ClusterOptions {
   // --cluster-lease-ms: an owner whose stream is silent this long is replaced by a standby.
   // Owners write a renewal every quarter of it when idle. Default 2000.
   int64_t lease_ms = 2000;
+  // How long the change stream remembers a push's id (its de-duplication window): tallyd's
+  // --idempotency-window, set by the node.
+  int64_t idempotency_window_ms = 24LL * 3600 * 1000;
 
   bool enabled() const { return !nats_servers.empty(); }
 };

@@ -141,6 +141,13 @@ void ClusterPersistence::SetIdentity(ClaimBody identity) {
   identity_ = std::move(identity);
 }
 
+void ClusterPersistence::SetReplicationObserver(KeyspaceApplier::Observer applied,
+                                                std::function<void(SlotRange slots)> forgotten) {
+  applier_->SetObserver(std::move(applied));
+  std::lock_guard lock(mutex_);
+  on_forgotten_ = std::move(forgotten);
+}
+
 void ClusterPersistence::SetOnChange(std::function<void()> on_change) {
   std::lock_guard lock(mutex_);
   on_change_ = std::move(on_change);
@@ -524,7 +531,14 @@ Status ClusterPersistence::FinishLoss(uint32_t partition) {
   log.reset();
   // What the keyspace holds of the partition may include writes its stream never got: forget
   // it, here and in the tables, and read the stream again from the start.
-  keyspace_->DropSlots(PartitionSlots(partition, options_.partition_count));
+  const SlotRange slots = PartitionSlots(partition, options_.partition_count);
+  keyspace_->DropSlots(slots);
+  std::function<void(SlotRange)> forgotten;
+  {
+    std::lock_guard lock(mutex_);
+    forgotten = on_forgotten_;
+  }
+  if (forgotten) forgotten(slots);
   if (auto status = tables_->RebuildPartition(partition); !status) return status;
   StartFollower(partition);
   return OkStatus();

@@ -140,6 +140,10 @@ class ClusterPersistence final : public engine::Persistence {
   // What this node's claims say of it (node_name, redis_address, http_address). Before the
   // first claim.
   void SetIdentity(ClaimBody identity);
+  // Told of what followers apply (KeyspaceApplier::Observer) and of a partition forgotten
+  // whole (a loss: its slots), so that the derived counters' indexes follow. After Attach.
+  void SetReplicationObserver(KeyspaceApplier::Observer applied,
+                              std::function<void(SlotRange slots)> forgotten);
   // Called, on any thread and with no lock held, when a partition changes role by itself
   // (fenced: kLost).
   void SetOnChange(std::function<void()> on_change);
@@ -255,6 +259,7 @@ class ClusterPersistence final : public engine::Persistence {
   // Guarded by mutex_:
   std::vector<Partition> partitions_;  // index = partition
   std::function<void()> on_change_;
+  std::function<void(SlotRange)> on_forgotten_;
   uint64_t committed_epoch_ = 0;  // the epoch of the last batch Commit took
   ClaimBody identity_;
   bool shutting_down_ = false;

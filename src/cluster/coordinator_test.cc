@@ -51,6 +51,7 @@ struct TestNode {
   std::unique_ptr<Routing> routing;
   std::unique_ptr<Membership> membership;
   std::unique_ptr<Coordinator> coordinator;
+  std::atomic<Coordinator*> coordinator_for_heartbeats{nullptr};
   std::atomic<int> closes{0};  // close_clients calls
   // The durable epoch when close_clients was last called.
   std::atomic<uint64_t> durable_at_close{0};
@@ -61,8 +62,9 @@ struct TestNode {
     if (engine) engine->Stop();
     if (membership) membership->Leave();
     if (persistence) persistence->Close();
-    coordinator.reset();
     membership.reset();
+    coordinator_for_heartbeats = nullptr;
+    coordinator.reset();
     engine.reset();
     persistence.reset();
   }
@@ -133,7 +135,9 @@ class CoordinatorTest : public ::testing::Test {
       info.node_id = self->persistence->node_id();
       info.node_name = self->name;
       info.redis_address = "127.0.0.1:" + self->name;
-      if (self->coordinator) info.owned = self->coordinator->Owned();
+      if (Coordinator* coordinator = self->coordinator_for_heartbeats.load()) {
+        info.owned = coordinator->Owned();
+      }
       return info;
     });
     ASSERT_TRUE(beating) << beating.error().message;
@@ -149,6 +153,7 @@ class CoordinatorTest : public ::testing::Test {
           ++self->closes;
         },
         [] {});
+    node->coordinator_for_heartbeats = node->coordinator.get();
     node->persistence->SetOnChange([self] { self->coordinator->Wake(); });
     node->coordinator->Start();
   }

@@ -10,6 +10,17 @@ namespace tally::cluster {
 void KeyspaceApplier::Apply(uint32_t partition, std::span<const engine::CommitBatch* const> batches,
                             const std::function<void()>& applied) {
   keyspace_.ApplyReplicated(PartitionSlots(partition, partition_count_), batches, applied);
+  Observer observer;
+  {
+    std::lock_guard lock(mutex_);
+    observer = observer_;
+  }
+  if (observer) observer(batches);
+}
+
+void KeyspaceApplier::SetObserver(Observer observer) {
+  std::lock_guard lock(mutex_);
+  observer_ = std::move(observer);
 }
 
 Result<std::unique_ptr<Follower>> Follower::Start(NatsConnection& connection,

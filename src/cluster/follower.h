@@ -79,14 +79,22 @@ class BatchApplier {
 // kMaxPartitions.
 class KeyspaceApplier final : public BatchApplier {
  public:
+  // Told of every group of batches applied, after the keyspace shows them (outside its
+  // stripes), on the follower's thread: the derived counters keep their indexes in step.
+  using Observer = std::function<void(std::span<const engine::CommitBatch* const> batches)>;
+
   KeyspaceApplier(engine::Keyspace& keyspace, uint32_t partition_count)
       : keyspace_(keyspace), partition_count_(partition_count) {}
   void Apply(uint32_t partition, std::span<const engine::CommitBatch* const> batches,
              const std::function<void()>& applied) override;
+  // Any thread, any time.
+  void SetObserver(Observer observer);
 
  private:
   engine::Keyspace& keyspace_;
   const uint32_t partition_count_;
+  std::mutex mutex_;
+  Observer observer_;  // guarded by mutex_
 };
 
 struct FollowerOptions {

@@ -57,10 +57,10 @@ Status Node::StartParts() {
     if (options_.engine.commit.durability != engine::Durability::kSync) {
       return InvalidArgument("--durability async is not offered in a cluster");
     }
-    if (!options_.source.conninfo.empty() || !options_.definitions_file.empty()) {
+    if (!options_.source.conninfo.empty()) {
       return InvalidArgument(
-          "--source and --definitions are not offered in a cluster yet (derived counters run "
-          "on a single node)");
+          "--source is not offered in a cluster yet (push the changes: COUNTER.PUSH, POST "
+          "/v1/changes)");
     }
   }
   // First: they need nothing of the store, and a bad certificate, port choice or aclfile is
@@ -133,13 +133,21 @@ Status Node::LoadCounters() {
   if (auto status = derived_->Load(); !status) {
     return Failed("cannot load the derived counters", status.error());
   }
+  if (cluster_ != nullptr) {
+    // Definitions and pushes through the cluster's change stream, from now on.
+    if (auto status = cluster_->StartChanges(*engine_, *derived_); !status) {
+      return Failed("cannot read the cluster's change stream", status.error());
+    }
+  }
   const std::string& file = options_.definitions_file;
   if (!file.empty()) {
     std::ifstream in(file);
     std::stringstream script;
     script << in.rdbuf();
     if (!in) return IOError(fmt::format("{}: cannot read the file", file));
-    auto outcomes = derived_->Execute(script.str());
+    // In a cluster the file goes to every node (statements already in effect are no-ops).
+    auto outcomes = cluster_ != nullptr ? cluster_->changes()->Define(script.str())
+                                        : derived_->Execute(script.str());
     if (!outcomes) {
       return Failed(file, outcomes.error());
     }
@@ -214,7 +222,10 @@ Status Node::StartServers() {
   services.metrics = &metrics_;
   services.tls = tls_.get();
   services.acl = acl_.get();
-  if (cluster_ != nullptr) services.cluster = &cluster_->routing();
+  if (cluster_ != nullptr) {
+    services.cluster = &cluster_->routing();
+    services.cluster_changes = cluster_->changes();
+  }
   if (source_ != nullptr) {
     services.source_report = [source = source_.get()] { return source->Report(); };
     services.readiness = [source = source_.get(), max_lag_ms = options_.ready_max_lag_ms] {

@@ -286,6 +286,7 @@ void FinishTallydOptions(const CLI::App& app, TallydOptions* options) {
       options->durability == "sync" ? engine::Durability::kSync : engine::Durability::kAsync;
   commit.commit_on_waiting_thread = options->group_commit == "inline";
   node.derived.idempotency_window_ms = options->idempotency_window_seconds * 1000;
+  node.cluster.idempotency_window_ms = node.derived.idempotency_window_ms;
   node.source.ack_interval = std::chrono::milliseconds(options->source_ack_interval_ms);
   if (node.http.bind.empty()) node.http.bind = node.redis.bind;
   node.http.password = node.redis.requirepass;  // one password for both protocols

@@ -7,6 +7,7 @@
 
 #include <functional>
 
+#include "cluster/change_front.h"
 #include "cluster/routing.h"
 #include "core/metrics.h"
 #include "core/status.h"
@@ -43,9 +44,11 @@ struct Services {
   std::function<Status()> readiness;
   // A cluster node's routes and topology (cluster/routing.h); null on a single node. With
   // it, a keyed request is served only for the slots this node serves (others get MOVED,
-  // TRYAGAIN or CLUSTERDOWN), the CLUSTER commands answer, and derived counters are not
-  // offered (not yet in a cluster).
+  // TRYAGAIN or CLUSTERDOWN) and the CLUSTER commands answer.
   cluster::Routing* cluster = nullptr;
+  // A cluster node's front of the derived counters' writes (cluster/change_front.h): pushes
+  // and definitions go through the cluster's change stream. Null on a single node.
+  cluster::ChangeFront* cluster_changes = nullptr;
 };
 
 }  // namespace tally::servers

@@ -45,6 +45,8 @@ import unittest
 import redis
 from redis.crc import key_slot
 
+import blog_model as bm
+from derived_case import snapshot_scan
 from harness import HOST, ConnectionClosed, RespConn, RespError, tally_only
 from nats_cluster import NATS_SERVER
 from tally_cluster import SLOTS, TallyCluster
@@ -876,11 +878,84 @@ class FreshNodeTest(ClusterCase):
             self.assertEqual(out.value, expected[key] + 1, key)
 
 
-class DerivedCountersTest(unittest.TestCase):
-    @unittest.skip("derived counters (COUNTER.*) are not offered in cluster mode yet: a push "
-                   "with an id resent to another node after a failover cannot be tested")
+class DerivedCountersTest(ClusterCase):
+    """Derived counters in a cluster: the blog model's counters defined on one node; batches
+    of random changes pushed with ids to the nodes in turn, each resent (same id, to the next
+    node) until it is acknowledged; meanwhile the node a push was just sent to is killed -9
+    before it answers (the push is resent elsewhere), and owners are killed; at the end every
+    node's listing of every counter equals the recount of the model's posts: every batch
+    counted exactly once, whatever node took it and whatever failed."""
+
+    BATCHES = int(os.environ.get("E2E_CLUSTER_BATCHES", "120"))
+
+    def push(self, cluster, start, body, batch_id):
+        """Sends the push to the live nodes in turn from `start` until one acknowledges it;
+        returns how many times it was sent. Bounded."""
+        sent, deadline, i = 0, time.monotonic() + 4 * WAIT, start
+        while time.monotonic() < deadline:
+            live = cluster.live_indexes()
+            node = live[i % len(live)]
+            i += 1
+            sent += 1
+            try:
+                with RespConn(cluster.node(node).port, timeout=REQUEST_TIMEOUT * 10) as conn:
+                    reply = conn.call("COUNTER.PUSH", "ID", batch_id, body)
+            except (OSError, ConnectionClosed):
+                continue
+            if isinstance(reply, list):
+                return sent
+            time.sleep(0.05)  # refused (the stream without quorum, not applied in time): again
+        self.fail("push %s never acknowledged\n%s" % (batch_id, all_logs(cluster)))
+
     def test_push_with_id_resent_to_another_node_counts_once(self):
-        pass
+        cluster = self.start_cluster()
+        ports = self.ports(cluster)
+        with RespConn(ports[0]) as conn:
+            defined = conn.call("COUNTER.DEFINE", bm.definitions_sql())
+        self.assertIsInstance(defined, list, defined)
+        workload = bm.BlogWorkload(SEED)
+        rng = random.Random(SEED)
+        resent = 0
+        for b in range(self.BATCHES):
+            body = bm.body_of([bm.change_json(workload.next_change(), rng)
+                               for _ in range(rng.randint(1, 8))])
+            batch_id = "batch-%d" % b
+            if b % 30 == 15:
+                # The receiver dies right after taking the push: resent to another node.
+                victim = cluster.live_indexes()[b % len(cluster.live_indexes())]
+                conn = RespConn(cluster.node(victim).port)
+                conn.send("COUNTER.PUSH", "ID", batch_id, body)
+                time.sleep(rng.random() * 0.01)
+                cluster.kill9(victim)
+                conn.close()
+                resent += self.push(cluster, victim + 1, body, batch_id)
+                cluster.restart(victim)
+            elif b % 30 == 25:
+                # An owner dies between pushes: its partitions change hands.
+                victim = rng.choice(cluster.live_indexes())
+                cluster.kill9(victim)
+                self.push(cluster, b, body, batch_id)
+                cluster.restart(victim)
+            else:
+                self.push(cluster, b, body, batch_id)
+        cluster.wait_all_owned(WAIT)
+        expected = bm.recount(workload.posts.values())
+        log("derived: %d batches, %d resends after a receiver was killed; %d groups expected"
+            % (self.BATCHES, resent, len(expected)))
+        names = [c.name for c in bm.COUNTERS]
+        for i in cluster.live_indexes():
+            deadline, got = time.monotonic() + WAIT, None
+            while time.monotonic() < deadline:
+                with RespConn(cluster.node(i).port) as conn:
+                    got = snapshot_scan(conn, names)
+                if got == expected:
+                    break
+                time.sleep(0.2)
+            diff = {k: (got.get(k), expected.get(k)) for k in set(got) | set(expected)
+                    if got.get(k) != expected.get(k)}
+            self.assertEqual(diff, {}, "node %d's counters differ from the recount (got, "
+                             "expected): %s\n%s" % (i, dict(list(diff.items())[:20]),
+                                                    all_logs(cluster)))
 
 
 if __name__ == "__main__":

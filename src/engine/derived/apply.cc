@@ -350,4 +350,99 @@ Result<PushOutcome> Applier::ApplyPositioned(const CatalogSnapshot& catalog,
   return outcome;
 }
 
+// ---- A cluster node's shares of its change stream -------------------------------------
+
+Result<PushOutcome> Applier::ApplyShares(
+    const CatalogSnapshot& catalog, std::span<const DecodedChange> changes, int64_t position,
+    std::string_view only_counter, std::span<const PartitionShare> shares,
+    const std::function<uint32_t(std::string_view key)>& partition_of,
+    std::vector<uint32_t>* overflowed) {
+  thread_local Scratch scratch;
+  if (auto status = RunFormula(catalog, changes, only_counter, position, scratch); !status) {
+    return tl::unexpected(status.error());
+  }
+  if (!scratch.deltas.empty()) {
+    return InvalidArgument("a counter that keeps records (not a plain count or sum) moved");
+  }
+  // Each increment's share (index into `shares`), or none.
+  constexpr size_t kNone = SIZE_MAX;
+  std::vector<size_t> share_of(scratch.increments.size(), kNone);
+  for (size_t j = 0; j < scratch.increments.size(); ++j) {
+    const uint32_t partition = partition_of(scratch.increments[j].key);
+    for (size_t s = 0; s < shares.size(); ++s) {
+      if (shares[s].partition == partition) share_of[j] = s;
+    }
+  }
+  scratch.hashed.clear();
+  for (size_t j = 0; j < scratch.increments.size(); ++j) {
+    if (share_of[j] != kNone) scratch.hashed.emplace_back(scratch.increments[j].key);
+  }
+  std::vector<std::string> position_keys;
+  for (const PartitionShare& share : shares) {
+    position_keys.push_back(PositionKey(share.position_name));
+  }
+  for (const std::string& key : position_keys) scratch.hashed.emplace_back(key);
+  engine::View view = keyspace_.Lock(scratch.hashed);
+  std::vector<bool> due(shares.size());
+  for (size_t s = 0; s < shares.size(); ++s) {
+    due[s] = view.Get(engine::HashedKey(position_keys[s])).value_or(0) < position;
+  }
+
+  PushOutcome outcome;
+  outcome.changes = changes.size();
+  // One share at a time, so that an overflow in one leaves the others whole: each pass
+  // writes the increments of its share alone.
+  const std::vector<defs::Increment> increments = scratch.increments;
+  const std::vector<Family*> families = scratch.families;
+  const std::vector<size_t> change_end = scratch.change_end;
+  for (size_t s = 0; s < shares.size(); ++s) {
+    if (!due[s]) continue;
+    scratch.increments.clear();
+    scratch.families.clear();
+    scratch.change_end.clear();
+    size_t begin = 0;
+    for (const size_t end : change_end) {
+      for (size_t j = begin; j < end; ++j) {
+        if (share_of[j] != s) continue;
+        scratch.increments.push_back(increments[j]);
+        scratch.families.push_back(families[j]);
+      }
+      scratch.change_end.push_back(scratch.increments.size());
+      begin = end;
+    }
+    scratch.skip.assign(scratch.change_end.size(), false);
+    PushOutcome share_outcome;
+    if (auto status = WriteSums(view, scratch, &share_outcome); !status) {
+      if (status.error().code != ErrorCode::kOverflow) return tl::unexpected(status.error());
+      if (overflowed != nullptr) overflowed->push_back(shares[s].partition);
+    }
+    outcome.increments += share_outcome.increments;
+    outcome.expired += share_outcome.expired;
+    view.Set(engine::HashedKey(position_keys[s]), position, {});
+  }
+  outcome.applied = changes.size();
+  outcome.required_epoch = view.required_epoch();
+  return outcome;
+}
+
+Result<std::vector<std::string>> Applier::PlanKeys(const CatalogSnapshot& catalog,
+                                                   std::span<const DecodedChange> changes,
+                                                   std::string_view only_counter) {
+  thread_local Scratch scratch;
+  if (auto status = RunFormula(catalog, changes, only_counter, kPendingStart, scratch); !status) {
+    return tl::unexpected(status.error());
+  }
+  if (!scratch.deltas.empty()) {
+    return InvalidArgument("a counter that keeps records (not a plain count or sum) moved");
+  }
+  absl::flat_hash_set<absl::string_view> seen;
+  std::vector<std::string> keys;
+  for (const defs::Increment& increment : scratch.increments) {
+    if (increment.delta != 0 && seen.insert(Absl(increment.key)).second) {
+      keys.push_back(increment.key);
+    }
+  }
+  return keys;
+}
+
 }  // namespace tally::derived

@@ -35,8 +35,10 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <span>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -74,6 +76,14 @@ struct PositionedPart {
   std::string_view position_name;  // the record "\0pos:<position_name>"
 };
 
+// One partition a cluster node writes, for ApplyShares: the partition, and the name of the
+// position record (in the partition's slots) that says how far its share of the cluster's
+// change stream is applied.
+struct PartitionShare {
+  uint32_t partition = 0;
+  std::string_view position_name;
+};
+
 class Applier {
  public:
   // `keyspace` must outlive the applier. Markers live `idempotency_window_ms`.
@@ -103,6 +113,30 @@ class Applier {
   Result<PushOutcome> ApplyPositioned(const CatalogSnapshot& catalog,
                                       std::span<const PositionedPart> parts, int64_t position,
                                       std::string_view only_counter);
+
+  // A cluster node's shares of one message of the cluster's ordered change stream (at
+  // sequence `position`): of the increments of `changes`, those whose key falls in one of
+  // `shares` (`partition_of` names a key's partition) whose position record is below
+  // `position` are written, and those records set to `position`, all in one View; the other
+  // shares were applied before and are left alone. Counters whose start is at or past
+  // `position` do not move (they were created later in the stream). Each partition's
+  // increments and record land in its stream together, as one commit's share. A share
+  // whose sums would overflow is written without them (its record still moves: the change
+  // counts nothing there) and reported in `overflowed`; only plain counters are offered
+  // (kInvalidArgument for one with record deltas, nothing written). REQUIRES: as
+  // ApplyChanges.
+  Result<PushOutcome> ApplyShares(const CatalogSnapshot& catalog,
+                                  std::span<const DecodedChange> changes, int64_t position,
+                                  std::string_view only_counter,
+                                  std::span<const PartitionShare> shares,
+                                  const std::function<uint32_t(std::string_view key)>& partition_of,
+                                  std::vector<uint32_t>* overflowed);
+
+  // The keys the formula would write for `changes` (each once, in no order), nothing
+  // written: what a cluster node checks and waits for before it answers a push.
+  Result<std::vector<std::string>> PlanKeys(const CatalogSnapshot& catalog,
+                                            std::span<const DecodedChange> changes,
+                                            std::string_view only_counter);
 
  private:
   engine::Keyspace& keyspace_;

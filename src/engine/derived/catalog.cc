@@ -193,14 +193,14 @@ Result<std::vector<std::shared_ptr<Family>>> Catalog::Load() {
 // ---- DDL ------------------------------------------------------------------------------
 
 Result<std::string> Catalog::Execute(const defs::Statement& statement,
-                                     const StartsPending& starts_pending) {
+                                     const StartsPending& starts_pending, int64_t start_at) {
   return std::visit(
       [&](const auto& s) -> Result<std::string> {
         using T = std::decay_t<decltype(s)>;
         if constexpr (std::is_same_v<T, defs::CreateSource>) return CreateSource(s);
         if constexpr (std::is_same_v<T, defs::DropSource>) return DropSource(s);
         if constexpr (std::is_same_v<T, defs::CreateCounter>) {
-          return CreateCounter(s, starts_pending);
+          return CreateCounter(s, starts_pending, start_at);
         }
         if constexpr (std::is_same_v<T, defs::DropCounter>) return DropCounter(s.name);
         return std::string();
@@ -252,12 +252,19 @@ Result<std::string> Catalog::DropSource(const defs::DropSource& drop) {
 }
 
 Result<std::string> Catalog::CreateCounter(const defs::CreateCounter& create,
-                                           const StartsPending& starts_pending) {
+                                           const StartsPending& starts_pending, int64_t start_at) {
   auto catalog = Snapshot();
   auto compiled = defs::Compile(create, SchemaLookup(*catalog));
   if (!compiled) return tl::unexpected(compiled.error());
   const std::string& name = compiled->name();
   const std::string sql = compiled->create_sql();
+  if (start_at != 0 && compiled->layout() != defs::Layout::kPlain) {
+    // Its hidden records would lie on other partitions than its groups (docs/cluster.md).
+    return InvalidArgument(fmt::format(
+        "counter {}: in a cluster, derived counters are plain counts and integer sums for now "
+        "(not count(DISTINCT), min, max, avg, numeric sums or several aggregates)",
+        name));
+  }
   if (const Family* existing = catalog->FindCounter(name)) {
     if (existing->counter.create_sql() == sql) {
       return fmt::format("CREATE COUNTER {} (unchanged)", name);
@@ -268,26 +275,30 @@ Result<std::string> Catalog::CreateCounter(const defs::CreateCounter& create,
   if (catalog->dropping.contains(Absl(name))) {
     return InvalidArgument(fmt::format("counter {} is still being dropped", name));
   }
-  // Plain counters already spelled like this counter's keys would be taken for its groups.
+  // Plain counters already spelled like this counter's keys would be taken for its groups
+  // (not looked for with start_at: see Execute).
   std::vector<std::string> clashes;
   uint64_t cursor = 0;
-  do {
+  while (start_at == 0) {
     cursor = keyspace_.keyspace().Scan(
         cursor, kScanStep, [&](std::string_view key) { return FamilyName(key) == name; }, &clashes);
-  } while (cursor != 0 && clashes.empty());
+    if (cursor == 0 || !clashes.empty()) break;
+  }
   if (!clashes.empty()) {
     return InvalidArgument(fmt::format(
         "plain counters named {} or {}:... exist (e.g. '{}'): a derived counter owns its name "
         "and every key that starts with its name and ':'; delete them or choose another name",
         name, name, clashes.front().substr(0, 128)));
   }
-  const bool pending = starts_pending(compiled->source().name);
+  const bool pending = start_at == 0 && starts_pending(compiled->source().name);
   std::vector<engine::Persistence::CatalogOp> ops{{RecordName(kCounterRecord, name), sql}};
   if (pending) ops.push_back({RecordName(kStartRecord, name), std::string(kPendingStartValue)});
+  if (start_at != 0) ops.push_back({RecordName(kStartRecord, name), std::to_string(start_at)});
   if (auto status = store_.WriteCatalog(ops); !status) return tl::unexpected(status.error());
   auto next = std::make_shared<CatalogSnapshot>(*catalog);
   auto family = std::make_shared<Family>(std::move(*compiled));
   if (pending) family->start = kPendingStart;
+  if (start_at != 0) family->start = start_at;
   next->counters.emplace(family->counter.name(), family);
   Install(next->Rebuilt());
   return fmt::format("CREATE COUNTER {}", family->counter.name());

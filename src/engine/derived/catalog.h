@@ -90,8 +90,13 @@ class Catalog {
   // the same definition does nothing ("... (unchanged)"). A SHOW statement does nothing
   // here (the listings are Counters and Sources). REQUIRES: the apply lock held
   // exclusively.
+  //
+  // `start_at` (a cluster's change stream, see cluster/change_feed.h): a counter created
+  // now starts at this position (changes at or before it do not move it), and plain
+  // counters spelled like its keys are not looked for (the node that took the statement
+  // did, and every node must decide alike whatever its keyspace holds at that moment).
   Result<std::string> Execute(const definitions::Statement& statement,
-                              const StartsPending& starts_pending);
+                              const StartsPending& starts_pending, int64_t start_at = 0);
   // DROP COUNTER `name`: durably marked dropping, its groups deleted, the mark removed.
   // REQUIRES: the apply lock held exclusively.
   Result<std::string> DropCounter(std::string_view name);
@@ -126,7 +131,7 @@ class Catalog {
   Result<std::string> CreateSource(const definitions::CreateSource& create);
   Result<std::string> DropSource(const definitions::DropSource& drop);
   Result<std::string> CreateCounter(const definitions::CreateCounter& create,
-                                    const StartsPending& starts_pending);
+                                    const StartsPending& starts_pending, int64_t start_at);
 
   engine::Persistence& store_;
   DerivedKeyspace& keyspace_;

@@ -365,4 +365,105 @@ void DerivedCounters::OnFlushAll() {
   }
 }
 
+// ---- On a cluster node ----------------------------------------------------------------
+
+Result<std::vector<StatementOutcome>> DerivedCounters::ExecuteAt(std::string_view script,
+                                                                 int64_t position) {
+  auto statements = defs::ParseScript(script);
+  if (!statements) return tl::unexpected(statements.error());
+  const Catalog::StartsPending never = [](std::string_view) { return false; };
+  std::vector<StatementOutcome> outcomes;
+  for (const defs::Statement& statement : *statements) {
+    if (std::holds_alternative<defs::ShowCounters>(statement) ||
+        std::holds_alternative<defs::ShowSources>(statement)) {
+      continue;
+    }
+    std::unique_lock ddl(apply_mutex_);
+    auto done = catalog_.Execute(statement, never, position);
+    if (!done) return tl::unexpected(done.error());
+    outcomes.push_back({std::move(*done)});
+  }
+  return outcomes;
+}
+
+Result<std::vector<std::string>> DerivedCounters::PlanPush(std::string_view body,
+                                                           std::string_view only_counter,
+                                                           ChangeDecoder& decoder,
+                                                           size_t* changes) {
+  std::shared_lock apply(apply_mutex_);
+  const std::shared_ptr<const CatalogSnapshot> catalog = catalog_.Snapshot();
+  auto decoded = decoder.Decode(body, catalog->Lookup());
+  if (!decoded) return tl::unexpected(decoded.error());
+  if (!only_counter.empty() && catalog->FindCounter(only_counter) == nullptr) {
+    return tl::unexpected(UnknownCounter(only_counter));
+  }
+  if (decoded->size() > options_.max_batch_changes) {
+    return InvalidArgument(fmt::format("a push holds at most {} changes; this one has {}",
+                                       options_.max_batch_changes, decoded->size()));
+  }
+  *changes = decoded->size();
+  for (size_t i = 0; i < decoded->size(); ++i) {
+    if (!(*decoded)[i].id.empty()) {
+      return InvalidArgument(fmt::format(
+          "change {}: ids of single changes are not offered in a cluster: give the push an id "
+          "(it makes the whole push idempotent)",
+          i + 1));
+    }
+  }
+  return applier_.PlanKeys(*catalog, *decoded, only_counter);
+}
+
+Result<PushOutcome> DerivedCounters::ApplyShares(
+    std::string_view body, std::string_view only_counter, int64_t position,
+    std::span<const PartitionShare> shares,
+    const std::function<uint32_t(std::string_view)>& partition_of, ChangeDecoder& decoder,
+    std::vector<uint32_t>* overflowed) {
+  std::shared_lock apply(apply_mutex_);
+  const std::shared_ptr<const CatalogSnapshot> catalog = catalog_.Snapshot();
+  auto decoded = decoder.Decode(body, catalog->Lookup());
+  const bool counter_gone = !only_counter.empty() && catalog->FindCounter(only_counter) == nullptr;
+  const std::span<const DecodedChange> changes = decoded && !counter_gone
+                                                     ? std::span<const DecodedChange>(*decoded)
+                                                     : std::span<const DecodedChange>();
+  auto outcome = applier_.ApplyShares(*catalog, changes, position, only_counter, shares,
+                                      partition_of, overflowed);
+  if (outcome) Count(*outcome, /*from_source=*/false);
+  return outcome;
+}
+
+void DerivedCounters::OnReplicated(std::span<const std::string_view> puts,
+                                   std::span<const std::string_view> deletes) {
+  const std::shared_ptr<const CatalogSnapshot> catalog = catalog_.Snapshot();
+  if (catalog->counters.empty()) return;
+  const auto update = [&](std::string_view key, bool present) {
+    Family* family = catalog->FindCounter(FamilyName(key));
+    if (family == nullptr || !family->IsGroupKey(key)) return;
+    std::lock_guard lock(family->mutex);
+    // A replicated batch holds a group's final value whenever it changed: only a group that
+    // appears or goes changes the index.
+    if (present == family->keys.contains(Absl(key))) return;
+    if (present) {
+      family->AddKey(key);
+    } else {
+      family->RemoveKey(key);
+    }
+    family->version.fetch_add(1, std::memory_order_relaxed);
+  };
+  for (const std::string_view key : puts) update(key, true);
+  for (const std::string_view key : deletes) update(key, false);
+}
+
+void DerivedCounters::ForgetKeys(const std::function<bool(std::string_view key)>& forgotten) {
+  const std::shared_ptr<const CatalogSnapshot> catalog = catalog_.Snapshot();
+  for (const auto& [name, family] : catalog->counters) {
+    std::lock_guard lock(family->mutex);
+    std::vector<std::string> gone;
+    for (const std::string& key : family->keys) {
+      if (forgotten(key)) gone.push_back(key);
+    }
+    for (const std::string& key : gone) family->RemoveKey(key);
+    if (!gone.empty()) family->version.fetch_add(1, std::memory_order_relaxed);
+  }
+}
+
 }  // namespace tally::derived

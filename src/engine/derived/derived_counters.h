@@ -263,6 +263,37 @@ class DerivedCounters {
   // FLUSHALL empties the keyspace; the indexes follow. REQUIRES: every stripe held.
   void OnFlushAll();
 
+  // ---- On a cluster node (cluster/change_feed.h, docs/cluster.md) ------------------------
+  // Definitions and pushes go through the cluster's ordered change stream; every node runs
+  // the definitions in the stream's order, and each partition's owner applies its share of
+  // each push, recording how far it got beside its counters.
+  //
+  // Runs a script taken from the change stream at `position`: as Execute, but a counter
+  // created here starts at `position` (Catalog::Execute's start_at). SHOW statements do
+  // nothing.
+  Result<std::vector<StatementOutcome>> ExecuteAt(std::string_view script, int64_t position);
+  // The keys a push would write, nothing written: what the node that takes a push checks
+  // before it puts the push in the stream (the decoder's errors, kNotFound for
+  // `only_counter`, kInvalidArgument for a change with an id of its own — a cluster makes
+  // the whole push idempotent by its id — or for a counter that keeps records) and waits
+  // for afterwards.
+  // `changes` is set to the number of changes in the body.
+  Result<std::vector<std::string>> PlanPush(std::string_view body, std::string_view only_counter,
+                                            ChangeDecoder& decoder, size_t* changes);
+  // Applies this node's shares of a push taken from the change stream at `position`
+  // (Applier::ApplyShares). A body that does not decode any more (its source was dropped
+  // or changed later in the stream: no counter it moved is left) only moves the shares'
+  // position records.
+  Result<PushOutcome> ApplyShares(std::string_view body, std::string_view only_counter,
+                                  int64_t position, std::span<const PartitionShare> shares,
+                                  const std::function<uint32_t(std::string_view)>& partition_of,
+                                  ChangeDecoder& decoder, std::vector<uint32_t>* overflowed);
+  // Keeps the families' indexes in step with what a follower applied (the groups its
+  // replicated batches put and deleted), and with a partition forgotten whole. Any thread.
+  void OnReplicated(std::span<const std::string_view> puts,
+                    std::span<const std::string_view> deletes);
+  void ForgetKeys(const std::function<bool(std::string_view key)>& forgotten);
+
   // Totals for INFO: changes applied, and pushes refused whole.
   uint64_t changes_applied() const { return changes_applied_.load(std::memory_order_relaxed); }
   uint64_t pushes_refused() const { return pushes_refused_.load(std::memory_order_relaxed); }

@@ -243,11 +243,6 @@ ApiResponse Api::Dispatch(const ApiRequest& request, int* route) {
   if (!open) {
     if (auto refused = Authorize(request, *target, matched.command)) return std::move(*refused);
   }
-  if (services_.cluster != nullptr && matched.command.starts_with("counter.")) {
-    return Fail(501,
-                "derived counters are not offered in cluster mode yet: they run on a "
-                "single node");
-  }
   const Call call{request, *target, std::move(match.params)};
   // Errors are values here; an exception (out of memory, a bug) must not take the
   // connection's thread down with it.
@@ -276,7 +271,11 @@ ApiResponse Api::Push(const Call& call, std::string_view only_counter) {
   if ((query_id || call.request.has_idempotency_key) && id.empty()) {
     return Fail(400, "the idempotency key is empty");
   }
-  auto outcome = derived_.Push(call.request.body, id, scratch_->decoder, only_counter);
+  // In a cluster a push goes through the cluster's change stream (cluster/change_front.h).
+  auto outcome =
+      services_.cluster_changes != nullptr
+          ? services_.cluster_changes->Push(call.request.body, id, only_counter, scratch_->decoder)
+          : derived_.Push(call.request.body, id, scratch_->decoder, only_counter);
   if (!outcome) return Fail(outcome.error());
   JsonWriter json;
   json.BeginObject()
@@ -456,6 +455,10 @@ ApiResponse Outcomes(const Result<std::vector<derived::StatementOutcome>>& outco
 }  // namespace
 
 ApiResponse Api::PostDefinitions(const Call& call) {
+  // In a cluster every node runs the script, at its place in the cluster's change stream.
+  if (services_.cluster_changes != nullptr) {
+    return Outcomes(services_.cluster_changes->Define(call.request.body));
+  }
   return Outcomes(derived_.Execute(call.request.body));
 }
 
@@ -484,7 +487,18 @@ ApiResponse Api::GetDefinitions(const Call& call) {
 }
 
 ApiResponse Api::DeleteDefinition(const Call& call) {
-  auto outcome = derived_.Drop(call.params[0]);
+  Result<derived::StatementOutcome> outcome = [&]() -> Result<derived::StatementOutcome> {
+    if (services_.cluster_changes == nullptr) return derived_.Drop(call.params[0]);
+    if (auto known = derived_.KeyOf(call.params[0], {});
+        !known && known.error().code == ErrorCode::kNotFound) {
+      return tl::unexpected(known.error());
+    }
+    auto outcomes =
+        services_.cluster_changes->Define(fmt::format("DROP COUNTER {}", call.params[0]));
+    if (!outcomes) return tl::unexpected(outcomes.error());
+    if (outcomes->empty()) return derived::StatementOutcome{};
+    return outcomes->front();
+  }();
   if (!outcome) return Fail(outcome.error());
   JsonWriter json;
   json.BeginObject().Key("results").BeginArray().String(outcome->message).EndArray().EndObject();

@@ -53,10 +53,11 @@ std::string ClusterKeylessRefusal(const CommandSpec& spec, std::span<const std::
   if (spec.name == "select" && args.size() > 1 && args[1] != "0") {
     return "ERR SELECT is not allowed in cluster mode";
   }
-  if (spec.group == "derived") {
-    return fmt::format(
-        "ERR {} is not offered in cluster mode yet: derived counters run on a single node",
-        spec.name);
+  // tally verify's holds and repairs work against one node's source position: not offered.
+  if (spec.name == "counter.hold" || spec.name == "counter.release" ||
+      spec.name == "counter.repair" || spec.name == "counter.repairstate") {
+    return fmt::format("ERR {} is not offered in cluster mode (tally verify runs on a single node)",
+                       spec.name);
   }
   return {};
 }

@@ -33,9 +33,8 @@ KeysSlot SlotOfKeys(std::span<const std::string_view> args, std::span<const size
 std::string ClusterRefusal(const cluster::Routing& routing, uint32_t slot, bool write,
                            bool readonly);
 
-// The refusal of a command that has no key but touches the whole keyspace, in a cluster:
-// SELECT of a database other than 0 and the derived counters' commands are not offered.
-// Empty when it may run.
+// The refusal of a command that has no key, in a cluster: SELECT of a database other than 0,
+// and tally verify's holds and repairs, are not offered. Empty when it may run.
 std::string ClusterKeylessRefusal(const CommandSpec& spec, std::span<const std::string_view> args);
 
 // Whether this node serves the slot's counters (owns its partition), for the commands that

@@ -88,6 +88,8 @@ class ServerCore {
   const servers::Services& services() const { return services_; }
   // The cluster's routes and topology, or null on a single node.
   cluster::Routing* cluster() const { return services_.cluster; }
+  // A cluster node's front of the derived counters' writes, or null.
+  cluster::ChangeFront* cluster_changes() const { return services_.cluster_changes; }
   // The node's users, or the server's own (the default user with --requirepass).
   auth::Acl& acl() { return *acl_; }
   const ServerOptions& options() const { return options_; }

@@ -78,7 +78,9 @@ void ReplyPairs(CommandContext& ctx, const derived::Page& page) {
 void CounterDefine(CommandContext& ctx) {
   derived::DerivedCounters* derived = Derived(ctx);
   if (derived == nullptr) return;
-  auto outcomes = derived->Execute(ctx.args[1]);
+  // In a cluster every node runs the script, at its place in the cluster's change stream.
+  cluster::ChangeFront* front = ctx.server.cluster_changes();
+  auto outcomes = front != nullptr ? front->Define(ctx.args[1]) : derived->Execute(ctx.args[1]);
   if (!outcomes) return ReplyError(ctx, outcomes.error());
   ctx.reply.ArrayHeader(outcomes->size());
   for (const derived::StatementOutcome& outcome : *outcomes) ctx.reply.Bulk(outcome.message);
@@ -87,6 +89,13 @@ void CounterDefine(CommandContext& ctx) {
 void CounterDrop(CommandContext& ctx) {
   derived::DerivedCounters* derived = Derived(ctx);
   if (derived == nullptr) return;
+  if (cluster::ChangeFront* front = ctx.server.cluster_changes()) {
+    auto name = derived->KeyOf(ctx.args[1], {});  // the same "unknown counter" error
+    if (!name && name.error().code == ErrorCode::kNotFound) return ReplyError(ctx, name.error());
+    auto outcomes = front->Define(fmt::format("DROP COUNTER {}", ctx.args[1]));
+    if (!outcomes) return ReplyError(ctx, outcomes.error());
+    return ctx.reply.SimpleString("OK");
+  }
   auto outcome = derived->Drop(ctx.args[1]);
   if (!outcome) return ReplyError(ctx, outcome.error());
   ctx.reply.SimpleString("OK");
@@ -131,7 +140,9 @@ void PushChanges(CommandContext& ctx, size_t first, std::string_view only_counte
   }
   // One decoder per I/O thread: it keeps its buffers from push to push.
   thread_local derived::ChangeDecoder decoder;
-  auto outcome = derived->Push(ctx.args[body], batch_id, decoder, only_counter);
+  cluster::ChangeFront* front = ctx.server.cluster_changes();
+  auto outcome = front != nullptr ? front->Push(ctx.args[body], batch_id, only_counter, decoder)
+                                  : derived->Push(ctx.args[body], batch_id, decoder, only_counter);
   if (!outcome) return ReplyError(ctx, outcome.error());
   ctx.session.RaiseRequiredEpoch(outcome->required_epoch);
   ctx.reply.ArrayHeader(4);

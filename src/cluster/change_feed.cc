@@ -1,0 +1,304 @@
+#include "cluster/change_feed.h"
+
+#include <fmt/format.h>
+#include <openssl/rand.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <set>
+
+#include "core/integer.h"
+#include "core/slot.h"
+#include "engine/definitions/parser.h"
+#include "engine/derived/derived_keyspace.h"
+
+namespace tally::cluster {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr std::string_view kMagic = "tally-change 1 ";
+constexpr std::string_view kDdlRecord = "cluster/ddl";  // the catalog record: the last script run
+constexpr size_t kScriptsKept = 512;
+
+std::string Hex(std::string_view bytes) {
+  std::string hex;
+  hex.reserve(bytes.size() * 2);
+  for (const unsigned char c : bytes) fmt::format_to(std::back_inserter(hex), "{:02x}", c);
+  return hex;
+}
+
+// A Nats-Msg-Id nobody else uses: `kind` and 16 random bytes.
+std::string RandomId(std::string_view kind) {
+  unsigned char bytes[16];
+  if (RAND_bytes(bytes, sizeof bytes) != 1) {
+    // Without OpenSSL's generator the clock and address still differ between calls.
+    const auto now = Clock::now().time_since_epoch().count();
+    std::memcpy(bytes, &now, sizeof now);
+  }
+  return fmt::format("{}:{}", kind,
+                     Hex(std::string_view(reinterpret_cast<const char*>(bytes), sizeof bytes)));
+}
+
+}  // namespace
+
+ChangeFeed::ChangeFeed(NatsConnection& connection, ChangeFeedOptions options,
+                       ClusterPersistence& persistence, engine::Engine& engine,
+                       derived::DerivedCounters& derived)
+    : connection_(connection),
+      options_(std::move(options)),
+      persistence_(persistence),
+      engine_(engine),
+      derived_(derived) {
+  for (uint32_t p = 0; p < options_.partition_count; ++p) {
+    position_names_.push_back(
+        fmt::format("{{{}}}changes", PartitionTag(p, options_.partition_count)));
+  }
+}
+
+ChangeFeed::~ChangeFeed() { Stop(); }
+
+Status ChangeFeed::Start() {
+  auto records = persistence_.ReadCatalog();
+  if (!records) return tl::unexpected(records.error());
+  for (const auto& [name, value] : *records) {
+    if (name != kDdlRecord) continue;
+    const std::optional<int64_t> seq = ParseInt64(value);
+    if (!seq || *seq < 0) return Corruption(fmt::format("catalog record {}: '{}'", name, value));
+    std::lock_guard lock(mutex_);
+    ddl_seq_ = static_cast<uint64_t>(*seq);
+    next_seq_ = ddl_seq_ + 1;
+  }
+  thread_ = std::thread([this] { Run(); });
+  return OkStatus();
+}
+
+void ChangeFeed::Stop() {
+  {
+    std::lock_guard lock(mutex_);
+    stopping_ = true;
+  }
+  advanced_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+uint64_t ChangeFeed::next_seq() const {
+  std::lock_guard lock(mutex_);
+  return next_seq_;
+}
+
+uint64_t ChangeFeed::ddl_seq() const {
+  std::lock_guard lock(mutex_);
+  return ddl_seq_;
+}
+
+std::string ChangeFeed::PositionName(uint32_t partition) const {
+  return position_names_[partition];
+}
+
+int64_t ChangeFeed::AppliedPosition(uint32_t partition) {
+  const std::string stored = derived::PositionKey(position_names_[partition]);
+  const engine::HashedKey key(stored);  // a view of `stored`
+  engine::View view = engine_.keyspace().Lock(key);
+  return view.Get(key).value_or(0);
+}
+
+std::vector<uint32_t> ChangeFeed::Owned() const {
+  std::vector<uint32_t> owned;
+  for (uint32_t p = 0; p < options_.partition_count; ++p) {
+    if (persistence_.role(p) == PartitionRole::kOwned) owned.push_back(p);
+  }
+  return owned;
+}
+
+uint64_t ChangeFeed::ReadFrom(const std::vector<uint32_t>& owned) {
+  uint64_t from = next_seq();
+  for (const uint32_t p : owned) {
+    from = std::min(from, static_cast<uint64_t>(AppliedPosition(p)) + 1);
+  }
+  return from;
+}
+
+void ChangeFeed::Run() {
+  while (true) {
+    {
+      std::lock_guard lock(mutex_);
+      if (stopping_) return;
+    }
+    // A partition gained (a claim, a hand-over) may be behind what the feed has read: read
+    // again from its position.
+    std::vector<uint32_t> owned = Owned();
+    if (owned != owned_) {
+      const uint64_t from = ReadFrom(owned);
+      owned_ = std::move(owned);
+      std::lock_guard lock(mutex_);
+      if (from < next_seq_) {
+        next_seq_ = from;
+        consumer_.reset();
+      }
+    }
+    if (!consumer_) {
+      auto started =
+          OrderedConsumer::Start(connection_, options_.stream, options_.subject, next_seq());
+      if (!started) {
+        spdlog::debug("change feed: cannot read {} yet: {}", options_.stream,
+                      started.error().message);
+        std::unique_lock lock(mutex_);
+        advanced_.wait_for(lock, std::chrono::milliseconds(200), [this] { return stopping_; });
+        continue;
+      }
+      consumer_ = std::move(*started);
+    }
+    auto message = consumer_->Next(100);
+    if (!message) {
+      consumer_.reset();
+      continue;
+    }
+    if (!message->has_value()) continue;
+    const StoredMessage& stored = **message;
+    if (stored.seq < next_seq()) continue;
+    Handle(stored.seq, stored.data);
+    {
+      std::lock_guard lock(mutex_);
+      next_seq_ = stored.seq + 1;
+    }
+    advanced_.notify_all();
+  }
+}
+
+void ChangeFeed::Handle(uint64_t seq, std::string_view data) {
+  const size_t end = data.find('\n');
+  if (!data.starts_with(kMagic) || end == std::string_view::npos) {
+    spdlog::warn("change feed: message {} of {} is not tally's: skipped", seq, options_.stream);
+    return;
+  }
+  const std::string_view head = data.substr(kMagic.size(), end - kMagic.size());
+  const std::string_view rest = data.substr(end + 1);
+  if (head == "ddl") {
+    RunScript(seq, rest);
+  } else if (head.starts_with("push ")) {
+    ApplyPush(seq, head.substr(5), rest);
+  } else {
+    spdlog::warn("change feed: message {} of {} is of kind '{}': skipped", seq, options_.stream,
+                 head);
+  }
+}
+
+void ChangeFeed::RunScript(uint64_t seq, std::string_view script) {
+  if (seq <= ddl_seq()) return;  // run before (the feed reads again for a partition gained)
+  auto outcome = derived_.ExecuteAt(script, static_cast<int64_t>(seq));
+  if (!outcome) {
+    spdlog::warn("change feed: the script at {} failed on this node (as on every node): {}", seq,
+                 outcome.error().message);
+  }
+  const engine::Persistence::CatalogOp done{std::string(kDdlRecord), std::to_string(seq)};
+  if (auto status = persistence_.WriteCatalog({&done, 1}); !status) {
+    spdlog::error("change feed: cannot record the script at {} as run: {}", seq,
+                  status.error().message);
+  }
+  std::lock_guard lock(mutex_);
+  ddl_seq_ = seq;
+  scripts_.insert_or_assign(seq, std::move(outcome));
+  while (scripts_.size() > kScriptsKept) scripts_.erase(scripts_.begin());
+}
+
+void ChangeFeed::ApplyPush(uint64_t seq, std::string_view only_counter, std::string_view body) {
+  if (owned_.empty()) return;
+  std::vector<derived::PartitionShare> shares;
+  for (const uint32_t p : owned_) shares.push_back({p, position_names_[p]});
+  std::vector<uint32_t> overflowed;
+  const uint32_t partitions = options_.partition_count;
+  auto outcome = derived_.ApplyShares(
+      body, only_counter, static_cast<int64_t>(seq), shares,
+      [partitions](std::string_view key) { return SlotPartition(KeySlot(key), partitions); },
+      decoder_, &overflowed);
+  if (!outcome) {
+    spdlog::error("change feed: the push at {} was not applied: {}", seq, outcome.error().message);
+    return;
+  }
+  for (const uint32_t p : overflowed) {
+    spdlog::warn(
+        "change feed: the push at {} would take a counter of partition {} out of the "
+        "int64 range: it counts nothing there",
+        seq, p);
+  }
+  // Nobody waits on this thread for its commit: write it now rather than at the committer's
+  // next sweep.
+  engine_.committer().TryCommitNow();
+}
+
+Result<PubAck> ChangeFeed::Publish(std::string data, std::string_view msg_id) {
+  Publication publication;
+  publication.subject = options_.subject;
+  publication.data = data;
+  publication.msg_id = msg_id;
+  auto ack = connection_.Publish(publication, options_.publish_timeout_ms);
+  if (!ack) {
+    return MakeError(ErrorCode::kUnavailable,
+                     fmt::format("the cluster's change stream did not take it: {}",
+                                 ack.error().ToError().message));
+  }
+  return *ack;
+}
+
+Result<derived::PushOutcome> ChangeFeed::Push(std::string_view body, std::string_view id,
+                                              std::string_view only_counter,
+                                              derived::ChangeDecoder& decoder) {
+  size_t changes = 0;
+  auto keys = derived_.PlanPush(body, only_counter, decoder, &changes);
+  if (!keys) return tl::unexpected(keys.error());
+  const std::string msg_id = id.empty() ? RandomId("push") : "id:" + Hex(id);
+  auto ack = Publish(fmt::format("{}push {}\n{}", kMagic, only_counter, body), msg_id);
+  if (!ack) return tl::unexpected(ack.error());
+  std::set<uint32_t> moved;
+  for (const std::string& key : *keys) {
+    moved.insert(SlotPartition(KeySlot(key), options_.partition_count));
+  }
+  const auto deadline = Clock::now() + std::chrono::milliseconds(options_.wait_ms);
+  for (const uint32_t p : moved) {
+    while (AppliedPosition(p) < static_cast<int64_t>(ack->seq)) {
+      if (Clock::now() >= deadline) {
+        return MakeError(ErrorCode::kUnavailable,
+                         fmt::format("the push is in the cluster's change stream (sequence {}) "
+                                     "and will be applied, but partition {} has not applied it "
+                                     "yet as this node sees it",
+                                     ack->seq, p));
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  }
+  derived::PushOutcome outcome;
+  outcome.changes = changes;
+  if (ack->duplicate) {
+    outcome.duplicates = changes;
+  } else {
+    outcome.applied = changes;
+    outcome.increments = keys->size();
+  }
+  return outcome;
+}
+
+Result<std::vector<derived::StatementOutcome>> ChangeFeed::Define(std::string_view script) {
+  auto statements = definitions::ParseScript(script);
+  if (!statements) return tl::unexpected(statements.error());
+  const bool shows_only = std::all_of(statements->begin(), statements->end(), [](const auto& s) {
+    return std::holds_alternative<definitions::ShowCounters>(s) ||
+           std::holds_alternative<definitions::ShowSources>(s);
+  });
+  if (shows_only) return derived_.Execute(script);
+  auto ack = Publish(fmt::format("{}ddl\n{}", kMagic, script), RandomId("ddl"));
+  if (!ack) return tl::unexpected(ack.error());
+  std::unique_lock lock(mutex_);
+  const bool ran = advanced_.wait_for(lock, std::chrono::milliseconds(options_.wait_ms),
+                                      [&] { return ddl_seq_ >= ack->seq || stopping_; });
+  const auto found = scripts_.find(ack->seq);
+  if (!ran || found == scripts_.end()) {
+    return MakeError(ErrorCode::kUnavailable,
+                     fmt::format("the script is in the cluster's change stream (sequence {}) "
+                                 "and every node will run it, but this node has not yet",
+                                 ack->seq));
+  }
+  return found->second;
+}
+
+}  // namespace tally::cluster

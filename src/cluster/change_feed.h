@@ -1,0 +1,129 @@
+// ChangeFeed: the derived counters on a cluster node (issue 13; docs/cluster.md).
+//
+// The cluster's change stream <NAME>_CHANGES (3 replicas; its de-duplication window is the
+// idempotency window) holds, in one order, every definition script and every push:
+//   "tally-change 1 ddl\n<script>"
+//   "tally-change 1 push <only_counter>\n<body>"    (only_counter empty: every counter)
+// Every node reads all of it, in order, on a thread of its own:
+//   - A script runs on every node at its place in the stream (DerivedCounters::ExecuteAt at
+//     its sequence): every node's catalog is the same at every point of the stream, and a
+//     counter created at sequence S counts the pushes after S only. How far the node got is
+//     the catalog record "cluster/ddl" (a script run again after a crash changes nothing:
+//     CREATE of what exists is a no-op, DROP of what is gone an error that is logged).
+//   - A push is applied by each partition's owner to its partition alone
+//     (DerivedCounters::ApplyShares), with the partition's position record
+//     "\0pos:{<tag>}changes" (PartitionTag: a key of the partition) set to the push's
+//     sequence in the same View, so that the owner's commit puts both in the partition's
+//     stream in one record: exactly once per partition, across failovers — a new owner has
+//     the record from the stream it read, and the feed reads the change stream again from
+//     the lowest position of the partitions it owns.
+// A push or a script is taken by any node (ChangeFront): checked there, published (a push
+// with Nats-Msg-Id = its id: JetStream answers a resend "duplicate" with the first one's
+// sequence), then answered once this node sees it applied — a script once this node ran it,
+// a push once every partition it moves is at or past its sequence as this node sees them
+// (it follows every partition).
+//
+// What a reader sees of a push that spans partitions: each partition's share appears at
+// once (one View, one commit), but the shares of different partitions appear one after the
+// other, as each owner applies them (usually within milliseconds): a reader of two of its
+// groups on different partitions may see one moved and not yet the other. Reads of derived
+// counters are served by every node from what it holds (owned and followed partitions), so
+// a node lags the owners by the replication delay; the node that took a push answers only
+// once all of it is visible there.
+//
+// Threads: the feed's own thread reads and applies; Push and Define run on the callers'
+// threads (Redis and HTTP workers) and wait, bounded by options.wait_ms.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cluster/change_front.h"
+#include "cluster/cluster_persistence.h"
+#include "cluster/nats_client.h"
+#include "engine/derived/derived_counters.h"
+#include "engine/engine.h"
+
+namespace tally::cluster {
+
+struct ChangeFeedOptions {
+  std::string stream;   // e.g. TALLY_CHANGES
+  std::string subject;  // e.g. tally.changes
+  uint32_t partition_count = 0;
+  int64_t publish_timeout_ms = 5000;
+  int64_t wait_ms = 10000;  // how long Push and Define wait for what they changed
+};
+
+class ChangeFeed final : public ChangeFront {
+ public:
+  // REQUIRES: everything referenced outlives the feed; the stream exists; `derived` loaded.
+  ChangeFeed(NatsConnection& connection, ChangeFeedOptions options, ClusterPersistence& persistence,
+             engine::Engine& engine, derived::DerivedCounters& derived);
+  ~ChangeFeed() override;  // Stop()s.
+  ChangeFeed(const ChangeFeed&) = delete;
+  ChangeFeed& operator=(const ChangeFeed&) = delete;
+
+  // Reads how far the catalog got ("cluster/ddl") and starts reading after it.
+  Status Start();
+  // Stops reading (within about 100 ms). Idempotent.
+  void Stop();
+
+  Result<derived::PushOutcome> Push(std::string_view body, std::string_view id,
+                                    std::string_view only_counter,
+                                    derived::ChangeDecoder& decoder) override;
+  Result<std::vector<derived::StatementOutcome>> Define(std::string_view script) override;
+
+  // The next sequence the feed will read; the last script run.
+  uint64_t next_seq() const;
+  uint64_t ddl_seq() const;
+
+  // The position record's name of `partition` ("{<tag>}changes"), and how far this node
+  // sees the partition's share applied (0: nothing yet).
+  std::string PositionName(uint32_t partition) const;
+  int64_t AppliedPosition(uint32_t partition);
+
+ private:
+  void Run();
+  // One message of the stream, at sequence `seq`.
+  void Handle(uint64_t seq, std::string_view data);
+  void RunScript(uint64_t seq, std::string_view script);
+  void ApplyPush(uint64_t seq, std::string_view only_counter, std::string_view body);
+  // The partitions this node writes now.
+  std::vector<uint32_t> Owned() const;
+  // Where to read from for the partitions owned now: the lowest of their positions, or the
+  // next sequence when none is behind it.
+  uint64_t ReadFrom(const std::vector<uint32_t>& owned);
+  // Publishes one message; its sequence and whether it was a duplicate.
+  Result<PubAck> Publish(std::string data, std::string_view msg_id);
+
+  NatsConnection& connection_;
+  const ChangeFeedOptions options_;
+  ClusterPersistence& persistence_;
+  engine::Engine& engine_;
+  derived::DerivedCounters& derived_;
+  derived::ChangeDecoder decoder_;             // the feed's thread only
+  std::vector<std::string> position_names_;    // index = partition
+  std::unique_ptr<OrderedConsumer> consumer_;  // the feed's thread only
+  std::vector<uint32_t> owned_;                // the feed's thread only: as last seen
+
+  mutable std::mutex mutex_;
+  std::condition_variable advanced_;
+  // Guarded by mutex_:
+  uint64_t next_seq_ = 1;
+  uint64_t ddl_seq_ = 0;
+  // The outcomes of recent scripts, by sequence, for Define (the last few hundred).
+  std::map<uint64_t, Result<std::vector<derived::StatementOutcome>>> scripts_;
+  bool stopping_ = false;
+
+  std::thread thread_;
+};
+
+}  // namespace tally::cluster

@@ -1,0 +1,149 @@
+// What a cluster node's derived counters do (cluster/change_feed.h), without a cluster: a
+// push's shares applied per partition with their position records, exactly once per
+// partition; scripts run at a position of the change stream; a push planned before it is
+// published; the families' indexes kept in step with replicated batches.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "engine/derived/derived_counters.h"
+#include "engine/derived/derived_keyspace.h"
+#include "engine/derived/derived_test_util.h"
+
+namespace tally::derived {
+namespace {
+
+constexpr std::string_view kSchema =
+    "CREATE SOURCE likes (post_id bigint, blog_id bigint, weight bigint); "
+    "CREATE COUNTER post_likes AS SELECT post_id, count(*) FROM likes GROUP BY post_id; "
+    "CREATE COUNTER blog_weight AS SELECT blog_id, sum(weight) FROM likes GROUP BY blog_id;";
+
+std::string Like(int post, int blog, int64_t weight) {
+  return "{\"source\":\"likes\",\"new\":{\"post_id\":" + std::to_string(post) +
+         ",\"blog_id\":" + std::to_string(blog) + ",\"weight\":" + std::to_string(weight) + "}}";
+}
+
+// Two partitions of the test: the groups of post 1 and blog 1 in partition 0, others in 1.
+uint32_t PartitionOf(std::string_view key) {
+  return key == "post_likes:1" || key == "blog_weight:1" ? 0 : 1;
+}
+
+class ClusterSharesTest : public DerivedStoreTest {
+ protected:
+  ClusterSharesTest() : DerivedStoreTest("tally_cluster_shares_test_", 1'700'000'000'000, {}) {}
+
+  // Applies `body` at `position` to the shares of `partitions`.
+  PushOutcome Apply(const std::string& body, int64_t position,
+                    const std::vector<uint32_t>& partitions,
+                    std::vector<uint32_t>* overflowed = nullptr) {
+    std::vector<PartitionShare> shares;
+    for (uint32_t p : partitions) shares.push_back({p, kNames[p]});
+    auto outcome =
+        derived_->ApplyShares(body, {}, position, shares, PartitionOf, decoder_, overflowed);
+    EXPECT_TRUE(outcome) << outcome.error().message;
+    return outcome.value_or(PushOutcome{});
+  }
+  int64_t Position(uint32_t partition) { return Value(PositionKey(kNames[partition])); }
+
+  static constexpr std::string_view kNames[] = {"{p0}changes", "{p1}changes"};
+};
+
+TEST_F(ClusterSharesTest, EachShareIsAppliedOnceWithItsPosition) {
+  auto defined = derived_->ExecuteAt(kSchema, 1);
+  ASSERT_TRUE(defined) << defined.error().message;
+  const std::string body = "[" + Like(1, 1, 5) + "," + Like(2, 1, 7) + "," + Like(2, 2, 1) + "]";
+  // Partition 0 only: post 1 and blog 1.
+  PushOutcome outcome = Apply(body, 5, {0});
+  EXPECT_EQ(outcome.increments, 2u);
+  EXPECT_EQ(Value("post_likes:1"), 1);
+  EXPECT_EQ(Value("blog_weight:1"), 12);
+  EXPECT_EQ(Value("post_likes:2"), 0);
+  EXPECT_EQ(Position(0), 5);
+  EXPECT_EQ(Position(1), 0);
+  // Again for both partitions (a node that gained partition 1 reads the stream again): only
+  // partition 1's share is due.
+  outcome = Apply(body, 5, {0, 1});
+  EXPECT_EQ(Value("post_likes:1"), 1);
+  EXPECT_EQ(Value("blog_weight:1"), 12);
+  EXPECT_EQ(Value("post_likes:2"), 2);
+  EXPECT_EQ(Value("blog_weight:2"), 1);
+  EXPECT_EQ(Position(1), 5);
+  // At or before the recorded positions nothing moves.
+  Apply(body, 4, {0, 1});
+  Apply(body, 5, {0, 1});
+  EXPECT_EQ(Value("post_likes:2"), 2);
+  // A counter created later in the stream counts only what follows it.
+  ASSERT_TRUE(derived_->ExecuteAt(
+      "CREATE COUNTER blog_likes AS SELECT blog_id, count(*) FROM likes GROUP BY blog_id;", 6));
+  Apply("[" + Like(3, 2, 1) + "]", 7, {0, 1});
+  EXPECT_EQ(Value("blog_likes:2"), 1);
+  Apply("[" + Like(4, 2, 1) + "]", 6, {0, 1});  // not after its creation: skipped
+  EXPECT_EQ(Value("blog_likes:2"), 1);
+}
+
+TEST_F(ClusterSharesTest, AShareThatWouldOverflowCountsNothingAndTheOthersApply) {
+  ASSERT_TRUE(derived_->ExecuteAt(kSchema, 1));
+  Apply("[" + Like(9, 1, INT64_MAX) + "]", 2, {0, 1});
+  std::vector<uint32_t> overflowed;
+  Apply("[" + Like(1, 1, 1) + "," + Like(2, 2, 3) + "]", 3, {0, 1}, &overflowed);
+  EXPECT_EQ(overflowed, std::vector<uint32_t>{0});
+  EXPECT_EQ(Value("blog_weight:1"), INT64_MAX);
+  EXPECT_EQ(Value("post_likes:1"), 0);  // partition 0's share: nothing
+  EXPECT_EQ(Value("blog_weight:2"), 3);
+  EXPECT_EQ(Position(0), 3);
+  EXPECT_EQ(Position(1), 3);
+}
+
+TEST_F(ClusterSharesTest, APushIsPlannedBeforeItIsPublished) {
+  ASSERT_TRUE(derived_->ExecuteAt(kSchema, 1));
+  size_t changes = 0;
+  auto keys =
+      derived_->PlanPush("[" + Like(1, 1, 2) + "," + Like(1, 2, 0) + "]", {}, decoder_, &changes);
+  ASSERT_TRUE(keys) << keys.error().message;
+  EXPECT_EQ(changes, 2u);
+  std::sort(keys->begin(), keys->end());
+  EXPECT_EQ(*keys, (std::vector<std::string>{"blog_weight:1", "post_likes:1"}));
+  EXPECT_EQ(Value("post_likes:1"), 0);  // nothing written
+  auto with_id = derived_->PlanPush(
+      R"({"source":"likes","id":"x","new":{"post_id":1,"blog_id":1,"weight":1}})", {}, decoder_,
+      &changes);
+  ASSERT_FALSE(with_id);
+  EXPECT_NE(with_id.error().message.find("give the push an id"), std::string::npos);
+  auto distinct = derived_->ExecuteAt(
+      "CREATE COUNTER fans AS SELECT blog_id, count(DISTINCT post_id) FROM likes GROUP BY "
+      "blog_id;",
+      9);
+  ASSERT_FALSE(distinct);
+  EXPECT_NE(distinct.error().message.find("plain counts"), std::string::npos);
+}
+
+TEST_F(ClusterSharesTest, TheIndexesFollowReplicatedBatches) {
+  ASSERT_TRUE(derived_->ExecuteAt(kSchema, 1));
+  engine::CommitBatch batch;
+  batch.AddPut("post_likes:7", {3, 0});
+  batch.AddPut("post_likes:8", {1, 0});
+  batch.AddPut("unrelated", {1, 0});
+  const engine::CommitBatch* batches[] = {&batch};
+  engine_->keyspace().ApplyReplicated({0, kSlotCount - 1}, batches);
+  const std::string_view puts[] = {"post_likes:7", "post_likes:8", "unrelated"};
+  derived_->OnReplicated(puts, {});
+  derived_->OnReplicated(puts, {});  // the same groups again: listed once
+  auto prefix = derived_->PrefixOf("post_likes", {});
+  ASSERT_TRUE(prefix);
+  auto page = derived_->List("post_likes", *prefix, {}, 10);
+  ASSERT_TRUE(page);
+  ASSERT_EQ(page->items.size(), 2u);
+  EXPECT_EQ(page->items[0].key, "post_likes:7");
+  const std::string_view deletes[] = {"post_likes:7"};
+  derived_->OnReplicated({}, deletes);
+  derived_->ForgetKeys([](std::string_view key) { return key == "post_likes:8"; });
+  page = derived_->List("post_likes", *prefix, {}, 10);
+  ASSERT_TRUE(page);
+  EXPECT_TRUE(page->items.empty());
+}
+
+}  // namespace
+}  // namespace tally::derived
