@@ -228,6 +228,27 @@ class ClusterClientsTest(unittest.TestCase):
         self.assertEqual(wrong, {})
         self.check_every_node(expected)
 
+    def test_redis_py_derived_counters(self):
+        """tally's own commands through RedisCluster: COMMAND marks them movablekeys and
+        COMMAND GETKEYS names the argument to route by (any node serves them)."""
+        rc = redis_py_cluster(self.ports)
+        self.addCleanup(rc.close)
+        script = ("CREATE SOURCE stars (repo bigint, user_id bigint); CREATE COUNTER repo_stars "
+                  "AS SELECT repo, count(*) FROM stars GROUP BY repo;")
+        self.assertEqual(rc.execute_command("COUNTER.DEFINE", script),
+                         ["CREATE SOURCE stars", "CREATE COUNTER repo_stars"])
+        body = json.dumps([{"source": "stars", "new": {"repo": 7, "user_id": u}}
+                           for u in range(3)])
+        self.assertEqual(rc.execute_command("COUNTER.PUSH", "ID", "stars-1", body), [3, 3, 0, 1])
+        self.assertEqual(rc.execute_command("COUNTER.PUSH", "ID", "stars-1", body), [3, 0, 3, 0])
+        self.assertEqual(rc.execute_command("COUNTER.GET", "repo_stars", "7"), 3)
+        for port in self.ports:   # every node serves the group (it follows every partition)
+            with RespConn(port) as conn:
+                deadline = time.monotonic() + WAIT
+                while conn.call("COUNTER.GET", "repo_stars", "7") != 3:
+                    self.assertLess(time.monotonic(), deadline, "node %d lags" % port)
+                    time.sleep(0.05)
+
     # --- ioredis Cluster ------------------------------------------------------------------
     def ioredis(self, session, mode):
         self.assertTrue(os.path.isdir(os.path.join(NODE_DIR, "node_modules", "ioredis")),

@@ -38,19 +38,19 @@ constexpr CommandSpec kCommands[] = {
   {"flushdb",    -1, kWrite | kAllStripes,                 0, 0, 0, FlushDb,   "server", "Removes every counter of the selected database.", "1.0.0"},
   {"move",        3, kWrite | kFast,                       1, 1, 1, Move,      "keyspace", "Not offered: databases are separate keyspaces (copy, then DEL).", "1.0.0"},
   {"swapdb",      3, kWrite | kFast,                       0, 0, 0, SwapDb,    "server", "Not offered: databases are separate keyspaces.", "4.0.0"},
-  {"counter.define", 2, kWrite | kAdmin | kNoMulti,      0, 0, 0, CounterDefine, "derived", "Runs a script of CREATE SOURCE, CREATE COUNTER, DROP and SHOW statements (tally).", "tally 0.2"},
-  {"counter.drop",   2, kWrite | kAdmin | kNoMulti,      0, 0, 0, CounterDrop,   "derived", "Drops a derived counter and every group of it (tally).", "tally 0.2"},
+  {"counter.define", 2, kWrite | kAdmin | kNoMulti | kMovableKeys,      0, 0, 0, CounterDefine, "derived", "Runs a script of CREATE SOURCE, CREATE COUNTER, DROP and SHOW statements (tally).", "tally 0.2"},
+  {"counter.drop",   2, kWrite | kAdmin | kNoMulti | kMovableKeys,      0, 0, 0, CounterDrop,   "derived", "Drops a derived counter and every group of it (tally).", "tally 0.2"},
   {"counter.list",   1, kReadOnly | kNoMulti,            0, 0, 0, CounterList,   "derived", "Lists the derived counters (tally).", "tally 0.2"},
-  {"counter.push",  -2, kWrite | kNoMulti,               0, 0, 0, CounterPush,   "derived", "Applies changes (JSON) to every derived counter of their source, atomically (tally).", "tally 0.2"},
-  {"counter.backfill", -3, kWrite | kNoMulti,           0, 0, 0, CounterBackfill, "derived", "Applies changes (JSON) to one derived counter only: gives a new counter the existing rows (tally).", "tally 0.2"},
+  {"counter.push",  -2, kWrite | kNoMulti | kMovableKeys,               0, 0, 0, CounterPush,   "derived", "Applies changes (JSON) to every derived counter of their source, atomically (tally).", "tally 0.2"},
+  {"counter.backfill", -3, kWrite | kNoMulti | kMovableKeys,           0, 0, 0, CounterBackfill, "derived", "Applies changes (JSON) to one derived counter only: gives a new counter the existing rows (tally).", "tally 0.2"},
   {"counter.hold",  -1, kAdmin | kNoMulti,               0, 0, 0, CounterHold,   "derived", "Holds source streams at a position for verification, or reports the hold (tally).", "tally 0.3"},
   {"counter.release", 1, kAdmin | kNoMulti,              0, 0, 0, CounterRelease, "derived", "Releases a verification hold (tally).", "tally 0.3"},
-  {"counter.repair", -4, kWrite | kAdmin | kNoMulti,     0, 0, 0, CounterRepair, "derived", "Sets groups of a derived counter to given values in one commit: tally verify --repair (tally).", "tally 0.3"},
-  {"counter.repairstate", -5, kWrite | kAdmin | kNoMulti, 0, 0, 0, CounterRepairState, "derived", "Sets whole groups of a derived counter that keeps hidden records (count(DISTINCT), min, max, avg, several aggregates) in one commit: tally verify --repair (tally).", "tally 0.4"},
-  {"counter.get",   -2, kReadOnly | kNoMulti,            0, 0, 0, CounterGet,    "derived", "Returns one group of a derived counter by its key parts (tally).", "tally 0.2"},
-  {"counter.scan",  -4, kReadOnly | kNoMulti,            0, 0, 0, CounterScan,   "derived", "Lists the groups of a derived counter under a key prefix, a page at a time (tally).", "tally 0.2"},
-  {"counter.top",   -3, kReadOnly | kNoMulti,            0, 0, 0, CounterTop,    "derived", "Returns the k largest groups of a derived counter under a key prefix (tally).", "tally 0.2"},
-  {"counter.range", -4, kReadOnly | kNoMulti,           0, 0, 0, CounterRange,  "derived", "The time buckets of one group of a derived counter from one instant to another, taken together (tally).", "tally 0.4"},
+  {"counter.repair", -4, kWrite | kAdmin | kNoMulti | kMovableKeys,     0, 0, 0, CounterRepair, "derived", "Sets groups of a derived counter to given values in one commit: tally verify --repair (tally).", "tally 0.3"},
+  {"counter.repairstate", -5, kWrite | kAdmin | kNoMulti | kMovableKeys, 0, 0, 0, CounterRepairState, "derived", "Sets whole groups of a derived counter that keeps hidden records (count(DISTINCT), min, max, avg, several aggregates) in one commit: tally verify --repair (tally).", "tally 0.4"},
+  {"counter.get",   -2, kReadOnly | kNoMulti | kMovableKeys,            0, 0, 0, CounterGet,    "derived", "Returns one group of a derived counter by its key parts (tally).", "tally 0.2"},
+  {"counter.scan",  -4, kReadOnly | kNoMulti | kMovableKeys,            0, 0, 0, CounterScan,   "derived", "Lists the groups of a derived counter under a key prefix, a page at a time (tally).", "tally 0.2"},
+  {"counter.top",   -3, kReadOnly | kNoMulti | kMovableKeys,            0, 0, 0, CounterTop,    "derived", "Returns the k largest groups of a derived counter under a key prefix (tally).", "tally 0.2"},
+  {"counter.range", -4, kReadOnly | kNoMulti | kMovableKeys,           0, 0, 0, CounterRange,  "derived", "The time buckets of one group of a derived counter from one instant to another, taken together (tally).", "tally 0.4"},
   {"expire",     -3, kWrite | kFast,                       1, 1, 1, Expire,    "keyspace", "Sets a counter's time to live in seconds.", "1.0.0"},
   {"pexpire",    -3, kWrite | kFast,                       1, 1, 1, PExpire,   "keyspace", "Sets a counter's time to live in milliseconds.", "2.6.0"},
   {"expireat",   -3, kWrite | kFast,                       1, 1, 1, ExpireAt,  "keyspace", "Sets a counter's expiry to a Unix time in seconds.", "1.2.0"},
@@ -131,6 +131,7 @@ std::vector<std::string_view> FlagNames(const CommandSpec& spec) {
   if (spec.flags & kNoMulti) names.emplace_back("no_multi");
   if (spec.flags & kLoading) names.emplace_back("loading");
   if (spec.flags & kFast) names.emplace_back("fast");
+  if (spec.flags & kMovableKeys) names.emplace_back("movablekeys");
   return names;
 }
 

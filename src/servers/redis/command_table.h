@@ -30,6 +30,10 @@ enum CommandFlag : uint32_t {
   kAdmin = 1 << 7,
   kLoading = 1 << 8,  // allowed while loading
   kPubSub = 1 << 9,   // allowed in RESP2's subscribed mode (not listed by COMMAND INFO)
+  // Its keys are not at fixed positions (a derived counter's group key is built from its
+  // arguments): COMMAND GETKEYS names the argument a cluster client routes it by (the
+  // counter, or a push's body). Any node of a cluster serves these, so it only spreads them.
+  kMovableKeys = 1 << 10,
 };
 
 // What a handler gets: the request, its keys already hashed and locked, and where to reply.

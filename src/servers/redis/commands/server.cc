@@ -37,6 +37,30 @@ void CommandInfo(CommandContext& ctx, const CommandSpec& spec) {
   ctx.reply.ArrayHeader(0);  // subcommands
 }
 
+// COMMAND GETKEYS command [arg ...]: the keys of that request (Redis's texts for the errors);
+// for a command of movable keys, the argument a cluster client routes it by (redis-py asks).
+void CommandGetKeys(CommandContext& ctx) {
+  const std::span<const std::string_view> request = ctx.args.subspan(2);
+  const CommandSpec* spec = FindCommand(request[0]);
+  if (spec == nullptr) return ctx.reply.Error("ERR Invalid command specified");
+  const int argc = static_cast<int>(request.size());
+  if ((spec->arity > 0 && argc != spec->arity) || (spec->arity < 0 && argc < -spec->arity)) {
+    return ctx.reply.Error("ERR Invalid number of arguments specified for command");
+  }
+  std::vector<size_t> positions;
+  if (spec->flags & kMovableKeys) {
+    // A push by its body (pushes spread over the nodes), the others by their counter.
+    const bool push =
+        spec->handler == commands::CounterPush || spec->handler == commands::CounterBackfill;
+    if (request.size() > 1) positions.push_back(push ? request.size() - 1 : 1);
+  } else {
+    KeyPositions(*spec, request.size(), &positions);
+  }
+  if (positions.empty()) return ctx.reply.Error("ERR The command has no key arguments");
+  ctx.reply.ArrayHeader(positions.size());
+  for (const size_t position : positions) ctx.reply.Bulk(request[position]);
+}
+
 void CommandDocs(CommandContext& ctx, const CommandSpec& spec) {
   ctx.reply.Bulk(spec.name);
   ctx.reply.MapHeader(3);
@@ -321,6 +345,8 @@ void Command(CommandContext& ctx) {
         CommandInfo(ctx, *spec);
       }
     }
+  } else if (EqualsIgnoreCase(sub, "GETKEYS") && ctx.args.size() >= 3) {
+    CommandGetKeys(ctx);
   } else if (EqualsIgnoreCase(sub, "DOCS")) {
     std::vector<const CommandSpec*> wanted;
     if (ctx.args.size() == 2) {
