@@ -277,6 +277,29 @@ class ClusterClientsTest(unittest.TestCase):
         expected.update({a: 10, b: 20})
         self.check_every_node(expected)
 
+    def test_expiry_deadlines_are_replicated(self):
+        """A key's expiry is an absolute deadline the owner decided: every standby holds the
+        same PEXPIRETIME (not a deadline of its own clock), and the key goes everywhere."""
+        key = self.keys_on_distinct_owners("ttl:k", count=1)[0]
+        owner = self.owner_of(key)
+        with RespConn(owner) as conn:
+            self.assertEqual(conn.call("SET", key, "5", "PX", "1500"), "OK")
+            self.assertEqual(conn.call("INCRBY", key, "2"), 7)
+            deadline = conn.call("PEXPIRETIME", key)
+        self.assertIsInstance(deadline, int)
+        for port in self.ports:
+            with RespConn(port) as conn:
+                self.assertEqual(conn.call("READONLY"), "OK")
+                until = time.monotonic() + WAIT
+                while conn.call("PEXPIRETIME", key) != deadline:
+                    self.assertLess(time.monotonic(), until, "node %d: another deadline" % port)
+                    time.sleep(0.02)
+        time.sleep(max(0.0, deadline / 1000.0 - time.time()) + 0.2)
+        for port in self.ports:
+            with RespConn(port) as conn:
+                conn.call("READONLY")
+                self.assertIsNone(conn.call("GET", key), "node %d still shows it" % port)
+
     # --- CLUSTER commands' shape ----------------------------------------------------------
     def test_cluster_commands_shape(self):
         slots = self.cluster.cluster_slots()
