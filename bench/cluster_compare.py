@@ -77,8 +77,8 @@ from redis_compare import (  # noqa: E402
     Resp,
     RespError,
     Server,
+    benchmark_run,
     free_port,
-    parse_csv,
     proc_cpu_seconds,
 )
 from redis_compare_report import (  # noqa: E402
@@ -540,19 +540,9 @@ def run_row(system: System, row: Row, cfg: Config, timeout: float) -> Run:
         return Run(error=f"redis-benchmark did not finish within {timeout:.0f} s")
     except (OSError, RespError, ValueError, BenchError) as e:
         return Run(error=f"{type(e).__name__}: {e}")
-    if done.returncode != 0:
-        detail = " ".join((done.stderr.strip() or done.stdout.strip()).split())[:200]
-        return Run(error=f"redis-benchmark exited {done.returncode}: {detail}")
-    try:
-        fields = parse_csv(done.stdout)
-        run = Run(rps=float(fields["rps"]), p50=float(fields["p50_latency_ms"]),
-                  p99=float(fields["p99_latency_ms"]), seconds=seconds)
-    except (ValueError, KeyError) as e:
-        return Run(error=f"cannot read redis-benchmark output ({e}): {done.stdout[:200]!r}")
-    client_seconds = (client1.ru_utime - client0.ru_utime) + (client1.ru_stime - client0.ru_stime)
-    run.client_cpu = client_seconds / seconds if seconds else 0.0
-    run.server_cpu = (server1 - server0) / seconds if seconds else 0.0
-    run.cpu_us = (server1 - server0) * 1e6 / n
+    run = benchmark_run(done, seconds, n, (client0, client1), (server0, server1))
+    if run.error:
+        return run
     # redis-benchmark 7.0.15 exits 1 at the first error reply (-e has no effect any more).
     problems = []
     try:

@@ -285,6 +285,28 @@ def stop_quietly(perf: subprocess.Popen | None) -> None:
         perf.wait()
 
 
+def benchmark_run(done: subprocess.CompletedProcess, seconds: float, requests: int,
+                  client: tuple, server: tuple[float, float]) -> Run:
+    """The Run of one finished redis-benchmark: its rate and latencies (--csv), the client's CPU
+    share (getrusage of children before and after) and the server's CPU (seconds before and
+    after) a second and per request; a Run with `error` when it failed or cannot be read."""
+    if done.returncode != 0:
+        detail = " ".join((done.stderr.strip() or done.stdout.strip()).split())[:200]
+        return Run(error=f"redis-benchmark exited {done.returncode}: {detail}")
+    try:
+        fields = parse_csv(done.stdout)
+        run = Run(rps=float(fields["rps"]), p50=float(fields["p50_latency_ms"]),
+                  p99=float(fields["p99_latency_ms"]), seconds=seconds)
+    except (ValueError, KeyError) as e:
+        return Run(error=f"cannot read redis-benchmark output ({e}): {done.stdout[:200]!r}")
+    client0, client1 = client
+    client_seconds = (client1.ru_utime - client0.ru_utime) + (client1.ru_stime - client0.ru_stime)
+    run.client_cpu = client_seconds / seconds if seconds else 0.0
+    run.server_cpu = (server[1] - server[0]) / seconds if seconds else 0.0
+    run.cpu_us = (server[1] - server[0]) * 1e6 / requests
+    return run
+
+
 def run_row(server: Server, row: Row, cfg: Config, count_syscalls: bool = False) -> Run:
     """One redis-benchmark run of `row`; with `count_syscalls`, under perf stat."""
     n = cfg.requests(row)
@@ -318,19 +340,9 @@ def run_row(server: Server, row: Row, cfg: Config, count_syscalls: bool = False)
     except (OSError, RespError, ValueError, subprocess.SubprocessError) as e:
         stop_quietly(perf)
         return Run(error=f"{type(e).__name__}: {e}")
-    if done.returncode != 0:
-        detail = " ".join((done.stderr.strip() or done.stdout.strip()).split())[:200]
-        return Run(error=f"redis-benchmark exited {done.returncode}: {detail}")
-    try:
-        fields = parse_csv(done.stdout)
-        run = Run(rps=float(fields["rps"]), p50=float(fields["p50_latency_ms"]),
-                  p99=float(fields["p99_latency_ms"]), seconds=seconds)
-    except (ValueError, KeyError) as e:
-        return Run(error=f"cannot read redis-benchmark output ({e}): {done.stdout[:200]!r}")
-    client_seconds = (client1.ru_utime - client0.ru_utime) + (client1.ru_stime - client0.ru_stime)
-    run.client_cpu = client_seconds / seconds if seconds else 0.0
-    run.server_cpu = (server1 - server0) / seconds if seconds else 0.0
-    run.cpu_us = (server1 - server0) * 1e6 / n
+    run = benchmark_run(done, seconds, n, (client0, client1), (server0, server1))
+    if run.error:
+        return run
     run.syscalls = syscalls / n
     if row.hot_key_delta:
         try:

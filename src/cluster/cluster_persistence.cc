@@ -657,12 +657,7 @@ Result<uint64_t> ClusterPersistence::AppendShare(PartitionLog& log, const Record
 
 Status ClusterPersistence::Commit(const engine::CommitBatch& batch, [[maybe_unused]] bool sync) {
   const std::vector<BatchShare> shares = SplitBatch(batch, options_.partition_count);
-  struct Target {
-    uint32_t partition;
-    std::shared_ptr<PartitionLog> log;
-    RecordHeader header;
-  };
-  std::vector<Target> targets;
+  std::vector<Writer> targets;
   {
     std::lock_guard lock(mutex_);
     committed_epoch_ = std::max(committed_epoch_, batch.epoch());
@@ -672,7 +667,7 @@ Status ClusterPersistence::Commit(const engine::CommitBatch& batch, [[maybe_unus
     }
   }
   const int64_t now_ms = UnixMs();
-  for (Target& target : targets) {
+  for (Writer& target : targets) {
     target.header.epoch = batch.epoch();
     target.header.owner_unix_ms = now_ms;
     auto seq = AppendShare(*target.log, target.header, batch, shares[target.partition]);
@@ -745,12 +740,7 @@ Status ClusterPersistence::Sync() {
 }
 
 void ClusterPersistence::RenewIdle() {
-  struct Target {
-    uint32_t partition;
-    std::shared_ptr<PartitionLog> log;
-    RecordHeader header;
-  };
-  std::vector<Target> targets;
+  std::vector<Writer> targets;
   const auto now = Clock::now();
   {
     std::lock_guard lock(mutex_);
@@ -763,7 +753,7 @@ void ClusterPersistence::RenewIdle() {
     }
   }
   std::string bytes;
-  for (Target& target : targets) {
+  for (Writer& target : targets) {
     target.header.owner_unix_ms = UnixMs();
     EncodeRenew(target.header, &bytes);
     if (auto seq = target.log->Append(RecordKind::kRenew, std::move(bytes)); !seq) {

@@ -223,6 +223,14 @@ class ClusterPersistence final : public engine::Persistence {
     std::string failure;        // kFailed
   };
 
+  // An owned partition's writer as Commit and the renewals take it under mutex_, to append
+  // after unlocking.
+  struct Writer {
+    uint32_t partition;
+    std::shared_ptr<PartitionLog> log;
+    RecordHeader header;
+  };
+
   ClusterPersistence(NatsConnection& connection, ClusterPersistenceOptions options,
                      std::unique_ptr<storage::ClusterTables> tables);
 

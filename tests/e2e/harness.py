@@ -218,21 +218,51 @@ class RespConn:
 # ----------------------------------------------------------------------------------------
 # The server under test.
 
-_live_servers = set()
-_live_lock = threading.Lock()
+class ExitRegistry:
+    """What is still running when the test process exits (anything with cleanup()): add()
+    when it starts, discard() once cleaned up; whatever is left is cleaned up at exit. A
+    registry made later is cleaned up first (atexit runs its hooks in reverse): the tallyd
+    nodes of a cluster before the nats-servers they use."""
+
+    def __init__(self):
+        self._live = set()
+        self._lock = threading.Lock()
+        atexit.register(self._cleanup_all)
+
+    def add(self, thing):
+        with self._lock:
+            self._live.add(thing)
+
+    def discard(self, thing):
+        with self._lock:
+            self._live.discard(thing)
+
+    def _cleanup_all(self):
+        with self._lock:
+            things = list(self._live)
+        for thing in things:
+            try:
+                thing.cleanup()
+            except Exception:  # noqa: BLE001 - best effort at exit
+                pass
 
 
-def _stop_all_at_exit():
-    with _live_lock:
-        servers = list(_live_servers)
-    for s in servers:
+_live_servers = ExitRegistry()
+
+
+class StartedInWith:
+    """`with Thing(...) as thing:` starts it (start() returns it) and cleans it up (cleanup()),
+    also when start() fails half-way."""
+
+    def __enter__(self):
         try:
-            s.cleanup()
-        except Exception:  # noqa: BLE001 - best effort at exit
-            pass
+            return self.start()
+        except BaseException:
+            self.cleanup()
+            raise
 
-
-atexit.register(_stop_all_at_exit)
+    def __exit__(self, *exc):
+        self.cleanup()
 
 
 class ServerStartError(Exception):
@@ -265,8 +295,7 @@ class TallyServer:
         self.proc = None
         self._log = None
         self.starts = 0
-        with _live_lock:
-            _live_servers.add(self)
+        _live_servers.add(self)
 
     # --- command line -----------------------------------------------------------------
     def command_line(self):
@@ -431,8 +460,7 @@ class TallyServer:
         try:
             self.stop(timeout=5)
         finally:
-            with _live_lock:
-                _live_servers.discard(self)
+            _live_servers.discard(self)
             if KEEP:
                 print("kept server dir %s" % self.base_dir)
             else:

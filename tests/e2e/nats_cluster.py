@@ -20,7 +20,6 @@ Environment:
   E2E_KEEP=1   keep the directory (configurations, logs, stores) after cleanup (path printed)
 """
 
-import atexit
 import dataclasses
 import http.client
 import os
@@ -28,31 +27,16 @@ import shutil
 import socket
 import subprocess
 import tempfile
-import threading
 import time
 
-from harness import HOST, KEEP
+from harness import HOST, KEEP, ExitRegistry, StartedInWith
 
 NATS_SERVER = os.environ.get("NATS_SERVER") or "/usr/sbin/nats-server"
 START_TIMEOUT = 30.0
 STOP_TIMEOUT = 10.0
 POLL_INTERVAL = 0.1
 
-_live = set()
-_live_lock = threading.Lock()
-
-
-def _cleanup_all_at_exit():
-    with _live_lock:
-        clusters = list(_live)
-    for cluster in clusters:
-        try:
-            cluster.cleanup()
-        except Exception:  # noqa: BLE001 - best effort at exit
-            pass
-
-
-atexit.register(_cleanup_all_at_exit)
+_live = ExitRegistry()
 
 
 class NatsError(Exception):
@@ -102,7 +86,7 @@ def free_ports(count):
             s.close()
 
 
-class NatsCluster:
+class NatsCluster(StartedInWith):
     """`servers` nats-servers (n1, n2, ...) forming one JetStream cluster on free loopback
     ports. Not thread-safe: one test drives it. Indexes are 0-based."""
 
@@ -134,8 +118,7 @@ class NatsCluster:
         if self.dir is not None:
             raise RuntimeError("NatsCluster already started")
         self.dir = tempfile.mkdtemp(prefix="tally-nats-")
-        with _live_lock:
-            _live.add(self)
+        _live.add(self)
         ports = free_ports(3 * self.count)
         self.servers = [NatsServer("n%d" % (i + 1), *ports[3 * i:3 * i + 3], self.dir)
                         for i in range(self.count)]
@@ -197,23 +180,12 @@ class NatsCluster:
         try:
             self.stop_all()
         finally:
-            with _live_lock:
-                _live.discard(self)
+            _live.discard(self)
             if self.dir is not None and os.path.isdir(self.dir):
                 if KEEP:
                     print("kept NATS cluster dir %s" % self.dir)
                 else:
                     shutil.rmtree(self.dir, ignore_errors=True)
-
-    def __enter__(self):
-        try:
-            return self.start()
-        except BaseException:
-            self.cleanup()
-            raise
-
-    def __exit__(self, *exc):
-        self.cleanup()
 
     def log_tail(self, i, lines=40):
         return log_tail(self.servers[i].log_path, lines)

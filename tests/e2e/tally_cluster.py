@@ -14,17 +14,15 @@ by an atexit hook (nodes first, then NATS). Node indexes are 0-based and never r
 added by add_node() gets the next one.
 """
 
-import atexit
 import collections
 import os
 import signal
-import threading
 import time
 
 import redis
 from redis.cluster import ClusterNode, RedisCluster
 
-from harness import HOST, START_TIMEOUT, TallyServer
+from harness import HOST, START_TIMEOUT, ExitRegistry, StartedInWith, TallyServer
 from nats_cluster import NatsCluster, free_ports
 
 SLOTS = 16384
@@ -34,23 +32,9 @@ OWNED_TIMEOUT = 60.0
 NODE_START_TIMEOUT = max(START_TIMEOUT, 60.0)
 POLL_INTERVAL = 0.1
 
-_live = set()
-_live_lock = threading.Lock()
-
-
-def _cleanup_all_at_exit():
-    with _live_lock:
-        clusters = list(_live)
-    for cluster in clusters:
-        try:
-            cluster.cleanup()
-        except Exception:  # noqa: BLE001 - best effort at exit
-            pass
-
-
-# Registered after harness's and nats_cluster's hooks (imported above), so it runs before
-# them: the nodes stop while NATS still runs.
-atexit.register(_cleanup_all_at_exit)
+# Made after harness's and nats_cluster's registries (imported above), so it is cleaned up
+# before them at exit: the nodes stop while NATS still runs.
+_live = ExitRegistry()
 
 
 class ClusterError(Exception):
@@ -106,7 +90,7 @@ def slots_problem(ask_ports, live_ports):
     return None
 
 
-class TallyCluster:
+class TallyCluster(StartedInWith):
     """`nodes` tallyd nodes in cluster mode over `nats_servers` nats-servers, all on
     127.0.0.1. partitions, replicas, lease_ms and name become --cluster-partitions,
     --cluster-replicas, --cluster-lease-ms and --cluster-name when given (tallyd's defaults
@@ -129,8 +113,7 @@ class TallyCluster:
         """Starts NATS, then the nodes one after the other (each answering PING), then, with
         wait_owned, waits until every slot is owned by a live node (wait_all_owned).
         Returns self; raises on failure (the caller cleans up, or use the context manager)."""
-        with _live_lock:
-            _live.add(self)
+        _live.add(self)
         self.nats.start()
         for _ in range(self.initial_nodes):
             self.add_node()
@@ -200,21 +183,10 @@ class TallyCluster:
         try:
             self.stop_all()
         finally:
-            with _live_lock:
-                _live.discard(self)
+            _live.discard(self)
             for node in self._nodes:
                 node.cleanup()
             self.nats.cleanup()
-
-    def __enter__(self):
-        try:
-            return self.start()
-        except BaseException:
-            self.cleanup()
-            raise
-
-    def __exit__(self, *exc):
-        self.cleanup()
 
     # --- nodes ----------------------------------------------------------------------------
     def node(self, i):

@@ -136,6 +136,18 @@ std::string DerivedCounters::ProtectedKeyError(std::string_view key) const {
 
 // ---- Applying changes -----------------------------------------------------------------
 
+Status DerivedCounters::CheckPush(const CatalogSnapshot& catalog, size_t changes,
+                                  std::string_view only_counter) const {
+  if (!only_counter.empty() && catalog.FindCounter(only_counter) == nullptr) {
+    return tl::unexpected(UnknownCounter(only_counter));
+  }
+  if (changes > options_.max_batch_changes) {
+    return InvalidArgument(fmt::format("a push holds at most {} changes; this one has {}",
+                                       options_.max_batch_changes, changes));
+  }
+  return OkStatus();
+}
+
 Result<PushOutcome> DerivedCounters::Push(std::string_view body, std::string_view batch_id,
                                           ChangeDecoder& decoder, std::string_view only_counter) {
   auto outcome = [&]() -> Result<PushOutcome> {
@@ -143,12 +155,8 @@ Result<PushOutcome> DerivedCounters::Push(std::string_view body, std::string_vie
     const std::shared_ptr<const CatalogSnapshot> catalog = catalog_.Snapshot();
     auto decoded = decoder.Decode(body, catalog->Lookup());
     if (!decoded) return tl::unexpected(decoded.error());
-    if (!only_counter.empty() && catalog->FindCounter(only_counter) == nullptr) {
-      return tl::unexpected(UnknownCounter(only_counter));
-    }
-    if (decoded->size() > options_.max_batch_changes) {
-      return InvalidArgument(fmt::format("a push holds at most {} changes; this one has {}",
-                                         options_.max_batch_changes, decoded->size()));
+    if (auto status = CheckPush(*catalog, decoded->size(), only_counter); !status) {
+      return tl::unexpected(status.error());
     }
     return applier_.ApplyChanges(*catalog, *decoded, batch_id, only_counter);
   }();
@@ -394,12 +402,8 @@ Result<std::vector<std::string>> DerivedCounters::PlanPush(std::string_view body
   const std::shared_ptr<const CatalogSnapshot> catalog = catalog_.Snapshot();
   auto decoded = decoder.Decode(body, catalog->Lookup());
   if (!decoded) return tl::unexpected(decoded.error());
-  if (!only_counter.empty() && catalog->FindCounter(only_counter) == nullptr) {
-    return tl::unexpected(UnknownCounter(only_counter));
-  }
-  if (decoded->size() > options_.max_batch_changes) {
-    return InvalidArgument(fmt::format("a push holds at most {} changes; this one has {}",
-                                       options_.max_batch_changes, decoded->size()));
+  if (auto status = CheckPush(*catalog, decoded->size(), only_counter); !status) {
+    return tl::unexpected(status.error());
   }
   *changes = decoded->size();
   for (size_t i = 0; i < decoded->size(); ++i) {

@@ -310,6 +310,10 @@ class DerivedCounters {
   uint64_t keys_written() const { return keys_written_.load(std::memory_order_relaxed); }
 
  private:
+  // What a push's body must meet beyond decoding: `only_counter` exists, at most
+  // max_batch_changes changes.
+  Status CheckPush(const CatalogSnapshot& catalog, size_t changes,
+                   std::string_view only_counter) const;
   // ApplyTransaction, optionally restricted to one counter (a backfill chunk).
   Result<PushOutcome> ApplyParts(std::span<const SourceTransactionPart> parts, int64_t position,
                                  std::string_view only_counter);
