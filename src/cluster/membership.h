@@ -7,8 +7,7 @@
 // heartbeat_ms, and reads everyone's. A member is live while its last heartbeat is younger
 // than timeout_ms, as measured by this node's monotonic clock when the heartbeat arrived.
 // A node that stops says so (a last heartbeat with `leaving`), so that the others need not
-// wait out the timeout. The heartbeat's text is a few "name value" lines (grammar at the top
-// of membership.cc).
+// wait out the timeout. The heartbeat's bytes: member_codec.h.
 //
 // Threads: one thread of its own publishes and reads; every accessor may be called from any
 // thread. `describe` is called on that thread before each heartbeat.
@@ -26,26 +25,11 @@
 #include <thread>
 #include <vector>
 
+#include "cluster/member_codec.h"
 #include "cluster/nats_client.h"
 #include "core/status.h"
 
 namespace tally::cluster {
-
-// What a node says of itself in its heartbeats.
-struct MemberInfo {
-  std::string node_id;              // 40 hex characters (ClusterTables::node_id)
-  std::string node_name;            // no spaces or line breaks
-  std::string redis_address;        // host:port, as MOVED names it
-  std::string http_address;         // host:port
-  std::vector<uint32_t> owned;      // partitions it owns, ascending
-  std::vector<uint32_t> releasing;  // partitions it is handing over: claim them now
-  bool leaving = false;             // stopping: every partition it owned is released
-  uint64_t sequence = 0;            // grows with every heartbeat, across restarts
-};
-
-// The heartbeat's bytes, and back. DecodeMember refuses anything malformed.
-std::string EncodeMember(const MemberInfo& info);
-Result<MemberInfo> DecodeMember(std::string_view bytes);
 
 // A member as this node sees it.
 struct Member {

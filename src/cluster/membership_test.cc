@@ -71,6 +71,7 @@ TEST(MemberCodecTest, RefusesWhatIsMalformed) {
            replace("owned 0,3,17", "owned 0,,3"),
            replace("owned 0,3,17", "owned 0,3,"),
            replace("owned 0,3,17", "owned 99999"),
+           replace("owned 0,3,17", "owned 0,3,017"),
            replace("leaving 0", "leaving 2"),
            replace("seq 123456789", "seq -1"),
            replace("\nhttp", "\nhttq"),
