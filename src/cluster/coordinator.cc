@@ -385,6 +385,7 @@ void Coordinator::Publish(const std::vector<PartitionStatus>& statuses,
                           const std::vector<Member>& live) {
   const auto now = Clock::now();
   const std::string& self_id = persistence_.node_id();
+  const std::shared_ptr<const Topology> previous = routing_.topology();
   auto topology = std::make_shared<Topology>();
   topology->self_id = self_id;
   topology->cluster_name = options_.cluster_name;
@@ -463,6 +464,23 @@ void Coordinator::Publish(const std::vector<PartitionStatus>& statuses,
           if (route == Route::kDown) route = Route::kMoved;
           partition.detail.clear();
           break;
+        }
+      }
+    }
+    if (partition.owner_address.empty() && p < previous->partitions.size() &&
+        !previous->partitions[p].owner_address.empty()) {
+      // Nor do the heartbeats name one (a claim under way, its claimer's next heartbeat not
+      // yet heard): the owner published last stays listed, so that CLUSTER SLOTS never leaves
+      // out a partition that has had an owner (a client drops a slot missing from its last
+      // refresh), and requests are asked to try again.
+      const TopologyPartition& before = previous->partitions[p];
+      partition.owner_id = before.owner_id;
+      partition.owner_name = before.owner_name;
+      partition.owner_address = before.owner_address;
+      if (route == Route::kDown) {
+        route = Route::kTryAgain;
+        if (status.role != PartitionRole::kFailed) {
+          partition.detail = "its owner is not known here now";
         }
       }
     }

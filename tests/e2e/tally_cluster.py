@@ -7,7 +7,7 @@
         cluster.restart(0)                      # same data dir and ports
 
 Each node is a harness.TallyServer (its own data dir, 127.0.0.1, a free --port and
---http-port) with the --cluster-* options of /work/notes/cluster-spec.md; its process handling
+--http-port) with the --cluster-* options of docs/cluster.md; its process handling
 (start, PING wait, stop, kill -9, setpriv --pdeathsig, E2E_TALLY_ARGS, E2E_KEEP) is
 TallyServer's. Every process is stopped by stop_all() / cleanup() / the context manager, and
 by an atexit hook (nodes first, then NATS). Node indexes are 0-based and never reused: a node
@@ -99,6 +99,7 @@ class TallyCluster(StartedInWith):
     def __init__(self, nodes=3, nats_servers=3, partitions=None, replicas=None, lease_ms=None,
                  name=None, extra_args=()):
         self.initial_nodes = nodes
+        self.partitions = partitions or 16  # tallyd's default
         self.nats = NatsCluster(nats_servers)
         self.options = [(flag, value) for flag, value in (
             ("--cluster-partitions", partitions), ("--cluster-replicas", replicas),
@@ -111,14 +112,15 @@ class TallyCluster(StartedInWith):
     # --- lifecycle ------------------------------------------------------------------------
     def start(self, wait_owned=True, timeout=OWNED_TIMEOUT):
         """Starts NATS, then the nodes one after the other (each answering PING), then, with
-        wait_owned, waits until every slot is owned by a live node (wait_all_owned).
+        wait_owned, waits until every slot is owned by a live node and the partitions are
+        spread evenly (wait_balanced: no hand-over under way when a test begins).
         Returns self; raises on failure (the caller cleans up, or use the context manager)."""
         _live.add(self)
         self.nats.start()
         for _ in range(self.initial_nodes):
             self.add_node()
         if wait_owned:
-            self.wait_all_owned(timeout)
+            self.wait_balanced(timeout)
         return self
 
     def add_node(self):
@@ -229,6 +231,34 @@ class TallyCluster(StartedInWith):
                 raise ClusterError("no live node to ask for CLUSTER SLOTS")
             i = live[0]
         return fetch_slots(self._nodes[i].port, timeout=5.0)
+
+    def wait_balanced(self, timeout=OWNED_TIMEOUT):
+        """wait_all_owned, then polls until every live node's CLUSTER SLOTS gives each live
+        node its share of the partitions (between floor and ceil of partitions / nodes), the
+        state in which the nodes stop handing partitions over (docs/cluster.md, Balance).
+        Returns the first live node's answer; raises ClusterError after `timeout` seconds."""
+        deadline = time.monotonic() + timeout
+        self.wait_all_owned(timeout)
+        while True:
+            live = self.live_indexes()
+            ports = [self._nodes[i].port for i in live]
+            shares = [self._partition_shares(port, ports) for port in ports]
+            low, high = self.partitions // len(ports), -(-self.partitions // len(ports))
+            if all(min(s.values()) >= low and max(s.values()) <= high for s in shares):
+                return self.cluster_slots(live[0])
+            if time.monotonic() >= deadline:
+                raise ClusterError("partitions not spread evenly within %.0fs (last: %s)"
+                                   % (timeout, shares))
+            time.sleep(POLL_INTERVAL)
+
+    def _partition_shares(self, port, live_ports):
+        """{live port: partitions it owns} as the node on `port` answers CLUSTER SLOTS."""
+        per_partition = SLOTS // self.partitions
+        shares = dict.fromkeys(live_ports, 0)
+        for r in fetch_slots(port, timeout=5.0):
+            if r.owner[1] in shares:
+                shares[r.owner[1]] += (r.end - r.start + 1) // per_partition
+        return shares
 
     def wait_all_owned(self, timeout=OWNED_TIMEOUT):
         """Polls CLUSTER SLOTS on every live node until each answers with all 16384 slots

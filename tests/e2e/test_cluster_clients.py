@@ -393,7 +393,7 @@ class ClusterSlotsCoverageTest(unittest.TestCase):
                 cluster.restart(victim)
             else:
                 cluster.sigcont(victim)
-            cluster.wait_all_owned(WAIT)
+            cluster.wait_balanced(WAIT)
         self.assertEqual(problems, [], "CLUSTER SLOTS replies missing slots:\n%s"
                          % "\n".join(problems))
 
