@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <set>
 
+#include "cluster/routing.h"
 #include "core/integer.h"
 #include "core/slot.h"
 #include "engine/definitions/parser.h"
@@ -51,8 +52,7 @@ ChangeFeed::ChangeFeed(NatsConnection& connection, ChangeFeedOptions options,
       engine_(engine),
       derived_(derived) {
   for (uint32_t p = 0; p < options_.partition_count; ++p) {
-    position_names_.push_back(
-        fmt::format("{{{}}}changes", PartitionTag(p, options_.partition_count)));
+    position_names_.push_back(ChangePositionName(p, options_.partition_count));
   }
 }
 
@@ -90,10 +90,6 @@ uint64_t ChangeFeed::next_seq() const {
 uint64_t ChangeFeed::ddl_seq() const {
   std::lock_guard lock(mutex_);
   return ddl_seq_;
-}
-
-std::string ChangeFeed::PositionName(uint32_t partition) const {
-  return position_names_[partition];
 }
 
 int64_t ChangeFeed::AppliedPosition(uint32_t partition) {
@@ -203,9 +199,18 @@ void ChangeFeed::RunScript(uint64_t seq, std::string_view script) {
 }
 
 void ChangeFeed::ApplyPush(uint64_t seq, std::string_view only_counter, std::string_view body) {
-  if (owned_.empty()) return;
+  // The partitions owned now, held so until the push is in the keyspace: none is handed over
+  // or forgotten meanwhile (a share written after would never reach its stream). Of those,
+  // only the ones the feed reads for (owned_): one gained since is read again from its own
+  // position first (Run), or the pushes before this one would be skipped for it.
+  std::shared_lock<std::shared_mutex> ownership;
   std::vector<derived::PartitionShare> shares;
-  for (const uint32_t p : owned_) shares.push_back({p, position_names_[p]});
+  for (const uint32_t p : persistence_.OwnedForFeed(&ownership)) {
+    if (std::binary_search(owned_.begin(), owned_.end(), p)) {
+      shares.push_back({p, position_names_[p]});
+    }
+  }
+  if (shares.empty()) return;
   std::vector<uint32_t> overflowed;
   const uint32_t partitions = options_.partition_count;
   auto outcome = derived_.ApplyShares(
@@ -216,6 +221,7 @@ void ChangeFeed::ApplyPush(uint64_t seq, std::string_view only_counter, std::str
     spdlog::error("change feed: the push at {} was not applied: {}", seq, outcome.error().message);
     return;
   }
+  ownership.unlock();
   for (const uint32_t p : overflowed) {
     spdlog::warn(
         "change feed: the push at {} would take a counter of partition {} out of the "
@@ -227,7 +233,14 @@ void ChangeFeed::ApplyPush(uint64_t seq, std::string_view only_counter, std::str
   engine_.committer().TryCommitNow();
 }
 
+void ChangeFeed::HoldOff(bool held_off) { held_off_.store(held_off, std::memory_order_release); }
+
 Result<PubAck> ChangeFeed::Publish(std::string data, std::string_view msg_id) {
+  if (held_off_.load(std::memory_order_acquire)) {
+    return MakeError(ErrorCode::kUnavailable,
+                     "a partition of this node changes hands: nothing was put in the cluster's "
+                     "change stream; send it again");
+  }
   Publication publication;
   publication.subject = options_.subject;
   publication.data = data;
@@ -257,7 +270,7 @@ Result<derived::PushOutcome> ChangeFeed::Push(std::string_view body, std::string
   const auto deadline = Clock::now() + std::chrono::milliseconds(options_.wait_ms);
   for (const uint32_t p : moved) {
     while (AppliedPosition(p) < static_cast<int64_t>(ack->seq)) {
-      if (Clock::now() >= deadline) {
+      if (Clock::now() >= deadline || held_off_.load(std::memory_order_acquire)) {
         return MakeError(ErrorCode::kUnavailable,
                          fmt::format("the push is in the cluster's change stream (sequence {}) "
                                      "and will be applied, but partition {} has not applied it "
@@ -289,8 +302,13 @@ Result<std::vector<derived::StatementOutcome>> ChangeFeed::Define(std::string_vi
   auto ack = Publish(fmt::format("{}ddl\n{}", kMagic, script), RandomId("ddl"));
   if (!ack) return tl::unexpected(ack.error());
   std::unique_lock lock(mutex_);
-  const bool ran = advanced_.wait_for(lock, std::chrono::milliseconds(options_.wait_ms),
-                                      [&] { return ddl_seq_ >= ack->seq || stopping_; });
+  const auto deadline = Clock::now() + std::chrono::milliseconds(options_.wait_ms);
+  bool ran = false;
+  while (!ran && !stopping_ && Clock::now() < deadline &&
+         !held_off_.load(std::memory_order_acquire)) {
+    ran = advanced_.wait_for(lock, std::chrono::milliseconds(10),
+                             [&] { return ddl_seq_ >= ack->seq || stopping_; });
+  }
   const auto found = scripts_.find(ack->seq);
   if (!ran || found == scripts_.end()) {
     return MakeError(ErrorCode::kUnavailable,

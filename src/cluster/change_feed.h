@@ -32,7 +32,8 @@
 // once all of it is visible there.
 //
 // Threads: the feed's own thread reads and applies; Push and Define run on the callers'
-// threads (Redis and HTTP workers) and wait, bounded by options.wait_ms.
+// threads (Redis and HTTP workers) and block them, bounded by the options' timeouts, and cut
+// short while the node holds them off (HoldOff).
 #pragma once
 
 #include <atomic>
@@ -58,8 +59,10 @@ struct ChangeFeedOptions {
   std::string stream;   // e.g. TALLY_CHANGES
   std::string subject;  // e.g. tally.changes
   uint32_t partition_count = 0;
-  int64_t publish_timeout_ms = 5000;
-  int64_t wait_ms = 10000;  // how long Push and Define wait for what they changed
+  // The bounds of a Push or Define on its caller's thread (a Redis or HTTP worker's loop):
+  // the publish, then the wait for what it changed.
+  int64_t publish_timeout_ms = 2000;
+  int64_t wait_ms = 5000;
 };
 
 class ChangeFeed final : public ChangeFront {
@@ -81,13 +84,18 @@ class ChangeFeed final : public ChangeFront {
                                     derived::ChangeDecoder& decoder) override;
   Result<std::vector<derived::StatementOutcome>> Define(std::string_view script) override;
 
+  // While held off (the node is closing the clients that wait for a partition it lost, or
+  // handing one over: it needs every worker's loop back within a bound), a Push or Define
+  // refuses at once, and one waiting gives up with an error (it is in the stream: it will be
+  // applied; its client resends it by id). Any thread.
+  void HoldOff(bool held_off);
+
   // The next sequence the feed will read; the last script run.
   uint64_t next_seq() const;
   uint64_t ddl_seq() const;
 
-  // The position record's name of `partition` ("{<tag>}changes"), and how far this node
-  // sees the partition's share applied (0: nothing yet).
-  std::string PositionName(uint32_t partition) const;
+  // How far this node sees the share of `partition` applied (its position record
+  // "{<tag>}changes"; 0: nothing yet).
   int64_t AppliedPosition(uint32_t partition);
 
  private:
@@ -112,7 +120,8 @@ class ChangeFeed final : public ChangeFront {
   derived::ChangeDecoder decoder_;             // the feed's thread only
   std::vector<std::string> position_names_;    // index = partition
   std::unique_ptr<OrderedConsumer> consumer_;  // the feed's thread only
-  std::vector<uint32_t> owned_;                // the feed's thread only: as last seen
+  // The feed's thread only: the owned partitions it reads for (ascending), as Run last saw them.
+  std::vector<uint32_t> owned_;
 
   mutable std::mutex mutex_;
   std::condition_variable advanced_;
@@ -122,6 +131,7 @@ class ChangeFeed final : public ChangeFront {
   // The outcomes of recent scripts, by sequence, for Define (the last few hundred).
   std::map<uint64_t, Result<std::vector<derived::StatementOutcome>>> scripts_;
   bool stopping_ = false;
+  std::atomic<bool> held_off_{false};
 
   std::thread thread_;
 };

@@ -57,6 +57,10 @@ class ClusterNode {
   Status StartChanges(engine::Engine& engine, derived::DerivedCounters& derived);
   // Where the servers send the derived counters' writes (null before StartChanges).
   ChangeFront* changes() { return feed_.get(); }
+  // ChangeFeed::HoldOff (nothing before StartChanges).
+  void HoldOffChanges(bool held_off) {
+    if (feed_) feed_->HoldOff(held_off);
+  }
 
   // The node stops: no more claims, no more pushes applied; commits wait a bounded time for
   // their streams. Before the engine stops.

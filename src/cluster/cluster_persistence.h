@@ -16,7 +16,8 @@
 //                does not decode): the partition is not served here (see failure())
 //
 // The coordinator (coordinator.h) decides when to claim (BeginClaim, then Step until the
-// claim resolves) and calls FinishLoss; a fence is noticed here, by the log.
+// claim resolves) and to hand over (BeginRelease, FinishRelease), and calls FinishLoss; a
+// fence is noticed here, by the log.
 //
 // The write path. Commit splits the batch by slot into one share per partition and appends
 // each owned partition's share to its PartitionLog (a share over max_record_bytes as a
@@ -39,11 +40,13 @@
 // every partition from its saved position; the partitions in options.owned are claimed there
 // (tests and tools; tallyd leaves claims to the coordinator).
 //
-// Threads: as engine/persistence.h for the Persistence calls; BeginClaim, Step and
-// FinishLoss from one thread (the coordinator's); the accessors from any thread. Attach
+// Threads: as engine/persistence.h for the Persistence calls; BeginClaim, Step, FinishLoss,
+// BeginRelease, FinishRelease and AbortRelease from one thread (the coordinator's actor);
+// OwnedForFeed from the change feed's; the accessors from any thread. Attach
 // before Load. The followers apply on threads of their own (Keyspace::ApplyReplicated); a
 // renewal thread appends renewals to idle owned partitions. The partition streams must
-// exist. Lock order: the keyspace's stripes, then mutex_, then a follower's or a log's own.
+// exist. Lock order: ownership_mutex_, checkpoint_record_mutex_, the keyspace's stripes,
+// mutex_, then a follower's or a log's own.
 #pragma once
 
 #include <chrono>
@@ -53,6 +56,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <shared_mutex>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -102,6 +106,8 @@ enum class PartitionRole : uint8_t {
   kFailed,
 };
 std::string_view PartitionRoleName(PartitionRole role);
+// The roles in which this node's commits go to the partition's stream: kOwned, kReleasing.
+bool CommitsToStream(PartitionRole role);
 
 // One partition as this node holds it, for the coordinator, INFO and GET /v1/cluster.
 struct PartitionStatus {
@@ -188,6 +194,10 @@ class ClusterPersistence final : public engine::Persistence {
   Status FinishRelease(uint32_t partition, std::chrono::milliseconds timeout);
   // kReleasing -> kOwned.
   void AbortRelease(uint32_t partition);
+  // The partitions owned now, for the change feed to apply a push to, and a shared hold
+  // (into *ownership) that keeps them from being handed over or forgotten (FinishRelease,
+  // FinishLoss) until the feed has applied it and let go. Before the keyspace's stripes.
+  std::vector<uint32_t> OwnedForFeed(std::shared_lock<std::shared_mutex>* ownership) const;
   // Claims `partition` now: BeginClaim, then Step until it is owned (or `timeout`). Tests and
   // Load's options.owned.
   Status ClaimNow(uint32_t partition, std::chrono::milliseconds timeout);
@@ -222,6 +232,9 @@ class ClusterPersistence final : public engine::Persistence {
     PartitionOwner last_owner;  // the owner as last known (kept across role changes)
     std::string failure;        // kFailed
   };
+
+  // The wall clock, for the records' owner_unix_ms.
+  static int64_t NowUnixMs();
 
   // An owned partition's writer as Commit and the renewals take it under mutex_, to append
   // after unlocking.
@@ -262,6 +275,13 @@ class ClusterPersistence final : public engine::Persistence {
   std::string encoded_;  // Commit's
   PeriodicThread renewer_;
 
+  // Held shared by the change feed while it applies a push to the owned partitions, and
+  // exclusively while a partition stops being owned for good (FinishRelease, FinishLoss).
+  // Before mutex_ and the keyspace's stripes.
+  mutable std::shared_mutex ownership_mutex_;
+  // Held while the open checkpoint's record is read and written (BeginCheckpoint,
+  // StepClaiming), so that the last record written names every partition. Before mutex_.
+  std::mutex checkpoint_record_mutex_;
   mutable std::mutex mutex_;
   std::condition_variable changed_;  // a loss finished, or shutdown began
   // Guarded by mutex_:

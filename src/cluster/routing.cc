@@ -1,6 +1,12 @@
 #include "cluster/routing.h"
 
+#include <fmt/format.h>
+
 namespace tally::cluster {
+
+std::string ChangePositionName(uint32_t partition, uint32_t partition_count) {
+  return fmt::format("{{{}}}changes", PartitionTag(partition, partition_count));
+}
 
 const TopologyNode* Topology::Node(std::string_view node_id) const {
   for (const TopologyNode& node : nodes) {

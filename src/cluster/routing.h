@@ -80,6 +80,12 @@ struct Topology {
   std::vector<const TopologyNode*> Standbys(uint32_t partition) const;
 };
 
+// The name of the change feed's position record of `partition` ("{<tag>}changes", stored as
+// "\0pos:{<tag>}changes": change_feed.h): how far the partition's owner applied the
+// cluster's change stream. It is no counter: a flush of the partition keeps it (the pushes
+// applied stay applied). REQUIRES as PartitionSlots.
+std::string ChangePositionName(uint32_t partition, uint32_t partition_count);
+
 class Routing {
  public:
   explicit Routing(uint32_t partition_count);

@@ -22,7 +22,11 @@
 // the saved position overwrites them in order.
 //
 // Threads: one checkpoint at a time (BeginCheckpoint, CheckpointWrite..., FinishCheckpoint);
-// the rest at start, before checkpoints run. The catalog may be written at any time.
+// BeginCheckpoint again (a claim adding its partition) and RebuildPartition (a partition
+// lost) from other threads while one runs: each is one atomic RocksDB write, ordered by the
+// caller (cluster_persistence.h: a partition rebuilt during a checkpoint is rebuilt again
+// when it finishes). The loading calls and CloseOpenCheckpoint at start, before checkpoints
+// run. The catalog may be written at any time.
 #pragma once
 
 #include <cstdint>

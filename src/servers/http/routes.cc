@@ -507,13 +507,14 @@ ApiResponse Api::DeleteDefinition(const Call& call) {
   return response;
 }
 
-// {"version":"0.1.0","durability":"sync","counters":N,"source":{figures as INFO's # Source,
-// same names without "source_"}} ("source": null without --source).
+// The cluster's topology (cluster_json.h); {"cluster_enabled":false} on a single node.
 ApiResponse Api::GetCluster([[maybe_unused]] const Call& call) {
   if (services_.cluster == nullptr) return Ok(R"({"cluster_enabled":false})");
   return Ok(ClusterJson(*services_.cluster->topology()));
 }
 
+// {"version":"0.1.0","durability":"sync","counters":N,"source":{figures as INFO's # Source,
+// same names without "source_"}} ("source": null without --source).
 ApiResponse Api::GetStatus(const Call& call) {
   std::string body = R"({"version":)";
   AppendJsonString(Version(), &body);

@@ -8,10 +8,12 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "cluster/routing.h"
 #include "core/slot.h"
+#include "engine/derived/derived_keyspace.h"
 #include "engine/derived/derived_test_util.h"
 #include "servers/redis/session.h"
 #include "servers/redis/worker_shard.h"
@@ -216,6 +218,43 @@ TEST_F(ClusterSessionTest, DbsizeScanAndFlushallKeepToTheOwnedSlots) {
   EXPECT_EQ(Call({"DBSIZE"}), ":0\r\n");
   // The other node's partition, held here as its standby, is left as it was.
   EXPECT_EQ(engine_->keyspace().size(), 1u);
+}
+
+TEST_F(ClusterSessionTest, FlushallKeepsTheChangeFeedsPositionAndForgetsTheFlushedGroups) {
+  ASSERT_TRUE(
+      derived_->Execute("CREATE SOURCE stars (repo bigint); CREATE COUNTER repo_stars "
+                        "AS SELECT repo, count(*) FROM stars GROUP BY repo;"));
+  // A group on an owned partition (1) and one on the other node's (2).
+  const auto group_in = [&](uint32_t partition) {
+    for (int repo = 0;; ++repo) {
+      const std::string part = std::to_string(repo);
+      const std::string_view parts[] = {part};
+      std::string key = derived_->KeyOf("repo_stars", parts).value();
+      if (SlotPartition(KeySlot(key), kPartitions) == partition) return std::pair{repo, key};
+    }
+  };
+  const auto [mine_repo, mine] = group_in(1);
+  const auto [theirs_repo, theirs] = group_in(2);
+  derived::ChangeDecoder decoder;
+  ASSERT_TRUE(derived_->Push(fmt::format(R"([{{"source":"stars","new":{{"repo":{}}}}},)"
+                                         R"({{"source":"stars","new":{{"repo":{}}}}}])",
+                                         mine_repo, theirs_repo),
+                             "", decoder));
+  // The change feed's position of partition 1: how far its owner applied the change stream.
+  const std::string position = derived::PositionKey(cluster::ChangePositionName(1, kPartitions));
+  const engine::HashedKey position_key(position);
+  engine_->keyspace().Lock(position_key).Set(position_key, 42, engine::SetOptions{});
+
+  EXPECT_EQ(Call({"FLUSHALL"}), "+OK\r\n");
+  uint64_t epoch = 0;
+  EXPECT_EQ(derived_->Get(std::vector<std::string>{mine, theirs}, &epoch),
+            (std::vector<int64_t>{0, 1}));
+  const auto listed = derived_->List("repo_stars", "", "", 10);
+  ASSERT_TRUE(listed);
+  ASSERT_EQ(listed->items.size(), 1u);
+  EXPECT_EQ(listed->items[0].key, theirs);
+  // Flushed, the pushes applied stay applied: not read again from the change stream.
+  EXPECT_EQ(engine_->keyspace().Lock(position_key).Get(position_key), 42);
 }
 
 }  // namespace

@@ -1,13 +1,16 @@
 // Keyspace commands: existence, deletion, iteration and expiry of counters.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "core/glob.h"
 #include "core/slot.h"
 #include "engine/databases.h"
+#include "engine/derived/derived_keyspace.h"
 #include "servers/redis/cluster_redirect.h"
 #include "servers/redis/command_args.h"
 #include "servers/redis/session.h"
@@ -203,12 +206,28 @@ bool FlushArguments(CommandContext& ctx) {
 }
 
 // A cluster node flushes the partitions it owns (the others' owners flush theirs), one
-// deletion per key, so that the standbys apply the same.
+// deletion per key, so that the standbys apply the same. The change feed's position record
+// of each stays (routing.h: the pushes applied before are not applied again, here or by a
+// later owner); the derived counters' indexes forget the groups flushed.
 void FlushOwnedPartitions(CommandContext& ctx, const cluster::Routing& routing) {
+  std::vector<SlotRange> flushed;
   for (uint32_t p = 0; p < routing.partition_count(); ++p) {
-    if (routing.route(p) == cluster::Route::kServe) {
-      ctx.view->ClearSlots(PartitionSlots(p, routing.partition_count()));
-    }
+    if (routing.route(p) != cluster::Route::kServe) continue;
+    const std::string position =
+        derived::PositionKey(cluster::ChangePositionName(p, routing.partition_count()));
+    const engine::HashedKey position_key(position);
+    const std::optional<int64_t> applied = ctx.view->Get(position_key);
+    flushed.push_back(PartitionSlots(p, routing.partition_count()));
+    ctx.view->ClearSlots(flushed.back());
+    if (applied) ctx.view->Set(position_key, *applied, engine::SetOptions{});
+  }
+  if (derived::DerivedCounters* derived = ctx.server.derived(); derived && !flushed.empty()) {
+    derived->ForgetKeys([&flushed](std::string_view key) {
+      const uint32_t slot = KeySlot(key);
+      return std::any_of(flushed.begin(), flushed.end(), [slot](SlotRange slots) {
+        return slot >= slots.first && slot <= slots.last;
+      });
+    });
   }
 }
 }  // namespace
