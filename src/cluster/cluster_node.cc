@@ -35,21 +35,62 @@ bool Settling(const NatsError& error) {
          error.js_code == JSClusterNoPeersErr || error.js_code == JSInsufficientResourcesErr;
 }
 
+// The host a NATS URL names: [scheme://][user[:password]@]host[:port], host maybe [IPv6].
+std::string_view UrlHost(std::string_view url) {
+  if (const size_t scheme = url.find("://"); scheme != std::string_view::npos) {
+    url.remove_prefix(scheme + 3);
+  }
+  url = url.substr(0, url.find('/'));
+  if (const size_t at = url.rfind('@'); at != std::string_view::npos) url.remove_prefix(at + 1);
+  if (url.starts_with('[')) return url.substr(1, url.find(']') - 1);
+  return url.substr(0, url.find(':'));
+}
+
 }  // namespace
 
-Result<std::unique_ptr<ClusterNode>> ClusterNode::Open(const ClusterOptions& options,
-                                                       const std::string& data_dir) {
+Result<ConnectOptions> NatsConnectOptions(const ClusterOptions& options) {
   ConnectOptions connect;
   connect.servers = options.nats_servers;
   connect.name = fmt::format("tally {}", options.node_name);
+  connect.tls = options.nats_tls;
+  connect.secure = options.nats_tls.any() ||
+                   std::any_of(options.nats_servers.begin(), options.nats_servers.end(),
+                               [](const std::string& url) { return url.starts_with("tls://"); });
+  if (!connect.secure) return connect;
+  if (connect.tls.cert_file.empty() != connect.tls.key_file.empty()) {
+    return MakeError(ErrorCode::kInvalidArgument,
+                     "TLS to NATS: give both --cluster-nats-tls-cert-file and "
+                     "--cluster-nats-tls-key-file, or neither");
+  }
+  if (connect.tls.server_name.empty() && !options.nats_servers.empty()) {
+    const std::string_view host = UrlHost(options.nats_servers.front());
+    for (const std::string& url : options.nats_servers) {
+      if (UrlHost(url) != host) {
+        return MakeError(ErrorCode::kInvalidArgument,
+                         fmt::format("TLS to NATS: the servers' URLs name different hosts ({} and "
+                                     "{}); give --cluster-nats-tls-server-name, a name every "
+                                     "server's certificate carries",
+                                     host, UrlHost(url)));
+      }
+    }
+    connect.tls.server_name = host;
+  }
+  return connect;
+}
+
+Result<std::unique_ptr<ClusterNode>> ClusterNode::Open(const ClusterOptions& options,
+                                                       const std::string& data_dir) {
+  auto connect = NatsConnectOptions(options);
+  if (!connect) return tl::unexpected(connect.error());
   // Each JetStream request (a stream's state, a consumer, a message) waits at most this: the
   // coordinator's actor and a stopping node wait no longer for a NATS that cannot answer.
-  connect.request_timeout_ms = 2000;
-  auto connection = NatsConnection::Connect(std::move(connect));
+  connect->request_timeout_ms = 2000;
+  const bool secure = connect->secure;
+  auto connection = NatsConnection::Connect(std::move(*connect));
   if (!connection) {
     return MakeError(ErrorCode::kUnavailable,
-                     fmt::format("cannot reach NATS ({}): {}", fmt::join(options.nats_servers, ","),
-                                 connection.error().message));
+                     fmt::format("cannot reach NATS{} ({}): {}", secure ? " over TLS" : "",
+                                 fmt::join(options.nats_servers, ","), connection.error().message));
   }
   std::unique_ptr<ClusterNode> node(new ClusterNode(options, std::move(*connection)));
   if (auto status = node->EnsureLayout(); !status) return tl::unexpected(status.error());

@@ -28,6 +28,12 @@
 
 namespace tally::cluster {
 
+// How a node connects to NATS: options' servers, and TLS when a --cluster-nats-tls-* option is
+// given or a URL starts with tls://. The name checked in the servers' certificates is the one
+// given, or else the host every URL names. kInvalidArgument when TLS is wanted, no name is
+// given and the URLs name different hosts, or when only one of a certificate and its key is.
+Result<ConnectOptions> NatsConnectOptions(const ClusterOptions& options);
+
 class ClusterNode {
  public:
   // Connects, checks or writes the layout, ensures every partition's stream (waiting, at most

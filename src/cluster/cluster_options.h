@@ -8,10 +8,27 @@
 
 namespace tally::cluster {
 
+// TLS to the NATS servers (the --cluster-nats-tls-* options; docs/cluster.md, "TLS to NATS").
+// Used when any of them is given or a --cluster-nats URL starts with tls://; always TLS 1.2
+// or later, and every server's certificate is checked.
+struct NatsTlsOptions {
+  std::string ca_cert_file;  // CAs that sign the servers' certificates; empty: the system's
+  std::string cert_file;     // this node's certificate and key, for servers that verify
+  std::string key_file;      //   their clients (verify: true); both or neither
+  std::string server_name;   // the name every server's certificate must carry; empty: the
+                             //   host the URLs name (one for all: nats.c checks one name)
+
+  bool any() const {
+    return !ca_cert_file.empty() || !cert_file.empty() || !key_file.empty() || !server_name.empty();
+  }
+};
+
+// The cluster a node joins. Used by ClusterNode::Open.
 struct ClusterOptions {
   // --cluster-nats: the NATS servers (nats://host:port); empty = a single node on its
   // embedded store (the default).
   std::vector<std::string> nats_servers;
+  NatsTlsOptions nats_tls;
   // --cluster-partitions: how many partitions the hash slots are split into; fixed when the
   // cluster is created (every node must say the same). Default 16.
   uint32_t partitions = 16;

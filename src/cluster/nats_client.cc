@@ -66,6 +66,22 @@ NatsResult<MsgHandle> BuildMessage(const Publication& publication) {
   return msg;
 }
 
+// ConnectOptions' TLS settings on nats.c's options (its SSL context is made by the first).
+natsStatus SetTls(natsOptions* options, const NatsTlsOptions& tls) {
+  natsStatus status = natsOptions_SetSecure(options, true);
+  if (status == NATS_OK && !tls.ca_cert_file.empty()) {
+    status = natsOptions_LoadCATrustedCertificates(options, tls.ca_cert_file.c_str());
+  }
+  if (status == NATS_OK && !tls.cert_file.empty()) {
+    status =
+        natsOptions_LoadCertificatesChain(options, tls.cert_file.c_str(), tls.key_file.c_str());
+  }
+  if (status == NATS_OK && !tls.server_name.empty()) {
+    status = natsOptions_SetExpectedHostname(options, tls.server_name.c_str());
+  }
+  return status;
+}
+
 PubAck ToPubAck(const jsPubAck& ack) {
   return PubAck{ack.Stream != nullptr ? ack.Stream : "", ack.Sequence, ack.Duplicate};
 }
@@ -187,6 +203,9 @@ NatsResult<std::unique_ptr<NatsConnection>> NatsConnection::Connect(ConnectOptio
            natsOptions_SetErrorHandler(raw, &Callbacks::AsyncError, closure),
        }) {
     if (step != NATS_OK) return Fail(step);
+  }
+  if (o.secure) {
+    if (status = SetTls(raw, o.tls); status != NATS_OK) return Fail(status);
   }
   natsConnection* connection = nullptr;
   status = natsConnection_Connect(&connection, raw);

@@ -231,6 +231,21 @@ void AddTallydOptions(CLI::App& app, TallydOptions* options) {
                  "Join a cluster over these NATS servers (nats://host:port, comma-separated); "
                  "without: a single node on the embedded store")
       ->delimiter(',');
+  cluster::NatsTlsOptions& nats_tls = cluster.nats_tls;
+  app.add_option("--cluster-nats-tls-ca-cert-file", nats_tls.ca_cert_file,
+                 "TLS to NATS: CA certificates (PEM) that sign the servers' certificates "
+                 "(default: the system's). Any --cluster-nats-tls-* option, or a tls:// URL, "
+                 "turns TLS on")
+      ->check(CLI::ExistingFile);
+  app.add_option("--cluster-nats-tls-cert-file", nats_tls.cert_file,
+                 "TLS to NATS: this node's certificate (PEM), for servers that verify clients")
+      ->check(CLI::ExistingFile);
+  app.add_option("--cluster-nats-tls-key-file", nats_tls.key_file,
+                 "TLS to NATS: the private key of --cluster-nats-tls-cert-file (PEM)")
+      ->check(CLI::ExistingFile);
+  app.add_option("--cluster-nats-tls-server-name", nats_tls.server_name,
+                 "TLS to NATS: the name every server's certificate must carry (default: the "
+                 "host of the --cluster-nats URLs, when they name one)");
   app.add_option("--cluster-partitions", cluster.partitions,
                  "How many partitions the hash slots are split into; fixed when the cluster "
                  "is created")

@@ -4,6 +4,8 @@
         nats.urls                          # ["nats://127.0.0.1:<client port>", ...]
         nats.kill(1)                       # SIGKILL, reaped
         nats.restart(1)                    # same config and store; waits until healthy
+    with NatsCluster(3, tls=certs) as nats:  # clients must speak TLS and show a certificate
+        nats.urls                          # ["tls://127.0.0.1:<client port>", ...]
 
 Each server has its own free client, route and monitoring ports and its own JetStream store,
 all under one temporary directory, with the configuration of the C++ tests
@@ -53,10 +55,11 @@ class NatsServer:
     route_port: int
     monitor_port: int
     dir: str
+    tls: object = None  # tls_certs.Certificates: the client port speaks only TLS
 
     @property
     def url(self):
-        return "nats://%s:%d" % (HOST, self.client_port)
+        return "%s://%s:%d" % ("tls" if self.tls else "nats", HOST, self.client_port)
 
     @property
     def conf_path(self):
@@ -88,11 +91,15 @@ def free_ports(count):
 
 class NatsCluster(StartedInWith):
     """`servers` nats-servers (n1, n2, ...) forming one JetStream cluster on free loopback
-    ports. Not thread-safe: one test drives it. Indexes are 0-based."""
+    ports. With tls (a tls_certs.Certificates), their client ports speak only TLS, with the
+    certificate server.crt, and ask each client for one signed by ca.crt (verify: true); the
+    routes between the servers stay plain. Not thread-safe: one test drives it. Indexes are
+    0-based."""
 
-    def __init__(self, servers=3, cluster_name="tally"):
+    def __init__(self, servers=3, cluster_name="tally", tls=None):
         self.count = servers
         self.cluster_name = cluster_name
+        self.tls = tls
         self.dir = None
         self.servers = []  # NatsServer, set by start()
         self._procs = []   # subprocess.Popen or None (not running), one per server
@@ -120,8 +127,8 @@ class NatsCluster(StartedInWith):
         self.dir = tempfile.mkdtemp(prefix="tally-nats-")
         _live.add(self)
         ports = free_ports(3 * self.count)
-        self.servers = [NatsServer("n%d" % (i + 1), *ports[3 * i:3 * i + 3], self.dir)
-                        for i in range(self.count)]
+        self.servers = [NatsServer("n%d" % (i + 1), *ports[3 * i:3 * i + 3], self.dir,
+                                   self.tls) for i in range(self.count)]
         for server in self.servers:
             write_config(server, self.servers, self.cluster_name)
         self._procs = [spawn(command_line(s), s.log_path, die_with_parent=True)
@@ -205,6 +212,11 @@ def config_text(server, peers, cluster_name="tally"):
             "jetstream {\n  store_dir: \"%s\"\n  max_memory_store: 64MB\n  max_file_store: 1GB\n}\n") % (
                 server.name, HOST, server.client_port, HOST, server.monitor_port,
                 server.store_dir)
+    if server.tls:
+        text += ("tls {\n  cert_file: \"%s\"\n  key_file: \"%s\"\n  ca_file: \"%s\"\n"
+                 "  verify: true\n  timeout: 5\n}\n") % (
+                     server.tls.path("server.crt"), server.tls.path("server.key"),
+                     server.tls.path("ca.crt"))
     if len(peers) < 2:
         return text
     routes = "".join("    nats-route://%s:%d\n" % (HOST, p.route_port) for p in peers)

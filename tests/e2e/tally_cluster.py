@@ -94,13 +94,15 @@ class TallyCluster(StartedInWith):
     """`nodes` tallyd nodes in cluster mode over `nats_servers` nats-servers, all on
     127.0.0.1. partitions, replicas, lease_ms and name become --cluster-partitions,
     --cluster-replicas, --cluster-lease-ms and --cluster-name when given (tallyd's defaults
-    otherwise); extra_args go to every node. Not thread-safe: one test drives it."""
+    otherwise); extra_args go to every node. With nats_tls (a tls_certs.Certificates), NATS
+    speaks only TLS (NatsCluster's tls) and every node connects with the CA ca.crt and the
+    client certificate client.crt. Not thread-safe: one test drives it."""
 
     def __init__(self, nodes=3, nats_servers=3, partitions=None, replicas=None, lease_ms=None,
-                 name=None, extra_args=()):
+                 name=None, extra_args=(), nats_tls=None):
         self.initial_nodes = nodes
         self.partitions = partitions or 16  # tallyd's default
-        self.nats = NatsCluster(nats_servers)
+        self.nats = NatsCluster(nats_servers, tls=nats_tls)
         self.options = [(flag, value) for flag, value in (
             ("--cluster-partitions", partitions), ("--cluster-replicas", replicas),
             ("--cluster-lease-ms", lease_ms), ("--cluster-name", name)) if value is not None]
@@ -134,6 +136,10 @@ class TallyCluster(StartedInWith):
                 "--cluster-announce-host", HOST]
         for flag, value in self.options:
             args += [flag, str(value)]
+        if self.nats.tls:
+            args += ["--cluster-nats-tls-ca-cert-file", self.nats.tls.path("ca.crt"),
+                     "--cluster-nats-tls-cert-file", self.nats.tls.path("client.crt"),
+                     "--cluster-nats-tls-key-file", self.nats.tls.path("client.key")]
         node = TallyServer(extra_args=args + self.extra_args, port=port, target="tally")
         self._nodes.append(node)
         self._http_ports.append(http_port)

@@ -70,7 +70,8 @@ def check(source, tallyd, version):
             line = re.sub(r"^# ([a-z][a-z0-9-]* = )", r"\1", line)
             if line.startswith(("data-dir = ", "source = ", "definitions = ", "port = ",
                                 "http-port = ", "tls-cert-file = ", "tls-key-file = ",
-                                "tls-ca-cert-file = ", "cluster-nats = ")):
+                                "tls-ca-cert-file = ", "cluster-nats = ",
+                                "cluster-nats-tls-")):
                 continue
             lines.append(line)
         path = os.path.join(tmp, "tally.conf")
