@@ -207,6 +207,7 @@ MemberInfo ClusterNode::Describe() const {
   info.node_name = node_name_;
   info.redis_address = redis_address_;
   info.http_address = http_address_;
+  info.draining = routing_->drain_requested();
   if (const Coordinator* coordinator = heartbeat_coordinator_.load(std::memory_order_acquire)) {
     info.owned = coordinator->Owned();
     info.releasing = coordinator->Releasing();

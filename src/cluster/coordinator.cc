@@ -182,9 +182,11 @@ std::optional<uint32_t> Coordinator::PartitionToRelease(
       return std::nullopt;
     }
   }
+  // The least loaded member that takes partitions (not draining): a draining node hands each
+  // of its partitions to it, whatever the shares; the others even out among those members.
   const Member* least = nullptr;
   for (const Member& member : live) {
-    if (member.self || member.info.redis_address.empty()) continue;
+    if (member.self || member.info.redis_address.empty() || Draining(member)) continue;
     if (least == nullptr || member.info.owned.size() < least->info.owned.size() ||
         (member.info.owned.size() == least->info.owned.size() &&
          member.info.node_id < least->info.node_id)) {
@@ -192,12 +194,16 @@ std::optional<uint32_t> Coordinator::PartitionToRelease(
     }
   }
   if (least == nullptr || mine.empty()) return std::nullopt;
-  const size_t count = statuses.size();
-  const size_t floor = count / live.size();
-  const size_t ceil = (count + live.size() - 1) / live.size();
-  const size_t fewest = least->info.owned.size();
-  if (!(mine.size() > ceil || (mine.size() > floor && fewest < floor))) return std::nullopt;
-  if (fewest + 1 >= mine.size()) return std::nullopt;  // moving one would not even it out
+  if (!routing_.drain_requested()) {
+    const size_t members = static_cast<size_t>(std::count_if(
+        live.begin(), live.end(), [this](const Member& member) { return !Draining(member); }));
+    const size_t count = statuses.size();
+    const size_t floor = count / members;
+    const size_t ceil = (count + members - 1) / members;
+    const size_t fewest = least->info.owned.size();
+    if (!(mine.size() > ceil || (mine.size() > floor && fewest < floor))) return std::nullopt;
+    if (fewest + 1 >= mine.size()) return std::nullopt;  // moving one would not even it out
+  }
   // The one the least loaded node would rank highest: the same choice on every node.
   return *std::max_element(mine.begin(), mine.end(), [&](uint32_t a, uint32_t b) {
     return RendezvousWeight(least->info.node_id, a) < RendezvousWeight(least->info.node_id, b);
@@ -285,6 +291,10 @@ void Coordinator::FinishLosses(const std::vector<PartitionStatus>& statuses) {
   }
 }
 
+bool Coordinator::Draining(const Member& member) const {
+  return member.self ? routing_.drain_requested() : member.info.draining;
+}
+
 bool Coordinator::NeedsOwner(uint32_t p, const PartitionStatus& status, Clock::time_point now,
                              Clock::time_point* since, int64_t* wait_ms) const {
   if (status.role != PartitionRole::kFollowing) return false;
@@ -339,11 +349,15 @@ void Coordinator::ClaimWhereNeeded(const std::vector<PartitionStatus>& statuses,
     }
   }
   if (needy.empty()) return;
-  // The candidates: the live members, but not the owners being replaced (a member that went
-  // silent on its stream may still beat for a while).
+  // The candidates: the live members that are not draining (all of them if every one is),
+  // but not the owners being replaced (a member that went silent on its stream may still
+  // beat for a while).
+  const bool all_draining = std::all_of(live.begin(), live.end(),
+                                        [this](const Member& member) { return Draining(member); });
   std::vector<PlacementMember> members;
   size_t self = live.size();
   for (const Member& member : live) {
+    if (Draining(member) && !all_draining) continue;
     PlacementMember candidate{member.info.node_id, 0};
     if (member.self) {
       self = members.size();
@@ -355,7 +369,7 @@ void Coordinator::ClaimWhereNeeded(const std::vector<PartitionStatus>& statuses,
     }
     members.push_back(std::move(candidate));
   }
-  if (self == live.size()) return;
+  if (self == live.size()) return;  // this node is no candidate (or not live)
   const std::vector<std::vector<size_t>> orders = ClaimOrders(needy, members);
   for (size_t i = 0; i < needy.size(); ++i) {
     const uint32_t p = needy[i];
@@ -372,10 +386,12 @@ void Coordinator::ClaimWhereNeeded(const std::vector<PartitionStatus>& statuses,
       spdlog::debug("partition {}: cannot claim yet: {}", p, begun.error().message);
       continue;
     }
-    spdlog::info(
-        "partition {}: claiming it (owner {} silent, rank {})", p,
-        statuses[p].owner.claim.node_name.empty() ? "none" : statuses[p].owner.claim.node_name,
-        rank);
+    const std::string& owner = statuses[p].owner.claim.node_name;
+    spdlog::info("partition {}: claiming it ({}, rank {})", p,
+                 statuses[p].owner.term == 0 ? "never owned"
+                 : wait[i] == 0              ? fmt::format("handed over by {}", owner)
+                                             : fmt::format("owner {} silent", owner),
+                 rank);
     std::lock_guard lock(mutex_);
     ++claims_started_;
   }
@@ -519,6 +535,7 @@ void Coordinator::Publish(const std::vector<PartitionStatus>& statuses,
     node.self = member.self;
     node.live = FindMember(live, member.info.node_id) != nullptr;
     node.owned = member.self ? owned : member.info.owned;
+    node.draining = Draining(member);
     topology->nodes.push_back(std::move(node));
   }
   routing_.SetTopology(std::move(topology));

@@ -31,11 +31,15 @@
 //      keyspace), everything written is made durable (ClusterPersistence::FinishRelease),
 //      and the node follows the partition and says in its heartbeats that it released it;
 //      the least loaded node claims it at once. One partition a time, two leases apart.
+//      A draining node (Routing::RequestDrain, CLUSTER.DRAIN; its heartbeats say so) hands
+//      over every partition it owns this way, whatever the shares, and nobody hands one to
+//      it; the shares count only the members that are not draining.
 //   5. Claims. A partition needs an owner when it never had one, when its owner's stream
 //      has been silent for lease_ms, or when its owner says in its heartbeat that it leaves.
-//      Placement (placement.h) orders the live members; the one ranked r claims once the
-//      need is older than lease_ms (settle_ms for a partition never claimed, 0 for one its
-//      owner released) plus r * claim_step_ms. Silence is timed by the router's watch, and
+//      Placement (placement.h) orders the live members that are not draining (all of them
+//      when every one is); the one ranked r claims once the need is older than lease_ms
+//      (settle_ms for a partition never claimed, 0 for one its owner released) plus
+//      r * claim_step_ms. Silence is timed by the router's watch, and
 //      only while the watch has seen the owner's latest record: a record the actor reads
 //      before the router times it means the owner is alive.
 //
@@ -128,6 +132,9 @@ class Coordinator {
   std::optional<uint32_t> PartitionToRelease(const std::vector<PartitionStatus>& statuses,
                                              const std::vector<Member>& live) const;
   void Publish(const std::vector<PartitionStatus>& statuses, const std::vector<Member>& live);
+  // Whether `member` drains: this node's drain request (Routing::drain_requested), another's
+  // heartbeat.
+  bool Draining(const Member& member) const;
   // Whether partition p's owner is presumed gone, and since when its need for an owner runs.
   bool NeedsOwner(uint32_t p, const PartitionStatus& status, Clock::time_point now,
                   Clock::time_point* since, int64_t* wait_ms) const;

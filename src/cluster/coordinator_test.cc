@@ -135,6 +135,7 @@ class CoordinatorTest : public ::testing::Test {
       info.node_id = self->persistence->node_id();
       info.node_name = self->name;
       info.redis_address = "127.0.0.1:" + self->name;
+      info.draining = self->routing->drain_requested();
       if (Coordinator* coordinator = self->coordinator_for_heartbeats.load()) {
         info.owned = coordinator->Owned();
       }
@@ -239,6 +240,46 @@ TEST_F(CoordinatorTest, ANodeThatJoinsLaterGetsItsShareHandedOver) {
     Increment(b, KeyOf(p), 1);
     EXPECT_TRUE(WaitValue(a, KeyOf(p), 8, 20s)) << p;
   }
+}
+
+TEST_F(CoordinatorTest, ADrainingNodeHandsEveryPartitionOverAndClaimsNone) {
+  TestNode a, b;
+  ASSERT_NO_FATAL_FAILURE(Start(&a, "7001"));
+  ASSERT_NO_FATAL_FAILURE(Start(&b, "7002"));
+  ASSERT_TRUE(WaitAllServed({&a, &b}, 30s));
+  const std::vector<uint32_t> of_a = a.Served();
+  ASSERT_EQ(of_a.size(), 2u);
+  for (uint32_t p : of_a) Increment(a, KeyOf(p), 7);
+
+  a.routing->RequestDrain(true);
+  auto deadline = std::chrono::steady_clock::now() + 60s;
+  while (!(b.Served().size() == kPartitions && WaitAllServed({&a, &b}, 1s)) &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(50ms);
+  }
+  ASSERT_EQ(b.Served().size(), kPartitions);
+  EXPECT_TRUE(a.Served().empty());
+  EXPECT_EQ(a.coordinator->releases(), 2u);
+  EXPECT_EQ(a.closes.load(), 0);             // handed over, not taken
+  EXPECT_EQ(b.coordinator->releases(), 0u);  // b kept everything: a takes nothing back
+  for (uint32_t p : of_a) {
+    EXPECT_EQ(Value(b, KeyOf(p)), 7) << p;
+    Increment(b, KeyOf(p), 1);
+    EXPECT_TRUE(WaitValue(a, KeyOf(p), 8, 20s)) << p;  // a still follows
+  }
+  // Still nothing for a two leases later: b does not hand back to a draining node.
+  std::this_thread::sleep_for(std::chrono::milliseconds(3 * kLeaseMs));
+  EXPECT_TRUE(a.Served().empty());
+  EXPECT_EQ(a.routing->topology()->Node(a.persistence->node_id())->draining, true);
+
+  a.routing->RequestDrain(false);  // taken back: b evens out again
+  deadline = std::chrono::steady_clock::now() + 60s;
+  while (!(a.Served().size() == 2 && WaitAllServed({&a, &b}, 1s)) &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(50ms);
+  }
+  EXPECT_EQ(a.Served().size(), 2u);
+  EXPECT_EQ(b.Served().size(), 2u);
 }
 
 TEST_F(CoordinatorTest, ASilentOwnerIsReplacedWithEveryAcknowledgedWrite) {

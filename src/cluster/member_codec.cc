@@ -17,6 +17,7 @@ namespace {
 //   owned <partition,partition,... ascending, or nothing>   (decimals without leading zeros)
 //   releasing <the same>
 //   leaving <0 or 1>
+//   draining <0 or 1>
 //   seq <decimal>
 constexpr std::string_view kMagic = "tally-member 1";
 constexpr size_t kMaxField = 256;
@@ -66,15 +67,16 @@ bool IsNodeId(std::string_view text) {
 
 std::string EncodeMember(const MemberInfo& info) {
   return fmt::format(
-      "{}\nid {}\nname {}\nredis {}\nhttp {}\nowned {}\nreleasing {}\nleaving {}\nseq {}", kMagic,
-      info.node_id, info.node_name, info.redis_address, info.http_address,
+      "{}\nid {}\nname {}\nredis {}\nhttp {}\nowned {}\nreleasing {}\nleaving {}\ndraining {}\n"
+      "seq {}",
+      kMagic, info.node_id, info.node_name, info.redis_address, info.http_address,
       JoinPartitions(info.owned), JoinPartitions(info.releasing), info.leaving ? 1 : 0,
-      info.sequence);
+      info.draining ? 1 : 0, info.sequence);
 }
 
 Result<MemberInfo> DecodeMember(std::string_view bytes) {
-  static constexpr std::string_view kFields[] = {"id",    "name",      "redis",   "http",
-                                                 "owned", "releasing", "leaving", "seq"};
+  static constexpr std::string_view kFields[] = {
+      "id", "name", "redis", "http", "owned", "releasing", "leaving", "draining", "seq"};
   if (!bytes.starts_with(kMagic) || bytes.size() > 64 * 1024) {
     return Corruption("not a tally heartbeat");
   }
@@ -116,6 +118,9 @@ Result<MemberInfo> DecodeMember(std::string_view bytes) {
     } else if (name == "leaving") {
       ok = value == "0" || value == "1";
       info.leaving = value == "1";
+    } else if (name == "draining") {
+      ok = value == "0" || value == "1";
+      info.draining = value == "1";
     } else {
       ok = ParseUint(value, &number);
       info.sequence = number;

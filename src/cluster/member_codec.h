@@ -22,6 +22,7 @@ struct MemberInfo {
   std::vector<uint32_t> owned;      // partitions it owns, ascending
   std::vector<uint32_t> releasing;  // partitions it is handing over: claim them now
   bool leaving = false;             // stopping: every partition it owned is released
+  bool draining = false;            // handing every partition over, claiming none (a drain)
   uint64_t sequence = 0;            // grows with every heartbeat, across restarts
 };
 

@@ -38,6 +38,7 @@ TEST(MemberCodecTest, RoundTrips) {
   EXPECT_EQ(decoded->owned, info.owned);
   EXPECT_EQ(decoded->releasing, info.releasing);
   EXPECT_FALSE(decoded->leaving);
+  EXPECT_FALSE(decoded->draining);
   EXPECT_EQ(decoded->sequence, info.sequence);
 
   MemberInfo empty = SomeMember('b');
@@ -45,10 +46,12 @@ TEST(MemberCodecTest, RoundTrips) {
   empty.releasing.clear();
   empty.http_address.clear();
   empty.leaving = true;
+  empty.draining = true;
   decoded = DecodeMember(EncodeMember(empty));
   ASSERT_TRUE(decoded) << decoded.error().message;
   EXPECT_TRUE(decoded->owned.empty());
   EXPECT_TRUE(decoded->leaving);
+  EXPECT_TRUE(decoded->draining);
 }
 
 TEST(MemberCodecTest, RefusesWhatIsMalformed) {
@@ -73,6 +76,8 @@ TEST(MemberCodecTest, RefusesWhatIsMalformed) {
            replace("owned 0,3,17", "owned 99999"),
            replace("owned 0,3,17", "owned 0,3,017"),
            replace("leaving 0", "leaving 2"),
+           replace("draining 0", "draining 01"),
+           replace("\ndraining 0", ""),
            replace("seq 123456789", "seq -1"),
            replace("\nhttp", "\nhttq"),
        }) {

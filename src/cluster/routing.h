@@ -8,6 +8,9 @@
 // standbys, positions — is an immutable snapshot replaced whole, read by the cluster commands
 // (CLUSTER SLOTS, NODES, SHARDS, INFO), INFO cluster and GET /v1/cluster.
 //
+// One request goes the other way: a drain (CLUSTER.DRAIN), which the servers set here and the
+// coordinator reads on its next turn.
+//
 // The ordering the coordinator relies on: before it closes the clients that may wait for a
 // lost partition, it stores that partition's route as kTryAgain; a request that reads the
 // route afterwards (on any thread) no longer writes there.
@@ -45,6 +48,7 @@ struct TopologyNode {
   bool self = false;
   bool live = false;
   std::vector<uint32_t> owned;  // partitions it owns, as its heartbeats say (self: as it is)
+  bool draining = false;        // handing its partitions over (a drain), claiming none
 };
 
 // A partition as this node sees it.
@@ -108,8 +112,15 @@ class Routing {
   // The coordinator's: replaces the snapshot (the routes are set apart, with SetRoute).
   void SetTopology(std::shared_ptr<const Topology> topology);
 
+  // Whether this node is asked to drain: hand every partition it owns over to the other
+  // nodes, one at a time, and claim none (until the request is taken back or the node
+  // restarts). Set by the servers (CLUSTER.DRAIN), read by the coordinator.
+  void RequestDrain(bool drain) { drain_.store(drain, std::memory_order_release); }
+  bool drain_requested() const { return drain_.load(std::memory_order_acquire); }
+
  private:
   const uint32_t partition_count_;
+  std::atomic<bool> drain_{false};
   std::unique_ptr<std::atomic<Route>[]> routes_;
   mutable std::mutex mutex_;
   std::shared_ptr<const Topology> topology_;  // guarded by mutex_

@@ -41,6 +41,7 @@ std::string ClusterJson(const cluster::Topology& topology) {
     json.Key("http_address").String(node.http_address);
     json.Key("live").Bool(node.live);
     json.Key("self").Bool(node.self);
+    json.Key("draining").Bool(node.draining);
     json.Key("owned").BeginArray();
     for (const uint32_t p : node.owned) json.UInt(p);
     json.EndArray();

@@ -82,6 +82,7 @@ constexpr CommandSpec kCommands[] = {
   {"acl",        -2, kAdmin | kNoMulti | kLoading,         0, 0, 0, AclCommand, "server", "Users and permissions: SETUSER GETUSER DELUSER LIST USERS WHOAMI CAT LOG SAVE LOAD.", "6.0.0"},
   {"time",        1, kFast | kLoading,                     0, 0, 0, Time,      "server", "Returns the server's time.", "2.6.0"},
   {"cluster",    -2, kLoading,                             0, 0, 0, Cluster,   "cluster", "The cluster's layout: SLOTS SHARDS NODES INFO KEYSLOT MYID.", "3.0.0"},
+  {"cluster.drain", -1, kAdmin | kNoMulti | kLoading,      0, 0, 0, ClusterDrain, "cluster", "Hands every partition of this node over to the others, one at a time, and claims none; CANCEL ends it (tally).", "tally 0.4"},
   {"readonly",    1, kFast | kLoading,                     0, 0, 0, ReadOnly,  "cluster", "Lets the connection read the slots this node follows as a standby (values may lag).", "3.0.0"},
   {"readwrite",   1, kFast | kLoading,                     0, 0, 0, ReadWrite, "cluster", "Ends READONLY.", "3.0.0"},
   {"asking",      1, kFast,                                0, 0, 0, Asking,    "cluster", "Accepted for cluster clients (tally never sends ASK).", "3.0.0"},

@@ -149,6 +149,7 @@ void Time(CommandContext& ctx);
 void AclCommand(CommandContext& ctx);
 // cluster.cc
 void Cluster(CommandContext& ctx);
+void ClusterDrain(CommandContext& ctx);
 void ReadOnly(CommandContext& ctx);
 void ReadWrite(CommandContext& ctx);
 void Asking(CommandContext& ctx);

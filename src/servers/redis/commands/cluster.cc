@@ -209,6 +209,25 @@ void Cluster(CommandContext& ctx) {
   }
 }
 
+// CLUSTER.DRAIN [CANCEL]: a separate command, not a CLUSTER subcommand, so that ACLs can
+// keep it from the users that only route (ACL rules name commands, not subcommands).
+void ClusterDrain(CommandContext& ctx) {
+  cluster::Routing* routing = ctx.server.cluster();
+  if (routing == nullptr) {
+    ctx.reply.Error(kDisabled);
+    return;
+  }
+  if (ctx.args.size() == 1) {
+    routing->RequestDrain(true);
+  } else if (ctx.args.size() == 2 && EqualsIgnoreCase(ctx.args[1], "CANCEL")) {
+    routing->RequestDrain(false);
+  } else {
+    ctx.reply.Error("ERR syntax error: CLUSTER.DRAIN [CANCEL]");
+    return;
+  }
+  ctx.reply.SimpleString("OK");
+}
+
 void ReadOnly(CommandContext& ctx) {
   if (ctx.server.cluster() == nullptr) {
     ctx.reply.Error(kDisabled);
@@ -248,16 +267,18 @@ void ClusterSection(CommandContext& ctx, std::string& out) {
   fmt::format_to(std::back_inserter(out),
                  "# Cluster\r\ncluster_enabled:1\r\ntally_cluster_name:{}\r\ntally_node_id:{}\r\n"
                  "tally_node_name:{}\r\ntally_nats_connected:{}\r\ntally_nats_url:{}\r\n"
-                 "tally_nats_reconnects:{}\r\ntally_partitions:{}\r\ntally_partitions_owned:{}\r\n",
+                 "tally_nats_reconnects:{}\r\ntally_partitions:{}\r\ntally_partitions_owned:{}\r\n"
+                 "tally_draining:{}\r\n",
                  topology->cluster_name, topology->self_id, self != nullptr ? self->name : "",
                  topology->nats_connected ? 1 : 0, topology->nats_url, topology->nats_reconnects,
-                 topology->partition_count, self != nullptr ? self->owned.size() : 0);
+                 topology->partition_count, self != nullptr ? self->owned.size() : 0,
+                 routing->drain_requested() ? 1 : 0);
   for (size_t i = 0; i < topology->nodes.size(); ++i) {
     const cluster::TopologyNode& node = topology->nodes[i];
     fmt::format_to(std::back_inserter(out),
-                   "node{}:id={},name={},address={},live={},self={},owned={}\r\n", i, node.node_id,
-                   node.name, node.redis_address, node.live ? 1 : 0, node.self ? 1 : 0,
-                   node.owned.size());
+                   "node{}:id={},name={},address={},live={},self={},owned={},draining={}\r\n", i,
+                   node.node_id, node.name, node.redis_address, node.live ? 1 : 0,
+                   node.self ? 1 : 0, node.owned.size(), node.draining ? 1 : 0);
   }
   for (uint32_t p = 0; p < topology->partitions.size(); ++p) {
     const cluster::TopologyPartition& partition = topology->partitions[p];
