@@ -177,6 +177,20 @@ class CoordinatorTest : public ::testing::Test {
     return false;
   }
 
+  // Waits until every partition is served by one of `nodes` and each serves `shares[i]`.
+  static bool WaitShares(const std::vector<TestNode*>& nodes, const std::vector<size_t>& shares,
+                         std::chrono::seconds timeout) {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    while (std::chrono::steady_clock::now() < deadline) {
+      bool even = true;
+      for (size_t i = 0; i < nodes.size(); ++i)
+        even = even && nodes[i]->Served().size() == shares[i];
+      if (even && WaitAllServed(nodes, 1s)) return true;
+      std::this_thread::sleep_for(50ms);
+    }
+    return false;
+  }
+
   // Adds `delta` to `key` on `node` and waits until it is durable (acknowledged).
   static void Increment(TestNode& node, const std::string& key, int64_t delta) {
     engine::IncrementBuffer buffer(&node.engine->keyspace());
@@ -209,10 +223,19 @@ TEST_F(CoordinatorTest, AColdClusterGetsEveryPartitionOwnedAndSpread) {
   TestNode a, b;
   ASSERT_NO_FATAL_FAILURE(Start(&a, "7001"));
   ASSERT_NO_FATAL_FAILURE(Start(&b, "7002"));
-  ASSERT_TRUE(WaitAllServed({&a, &b}, 30s));
-  EXPECT_EQ(a.Served().size(), 2u);
-  EXPECT_EQ(b.Served().size(), 2u);
-  // Each node routes the other's partitions there.
+  // Evenly at once, or, when b's first heartbeats reached a late (a slow machine), after the
+  // balance's hand-over.
+  EXPECT_TRUE(WaitShares({&a, &b}, {2, 2}, 30s));
+  // Each node routes the other's partitions there (once it has read the claims: a hand-over's
+  // reaches a a moment after b serves).
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  const auto moved_here = [&] {
+    return std::all_of(b.Served().begin(), b.Served().end(),
+                       [&](uint32_t p) { return a.routing->route(p) == Route::kMoved; });
+  };
+  while (!moved_here() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(20ms);
+  }
   for (uint32_t p : b.Served()) {
     EXPECT_EQ(a.routing->route(p), Route::kMoved);
     EXPECT_EQ(a.routing->topology()->partitions[p].owner_address, "127.0.0.1:7002");
@@ -226,13 +249,7 @@ TEST_F(CoordinatorTest, ANodeThatJoinsLaterGetsItsShareHandedOver) {
   ASSERT_TRUE(WaitAllServed({&a}, 30s));
   for (uint32_t p = 0; p < kPartitions; ++p) Increment(a, KeyOf(p), 7);
   ASSERT_NO_FATAL_FAILURE(Start(&b, "7002"));
-  const auto deadline = std::chrono::steady_clock::now() + 60s;
-  while (!(b.Served().size() == 2 && WaitAllServed({&a, &b}, 1s)) &&
-         std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(50ms);
-  }
-  ASSERT_EQ(b.Served().size(), 2u);
-  ASSERT_EQ(a.Served().size(), 2u);
+  ASSERT_TRUE(WaitShares({&a, &b}, {2, 2}, 60s));
   EXPECT_EQ(a.coordinator->releases(), 2u);
   EXPECT_EQ(a.closes.load(), 0);  // handed over, not taken: nobody's reply was at risk
   for (uint32_t p : b.Served()) {
@@ -246,22 +263,17 @@ TEST_F(CoordinatorTest, ADrainingNodeHandsEveryPartitionOverAndClaimsNone) {
   TestNode a, b;
   ASSERT_NO_FATAL_FAILURE(Start(&a, "7001"));
   ASSERT_NO_FATAL_FAILURE(Start(&b, "7002"));
-  ASSERT_TRUE(WaitAllServed({&a, &b}, 30s));
+  ASSERT_TRUE(WaitShares({&a, &b}, {2, 2}, 30s));
   const std::vector<uint32_t> of_a = a.Served();
-  ASSERT_EQ(of_a.size(), 2u);
   for (uint32_t p : of_a) Increment(a, KeyOf(p), 7);
 
+  // (How many hand-overs that takes is not fixed: while a heartbeat is late, b may still see a
+  // as a member that takes partitions, and a may see itself alone.)
+  const uint64_t a_released = a.coordinator->releases();
   a.routing->RequestDrain(true);
-  auto deadline = std::chrono::steady_clock::now() + 60s;
-  while (!(b.Served().size() == kPartitions && WaitAllServed({&a, &b}, 1s)) &&
-         std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(50ms);
-  }
-  ASSERT_EQ(b.Served().size(), kPartitions);
-  EXPECT_TRUE(a.Served().empty());
-  EXPECT_EQ(a.coordinator->releases(), 2u);
-  EXPECT_EQ(a.closes.load(), 0);             // handed over, not taken
-  EXPECT_EQ(b.coordinator->releases(), 0u);  // b kept everything: a takes nothing back
+  ASSERT_TRUE(WaitShares({&a, &b}, {0, kPartitions}, 60s));
+  EXPECT_GE(a.coordinator->releases() - a_released, 2u);
+  EXPECT_EQ(a.closes.load(), 0);  // handed over, not taken
   for (uint32_t p : of_a) {
     EXPECT_EQ(Value(b, KeyOf(p)), 7) << p;
     Increment(b, KeyOf(p), 1);
@@ -273,13 +285,7 @@ TEST_F(CoordinatorTest, ADrainingNodeHandsEveryPartitionOverAndClaimsNone) {
   EXPECT_EQ(a.routing->topology()->Node(a.persistence->node_id())->draining, true);
 
   a.routing->RequestDrain(false);  // taken back: b evens out again
-  deadline = std::chrono::steady_clock::now() + 60s;
-  while (!(a.Served().size() == 2 && WaitAllServed({&a, &b}, 1s)) &&
-         std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(50ms);
-  }
-  EXPECT_EQ(a.Served().size(), 2u);
-  EXPECT_EQ(b.Served().size(), 2u);
+  EXPECT_TRUE(WaitShares({&a, &b}, {2, 2}, 60s));
 }
 
 TEST_F(CoordinatorTest, ASilentOwnerIsReplacedWithEveryAcknowledgedWrite) {
