@@ -18,7 +18,10 @@ restart, the short-lived counters are gone.
 Plateau: RSS, fds and threads are sampled every `--sample-every` seconds. With the run cut
 in thirds by time (the first is warm-up), the last third's maximum must not be above the
 middle third's maximum by more than a margin (RSS: --rss-margin of it plus --rss-slack-mib;
-fds: --fd-slack; threads: --thread-slack).
+fds: --fd-slack; threads: --thread-slack). The state itself must stop growing for that to
+mean anything: every push carries a new id, and tallyd keeps each id for its
+--idempotency-window, so the soak runs it with a window of 600 s (--idempotency-window; the
+default, 24 h, would make the marker records grow all hour, as data, not as a leak).
 
 Writes to --out: soak.png (the three series, kills marked), soak-figures.md (the figures
 table, also printed), soak-samples.csv. Exit status 0 when every check passed.
@@ -53,6 +56,10 @@ def parse_args():
     p.add_argument("--out", default=env("SOAK_OUT", "soak-out"))
     p.add_argument("--pause", type=float, default=0.0,
                    help="seconds each load thread sleeps between requests")
+    p.add_argument("--idempotency-window", type=int,
+                   default=int(env("SOAK_IDEMPOTENCY_WINDOW", "600")),
+                   help="tallyd's --idempotency-window (seconds): a push's id is kept this long, "
+                        "so the state stops growing once the run is past it")
     p.add_argument("--rss-margin", type=float, default=0.10)
     p.add_argument("--rss-slack-mib", type=float, default=16.0)
     p.add_argument("--fd-slack", type=int, default=16)
@@ -129,7 +136,8 @@ class Soak:
         http_port = free_port()
         self.server = TallyServer(extra_args=[
             "--http-port", str(http_port), "--subscription-interval-ms", "50",
-            "--subscriber-max-queued-bytes", "64kb"])
+            "--subscriber-max-queued-bytes", "64kb",
+            "--idempotency-window", str(args.idempotency_window)])
         defs = os.path.join(self.server.base_dir, "definitions.sql")
         with open(defs, "w") as f:
             f.write(bm.definitions_sql() + load.EVENTS_SOURCE_SQL + "\n")
