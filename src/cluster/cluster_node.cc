@@ -53,17 +53,22 @@ Result<ConnectOptions> NatsConnectOptions(const ClusterOptions& options) {
   connect.servers = options.nats_servers;
   connect.name = fmt::format("tally {}", options.node_name);
   connect.tls = options.nats_tls;
-  connect.secure = options.nats_tls.any() ||
-                   std::any_of(options.nats_servers.begin(), options.nats_servers.end(),
-                               [](const std::string& url) { return url.starts_with("tls://"); });
-  if (!connect.secure) return connect;
+  const bool wanted = connect.tls.any() ||
+                      std::any_of(options.nats_servers.begin(), options.nats_servers.end(),
+                                  [](const std::string& url) { return url.starts_with("tls://"); });
+  if (!wanted) return connect;
   if (connect.tls.cert_file.empty() != connect.tls.key_file.empty()) {
     return MakeError(ErrorCode::kInvalidArgument,
                      "TLS to NATS: give both --cluster-nats-tls-cert-file and "
                      "--cluster-nats-tls-key-file, or neither");
   }
+  // The name to check is always set from here on: it is also what makes the connection TLS.
   if (connect.tls.server_name.empty() && !options.nats_servers.empty()) {
     const std::string_view host = UrlHost(options.nats_servers.front());
+    if (host.empty()) {
+      return MakeError(ErrorCode::kInvalidArgument,
+                       fmt::format("TLS to NATS: {} names no host", options.nats_servers.front()));
+    }
     for (const std::string& url : options.nats_servers) {
       if (UrlHost(url) != host) {
         return MakeError(ErrorCode::kInvalidArgument,
@@ -85,7 +90,7 @@ Result<std::unique_ptr<ClusterNode>> ClusterNode::Open(const ClusterOptions& opt
   // Each JetStream request (a stream's state, a consumer, a message) waits at most this: the
   // coordinator's actor and a stopping node wait no longer for a NATS that cannot answer.
   connect->request_timeout_ms = 2000;
-  const bool secure = connect->secure;
+  const bool secure = connect->tls.any();
   auto connection = NatsConnection::Connect(std::move(*connect));
   if (!connection) {
     return MakeError(ErrorCode::kUnavailable,

@@ -22,7 +22,7 @@ ClusterOptions WithServers(std::vector<std::string> servers) {
 TEST(NatsConnectOptionsTest, PlainUrlsWithoutTlsOptionsArePlain) {
   auto connect = NatsConnectOptions(WithServers({"nats://127.0.0.1:4222", "127.0.0.1:4223"}));
   ASSERT_TRUE(connect.has_value()) << connect.error().message;
-  EXPECT_FALSE(connect->secure);
+  EXPECT_FALSE(connect->tls.any());
   EXPECT_EQ(connect->servers,
             (std::vector<std::string>{"nats://127.0.0.1:4222", "127.0.0.1:4223"}));
   EXPECT_EQ(connect->name, "tally n1");
@@ -33,7 +33,7 @@ TEST(NatsConnectOptionsTest, ATlsUrlTurnsTlsOnAndChecksTheHostItNames) {
   auto connect = NatsConnectOptions(
       WithServers({"tls://nats.example:4222", "tls://user:secret@nats.example:4223"}));
   ASSERT_TRUE(connect.has_value()) << connect.error().message;
-  EXPECT_TRUE(connect->secure);
+  EXPECT_TRUE(connect->tls.any());
   EXPECT_EQ(connect->tls.server_name, "nats.example");
   EXPECT_EQ(connect->tls.ca_cert_file, "");
 }
@@ -43,9 +43,17 @@ TEST(NatsConnectOptionsTest, AnyTlsOptionTurnsTlsOn) {
   options.nats_tls.ca_cert_file = "/etc/tally/nats-ca.crt";
   auto connect = NatsConnectOptions(options);
   ASSERT_TRUE(connect.has_value()) << connect.error().message;
-  EXPECT_TRUE(connect->secure);
+  EXPECT_TRUE(connect->tls.any());
   EXPECT_EQ(connect->tls.ca_cert_file, "/etc/tally/nats-ca.crt");
   EXPECT_EQ(connect->tls.server_name, "::1");
+}
+
+TEST(NatsConnectOptionsTest, ATlsUrlWithoutAHostIsRefused) {
+  auto refused = NatsConnectOptions(WithServers({"tls://:4222"}));
+  ASSERT_FALSE(refused.has_value());
+  EXPECT_EQ(refused.error().code, ErrorCode::kInvalidArgument);
+  EXPECT_NE(refused.error().message.find("names no host"), std::string::npos)
+      << refused.error().message;
 }
 
 TEST(NatsConnectOptionsTest, DifferentHostsNeedAServerName) {
@@ -78,7 +86,7 @@ TEST(NatsConnectOptionsTest, ACertificateNeedsItsKey) {
   options.nats_tls.cert_file = "/etc/tally/node.crt";
   auto both = NatsConnectOptions(options);
   ASSERT_TRUE(both.has_value()) << both.error().message;
-  EXPECT_TRUE(both->secure);
+  EXPECT_TRUE(both->tls.any());
   EXPECT_EQ(both->tls.server_name, "127.0.0.1");
 }
 

@@ -204,7 +204,7 @@ NatsResult<std::unique_ptr<NatsConnection>> NatsConnection::Connect(ConnectOptio
        }) {
     if (step != NATS_OK) return Fail(step);
   }
-  if (o.secure) {
+  if (o.tls.any()) {
     if (status = SetTls(raw, o.tls); status != NATS_OK) return Fail(status);
   }
   natsConnection* connection = nullptr;

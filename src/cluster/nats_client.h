@@ -82,11 +82,10 @@ struct ConnectOptions {
   int max_pings_out = 2;                  //   ping_interval_ms * max_pings_out
   int reconnect_buffer_bytes = 64 << 20;  // publishes buffered while reconnecting
   int64_t request_timeout_ms = 5000;      // each JetStream API call (stream info, add ...)
-  // secure: every connection is TLS (1.2 or later, nats.c's default), each server's
-  // certificate checked against tls.ca_cert_file's CAs (the system's when empty) and, when
-  // tls.server_name is set, that name (nats.c 3.4 checks no name otherwise). tls.cert_file
-  // and key_file are presented to servers that ask for a client certificate.
-  bool secure = false;
+  // When any field is set, every connection is TLS (1.2 or later, nats.c's default), each
+  // server's certificate checked against tls.ca_cert_file's CAs (the system's when empty)
+  // and, when tls.server_name is set, that name (nats.c 3.4 checks no name otherwise).
+  // tls.cert_file and key_file are presented to servers that ask for a client certificate.
   NatsTlsOptions tls;
   // Called on a nats.c thread, one at a time, never after the connection is destroyed.
   std::function<void()> on_disconnected;
