@@ -99,14 +99,6 @@ int64_t ChangeFeed::AppliedPosition(uint32_t partition) {
   return view.Get(key).value_or(0);
 }
 
-std::vector<uint32_t> ChangeFeed::Owned() const {
-  std::vector<uint32_t> owned;
-  for (uint32_t p = 0; p < options_.partition_count; ++p) {
-    if (persistence_.role(p) == PartitionRole::kOwned) owned.push_back(p);
-  }
-  return owned;
-}
-
 uint64_t ChangeFeed::ReadFrom(const std::vector<uint32_t>& owned) {
   uint64_t from = next_seq();
   for (const uint32_t p : owned) {
@@ -123,7 +115,7 @@ void ChangeFeed::Run() {
     }
     // A partition gained (a claim, a hand-over) may be behind what the feed has read: read
     // again from its position.
-    std::vector<uint32_t> owned = Owned();
+    std::vector<uint32_t> owned = persistence_.Owned();
     if (owned != owned_) {
       const uint64_t from = ReadFrom(owned);
       owned_ = std::move(owned);
@@ -203,9 +195,9 @@ void ChangeFeed::ApplyPush(uint64_t seq, std::string_view only_counter, std::str
   // or forgotten meanwhile (a share written after would never reach its stream). Of those,
   // only the ones the feed reads for (owned_): one gained since is read again from its own
   // position first (Run), or the pushes before this one would be skipped for it.
-  std::shared_lock<std::shared_mutex> ownership;
+  std::shared_lock<std::shared_mutex> ownership = persistence_.HoldOwnership();
   std::vector<derived::PartitionShare> shares;
-  for (const uint32_t p : persistence_.OwnedForFeed(&ownership)) {
+  for (const uint32_t p : persistence_.Owned()) {
     if (std::binary_search(owned_.begin(), owned_.end(), p)) {
       shares.push_back({p, position_names_[p]});
     }
@@ -233,7 +225,14 @@ void ChangeFeed::ApplyPush(uint64_t seq, std::string_view only_counter, std::str
   engine_.committer().TryCommitNow();
 }
 
-void ChangeFeed::HoldOff(bool held_off) { held_off_.store(held_off, std::memory_order_release); }
+void ChangeFeed::HoldOff(bool held_off) {
+  {
+    // Under the mutex, so that a Define waiting on advanced_ cannot miss it.
+    std::lock_guard lock(mutex_);
+    held_off_.store(held_off, std::memory_order_release);
+  }
+  advanced_.notify_all();
+}
 
 Result<PubAck> ChangeFeed::Publish(std::string data, std::string_view msg_id) {
   if (held_off_.load(std::memory_order_acquire)) {
@@ -302,13 +301,10 @@ Result<std::vector<derived::StatementOutcome>> ChangeFeed::Define(std::string_vi
   auto ack = Publish(fmt::format("{}ddl\n{}", kMagic, script), RandomId("ddl"));
   if (!ack) return tl::unexpected(ack.error());
   std::unique_lock lock(mutex_);
-  const auto deadline = Clock::now() + std::chrono::milliseconds(options_.wait_ms);
-  bool ran = false;
-  while (!ran && !stopping_ && Clock::now() < deadline &&
-         !held_off_.load(std::memory_order_acquire)) {
-    ran = advanced_.wait_for(lock, std::chrono::milliseconds(10),
-                             [&] { return ddl_seq_ >= ack->seq || stopping_; });
-  }
+  advanced_.wait_for(lock, std::chrono::milliseconds(options_.wait_ms), [&] {
+    return ddl_seq_ >= ack->seq || stopping_ || held_off_.load(std::memory_order_acquire);
+  });
+  const bool ran = ddl_seq_ >= ack->seq;
   const auto found = scripts_.find(ack->seq);
   if (!ran || found == scripts_.end()) {
     return MakeError(ErrorCode::kUnavailable,

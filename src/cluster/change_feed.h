@@ -104,8 +104,6 @@ class ChangeFeed final : public ChangeFront {
   void Handle(uint64_t seq, std::string_view data);
   void RunScript(uint64_t seq, std::string_view script);
   void ApplyPush(uint64_t seq, std::string_view only_counter, std::string_view body);
-  // The partitions this node writes now.
-  std::vector<uint32_t> Owned() const;
   // Where to read from for the partitions owned now: the lowest of their positions, or the
   // next sequence when none is behind it.
   uint64_t ReadFrom(const std::vector<uint32_t>& owned);
@@ -131,7 +129,7 @@ class ChangeFeed final : public ChangeFront {
   // The outcomes of recent scripts, by sequence, for Define (the last few hundred).
   std::map<uint64_t, Result<std::vector<derived::StatementOutcome>>> scripts_;
   bool stopping_ = false;
-  std::atomic<bool> held_off_{false};
+  std::atomic<bool> held_off_{false};  // written under mutex_ (Define waits for it), read anywhere
 
   std::thread thread_;
 };

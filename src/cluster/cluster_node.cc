@@ -244,9 +244,16 @@ Status ClusterNode::Start(const std::string& redis_address, const std::string& h
   coordinator.lease_ms = options_.lease_ms;
   coordinator.claim_step_ms = std::max<int64_t>(options_.lease_ms / 4, 1);
   coordinator.settle_ms = std::max<int64_t>(options_.lease_ms * 3 / 4, 1);
-  coordinator_ =
-      std::make_unique<Coordinator>(*persistence_, *membership_, *routing_, *connection_,
-                                    coordinator, std::move(close_clients), std::move(barrier));
+  const auto holding_off_changes = [this](std::function<void()> wait_for_workers) {
+    return [this, wait_for_workers = std::move(wait_for_workers)] {
+      if (feed_) feed_->HoldOff(true);
+      wait_for_workers();
+      if (feed_) feed_->HoldOff(false);
+    };
+  };
+  coordinator_ = std::make_unique<Coordinator>(
+      *persistence_, *membership_, *routing_, *connection_, coordinator,
+      holding_off_changes(std::move(close_clients)), holding_off_changes(std::move(barrier)));
   heartbeat_coordinator_.store(coordinator_.get(), std::memory_order_release);
   persistence_->SetOnChange([coordinator = coordinator_.get()] { coordinator->Wake(); });
   coordinator_->Start();

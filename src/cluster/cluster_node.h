@@ -51,7 +51,9 @@ class ClusterNode {
 
   // Starts the heartbeats and the coordinator. `redis_address` and `http_address` are
   // host:port as clients reach them (the node's name, when options().node_name is empty, is
-  // its Redis address); `close_clients` and `barrier` as the Coordinator's.
+  // its Redis address); `close_clients` and `barrier` as the Coordinator's, each run with the
+  // change feed held off (ChangeFeed::HoldOff): both need every worker back within their
+  // bound, and a worker blocked in a push or a definition (a cluster round trip) is let go.
   // REQUIRES: the persistence loaded (the engine started).
   Status Start(const std::string& redis_address, const std::string& http_address,
                Coordinator::CloseClients close_clients, Coordinator::Barrier barrier);
@@ -63,11 +65,6 @@ class ClusterNode {
   Status StartChanges(engine::Engine& engine, derived::DerivedCounters& derived);
   // Where the servers send the derived counters' writes (null before StartChanges).
   ChangeFront* changes() { return feed_.get(); }
-  // ChangeFeed::HoldOff (nothing before StartChanges).
-  void HoldOffChanges(bool held_off) {
-    if (feed_) feed_->HoldOff(held_off);
-  }
-
   // The node stops: no more claims, no more pushes applied; commits wait a bounded time for
   // their streams. Before the engine stops.
   void BeginShutdown();

@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <thread>
 
 #include "core/slot.h"
 #include "engine/keyspace.h"

@@ -42,7 +42,7 @@
 //
 // Threads: as engine/persistence.h for the Persistence calls; BeginClaim, Step, FinishLoss,
 // BeginRelease, FinishRelease and AbortRelease from one thread (the coordinator's actor);
-// OwnedForFeed from the change feed's; the accessors from any thread. Attach
+// HoldOwnership from the change feed's; the accessors from any thread. Attach
 // before Load. The followers apply on threads of their own (Keyspace::ApplyReplicated); a
 // renewal thread appends renewals to idle owned partitions. The partition streams must
 // exist. Lock order: ownership_mutex_, checkpoint_record_mutex_, the keyspace's stripes,
@@ -194,10 +194,12 @@ class ClusterPersistence final : public engine::Persistence {
   Status FinishRelease(uint32_t partition, std::chrono::milliseconds timeout);
   // kReleasing -> kOwned.
   void AbortRelease(uint32_t partition);
-  // The partitions owned now, for the change feed to apply a push to, and a shared hold
-  // (into *ownership) that keeps them from being handed over or forgotten (FinishRelease,
-  // FinishLoss) until the feed has applied it and let go. Before the keyspace's stripes.
-  std::vector<uint32_t> OwnedForFeed(std::shared_lock<std::shared_mutex>* ownership) const;
+  // A shared hold that keeps the owned partitions from being handed over or forgotten
+  // (FinishRelease, FinishLoss) until it is let go: the change feed's, while it applies a push
+  // to them. Taken before the keyspace's stripes.
+  std::shared_lock<std::shared_mutex> HoldOwnership() const;
+  // The partitions owned now, ascending.
+  std::vector<uint32_t> Owned() const;
   // Claims `partition` now: BeginClaim, then Step until it is owned (or `timeout`). Tests and
   // Load's options.owned.
   Status ClaimNow(uint32_t partition, std::chrono::milliseconds timeout);

@@ -256,9 +256,11 @@ void ClusterPersistence::OnLogProgress(uint32_t partition, uint64_t writer,
   if (progress.state == PartitionLogState::kFenced) MarkLost(partition, writer);
 }
 
-std::vector<uint32_t> ClusterPersistence::OwnedForFeed(
-    std::shared_lock<std::shared_mutex>* ownership) const {
-  *ownership = std::shared_lock(ownership_mutex_);
+std::shared_lock<std::shared_mutex> ClusterPersistence::HoldOwnership() const {
+  return std::shared_lock(ownership_mutex_);
+}
+
+std::vector<uint32_t> ClusterPersistence::Owned() const {
   std::vector<uint32_t> owned;
   std::lock_guard lock(mutex_);
   for (uint32_t p = 0; p < options_.partition_count; ++p) {

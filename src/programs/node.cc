@@ -249,12 +249,10 @@ Status Node::StartCluster() {
   // A partition this node owned was taken over: close every client that may wait for one of
   // its writes before the loss is finished. A worker that does not answer (it cannot happen
   // while the loops run) would leave such a reply to be sent: stop the process instead.
-  // Both run on the coordinator's thread and need every worker's loop back within their
-  // bound: a worker blocked in a push or definition (a cluster round trip) is let go first.
+  // Both run on the coordinator's thread (ClusterNode::Start lets pushes and definitions go
+  // meanwhile).
   auto close_clients = [this] {
-    cluster_->HoldOffChanges(true);
     const bool closed = redis_->CloseWaitingClients(std::chrono::seconds(10));
-    cluster_->HoldOffChanges(false);
     if (!closed) {
       spdlog::critical(
           "a Redis worker did not close its waiting clients in time: stopping, so "
@@ -266,9 +264,7 @@ Status Node::StartCluster() {
   // keyspace, so that the hand-over waits for it to be durable. Past the bound, such an
   // increment could be folded after the hand-over and acknowledged unreplicated: stop instead.
   auto barrier = [this] {
-    cluster_->HoldOffChanges(true);
     const bool folded = redis_->FoldIncrements(std::chrono::seconds(10));
-    cluster_->HoldOffChanges(false);
     if (!folded) {
       spdlog::critical(
           "a Redis worker did not fold its increments in time: stopping, so that "
