@@ -41,7 +41,6 @@ Coordinator::Coordinator(ClusterPersistence& persistence, Membership& membership
       close_clients_(std::move(close_clients)),
       barrier_(std::move(barrier)),
       started_(Clock::now()),
-      last_owners_(persistence.partition_count()),
       watches_(persistence.partition_count()),
       stalled_since_(persistence.partition_count()),
       last_owner_change_(started_) {
@@ -483,21 +482,21 @@ void Coordinator::Publish(const std::vector<PartitionStatus>& statuses,
         }
       }
     }
-    if (partition.owner_address.empty() && p < previous->partitions.size() &&
-        !previous->partitions[p].owner_address.empty()) {
+    const TopologyPartition* before =
+        p < previous->partitions.size() ? &previous->partitions[p] : nullptr;
+    if (partition.owner_address.empty() && before != nullptr && !before->owner_address.empty() &&
+        status.role != PartitionRole::kFailed && silent_ms < 4 * options_.lease_ms) {
       // Nor do the heartbeats name one (a claim under way, its claimer's next heartbeat not
-      // yet heard): the owner published last stays listed, so that CLUSTER SLOTS never leaves
-      // out a partition that has had an owner (a client drops a slot missing from its last
-      // refresh), and requests are asked to try again.
-      const TopologyPartition& before = previous->partitions[p];
-      partition.owner_id = before.owner_id;
-      partition.owner_name = before.owner_name;
-      partition.owner_address = before.owner_address;
+      // yet heard): the owner published last stays listed, so that CLUSTER SLOTS does not
+      // leave out a partition changing hands (a client drops a slot missing from its last
+      // refresh), and requests are asked to try again. Only for a while: a partition whose
+      // owner nobody replaced within four leases, or that failed here, is no longer listed.
+      partition.owner_id = before->owner_id;
+      partition.owner_name = before->owner_name;
+      partition.owner_address = before->owner_address;
       if (route == Route::kDown) {
         route = Route::kTryAgain;
-        if (status.role != PartitionRole::kFailed) {
-          partition.detail = "its owner is not known here now";
-        }
+        partition.detail = "its owner is not known here now";
       }
     }
     partition.route = route;
@@ -513,8 +512,7 @@ void Coordinator::Publish(const std::vector<PartitionStatus>& statuses,
       }
       routing_.SetRoute(p, route);
     }
-    if (last_owners_[p] != partition.owner_id) {
-      last_owners_[p] = partition.owner_id;
+    if (partition.owner_id != (before != nullptr ? before->owner_id : std::string())) {
       owners_changed = true;
     }
     topology->partitions.push_back(std::move(partition));

@@ -150,7 +150,6 @@ class Coordinator {
 
   // The router's only:
   uint64_t topology_epoch_ = 0;
-  std::vector<std::string> last_owners_;
   // The actor's only:
   Clock::time_point last_stall_close_;
   Clock::time_point last_release_;
