@@ -274,10 +274,7 @@ Status ClusterNode::StartChanges(engine::Engine& engine, derived::DerivedCounter
         derived.OnReplicated(puts, deletes);
       },
       [&derived](SlotRange slots) {
-        derived.ForgetKeys([slots](std::string_view key) {
-          const uint32_t slot = KeySlot(key);
-          return slot >= slots.first && slot <= slots.last;
-        });
+        derived.ForgetKeys([slots](std::string_view key) { return slots.Contains(KeySlot(key)); });
       });
   ChangeFeedOptions options;
   options.stream = Upper(options_.name) + "_CHANGES";

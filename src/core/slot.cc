@@ -62,7 +62,7 @@ std::string PartitionTag(uint32_t partition, uint32_t partition_count) {
     std::string tag = "p";
     tag += std::to_string(n);
     const uint32_t slot = KeySlot(tag);
-    if (slot >= range.first && slot <= range.last) return tag;
+    if (range.Contains(slot)) return tag;
   }
   return {};
 }

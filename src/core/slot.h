@@ -31,6 +31,8 @@ uint32_t KeySlot(std::string_view key);
 struct SlotRange {
   uint32_t first;
   uint32_t last;
+
+  bool Contains(uint32_t slot) const { return slot >= first && slot <= last; }
 };
 
 // REQUIRES: 0 < partition_count <= kMaxPartitions, partition < partition_count.

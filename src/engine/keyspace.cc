@@ -126,7 +126,7 @@ struct alignas(64) StripeState {
     for (EntryId id = 0; id < map.entry_limit(); ++id) {
       if (!map.IsLive(id)) continue;
       const uint32_t slot = KeySlot(map.key(id));
-      if (slot >= slots.first && slot <= slots.last) f(id);
+      if (slots.Contains(slot)) f(id);
     }
   }
 
@@ -601,10 +601,7 @@ void Keyspace::ApplyReplicated(SlotRange slots, std::span<const CommitBatch* con
 
 size_t Keyspace::DropSlots(SlotRange slots) {
   View all = LockAll();
-  const auto in_range = [&](std::string_view key) {
-    const uint32_t slot = KeySlot(key);
-    return slot >= slots.first && slot <= slots.last;
-  };
+  const auto in_range = [&](std::string_view key) { return slots.Contains(KeySlot(key)); };
   size_t dropped = 0;
   for (auto& s : stripes_) {
     s->ForEachInSlots(slots, [&](EntryId id) {

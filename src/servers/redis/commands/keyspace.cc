@@ -224,9 +224,8 @@ void FlushOwnedPartitions(CommandContext& ctx, const cluster::Routing& routing) 
   if (derived::DerivedCounters* derived = ctx.server.derived(); derived && !flushed.empty()) {
     derived->ForgetKeys([&flushed](std::string_view key) {
       const uint32_t slot = KeySlot(key);
-      return std::any_of(flushed.begin(), flushed.end(), [slot](SlotRange slots) {
-        return slot >= slots.first && slot <= slots.last;
-      });
+      return std::any_of(flushed.begin(), flushed.end(),
+                         [slot](SlotRange slots) { return slots.Contains(slot); });
     });
   }
 }
