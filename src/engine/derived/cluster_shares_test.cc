@@ -143,6 +143,12 @@ TEST_F(ClusterSharesTest, TheIndexesFollowReplicatedBatches) {
   page = derived_->List("post_likes", *prefix, {}, 10);
   ASSERT_TRUE(page);
   EXPECT_TRUE(page->items.empty());
+  // The index itself, not only what List shows of it (List leaves out groups that read 0).
+  const std::vector<CounterListing> counters = derived_->Counters();
+  const auto post_likes = std::find_if(counters.begin(), counters.end(),
+                                       [](const auto& c) { return c.name == "post_likes"; });
+  ASSERT_NE(post_likes, counters.end());
+  EXPECT_EQ(post_likes->groups, 0u);
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -245,10 +246,21 @@ TEST_F(ClusterSessionTest, FlushallKeepsTheChangeFeedsPositionAndForgetsTheFlush
   const engine::HashedKey position_key(position);
   engine_->keyspace().Lock(position_key).Set(position_key, 42, engine::SetOptions{});
 
+  // The family's index of groups (what COUNTER.LIST and the retention sweep walk), not its
+  // values: a read of a flushed group gives 0 whether or not the index still names it.
+  const auto indexed_groups = [&]() -> std::optional<size_t> {
+    for (const derived::CounterListing& counter : derived_->Counters()) {
+      if (counter.name == "repo_stars") return counter.groups;
+    }
+    return std::nullopt;
+  };
+  ASSERT_EQ(indexed_groups(), size_t{2});
+
   EXPECT_EQ(Call({"FLUSHALL"}), "+OK\r\n");
   uint64_t epoch = 0;
   EXPECT_EQ(derived_->Get(std::vector<std::string>{mine, theirs}, &epoch),
             (std::vector<int64_t>{0, 1}));
+  EXPECT_EQ(indexed_groups(), size_t{1});  // the flushed group is forgotten, the other node's stays
   const auto listed = derived_->List("repo_stars", "", "", 10);
   ASSERT_TRUE(listed);
   ASSERT_EQ(listed->items.size(), 1u);
