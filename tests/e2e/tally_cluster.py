@@ -77,6 +77,14 @@ def fetch_slots(port, timeout=2.0):
         return parse_cluster_slots(client.execute_command("CLUSTER", "SLOTS"))
 
 
+def cluster_info(port, timeout=5.0):
+    """INFO cluster of the node on 127.0.0.1:port, as redis-py parses it (node and partition
+    lines become dicts)."""
+    with redis.Redis(host=HOST, port=port, decode_responses=True, socket_timeout=timeout,
+                     socket_connect_timeout=timeout) as client:
+        return client.info("cluster")
+
+
 def slots_problem(ask_ports, live_ports):
     """None when every node on ask_ports answers CLUSTER SLOTS with all slots served by nodes
     whose port is in live_ports; otherwise what is wrong with the first node that does not."""
@@ -101,7 +109,6 @@ class TallyCluster(StartedInWith):
     def __init__(self, nodes=3, nats_servers=3, partitions=None, replicas=None, lease_ms=None,
                  name=None, extra_args=(), nats_tls=None):
         self.initial_nodes = nodes
-        self.partitions = partitions or 16  # tallyd's default
         self.nats = NatsCluster(nats_servers, tls=nats_tls)
         self.options = [(flag, value) for flag, value in (
             ("--cluster-partitions", partitions), ("--cluster-replicas", replicas),
@@ -239,32 +246,34 @@ class TallyCluster(StartedInWith):
         return fetch_slots(self._nodes[i].port, timeout=5.0)
 
     def wait_balanced(self, timeout=OWNED_TIMEOUT):
-        """wait_all_owned, then polls until every live node's CLUSTER SLOTS gives each live
-        node its share of the partitions (between floor and ceil of partitions / nodes), the
-        state in which the nodes stop handing partitions over (docs/cluster.md, Balance).
-        Returns the first live node's answer; raises ClusterError after `timeout` seconds."""
+        """wait_all_owned, then polls until every live node's CLUSTER SLOTS lists each of the
+        cluster's partitions (INFO cluster's tally_partitions) with a live owner, each live
+        node owning its share (between floor and ceil of partitions / nodes): the state in
+        which the nodes stop handing partitions over (docs/cluster.md, Balance). Returns the
+        first live node's answer; raises ClusterError, with the nodes' log tails, after
+        `timeout` seconds."""
         deadline = time.monotonic() + timeout
         self.wait_all_owned(timeout)
         while True:
             live = self.live_indexes()
             ports = [self._nodes[i].port for i in live]
-            shares = [self._partition_shares(port, ports) for port in ports]
-            low, high = self.partitions // len(ports), -(-self.partitions // len(ports))
-            if all(min(s.values()) >= low and max(s.values()) <= high for s in shares):
-                return self.cluster_slots(live[0])
+            try:
+                partitions = cluster_info(ports[0])["tally_partitions"]
+                # CLUSTER SLOTS lists one range per partition that has an owner.
+                shares = [collections.Counter(r.owner[1] for r in fetch_slots(port))
+                          for port in ports]
+            except redis.RedisError as e:
+                shares = repr(e)
+            else:
+                low, high = partitions // len(ports), -(-partitions // len(ports))
+                if all(sum(s[p] for p in ports) == partitions and
+                       all(low <= s[p] <= high for p in ports) for s in shares):
+                    return self.cluster_slots(live[0])
             if time.monotonic() >= deadline:
-                raise ClusterError("partitions not spread evenly within %.0fs (last: %s)"
-                                   % (timeout, shares))
+                tails = "\n".join(self._nodes[i].log_tail(20) for i in live)
+                raise ClusterError("partitions not spread evenly within %.0fs (last: %s)\n%s"
+                                   % (timeout, shares, tails))
             time.sleep(POLL_INTERVAL)
-
-    def _partition_shares(self, port, live_ports):
-        """{live port: partitions it owns} as the node on `port` answers CLUSTER SLOTS."""
-        per_partition = SLOTS // self.partitions
-        shares = dict.fromkeys(live_ports, 0)
-        for r in fetch_slots(port, timeout=5.0):
-            if r.owner[1] in shares:
-                shares[r.owner[1]] += (r.end - r.start + 1) // per_partition
-        return shares
 
     def wait_all_owned(self, timeout=OWNED_TIMEOUT):
         """Polls CLUSTER SLOTS on every live node until each answers with all 16384 slots

@@ -47,9 +47,9 @@ from redis.crc import key_slot
 
 import blog_model as bm
 from derived_case import snapshot_scan
-from harness import HOST, ConnectionClosed, RespConn, RespError, tally_only
+from harness import ConnectionClosed, RespConn, RespError, tally_only
 from nats_cluster import NATS_SERVER
-from tally_cluster import SLOTS, TallyCluster
+from tally_cluster import SLOTS, TallyCluster, cluster_info
 
 SEED = int(os.environ.get("E2E_SEED", "20261125"))
 KILLS = int(os.environ.get("E2E_CLUSTER_KILLS", "12"))
@@ -381,12 +381,6 @@ def index_of_port(cluster, port):
         if cluster.node(i).port == port:
             return i
     raise AssertionError("no node on port %d" % port)
-
-
-def cluster_info(port):
-    with redis.Redis(host=HOST, port=port, decode_responses=True, socket_timeout=5,
-                     socket_connect_timeout=5) as r:
-        return r.info("cluster")
 
 
 def partitions_owned(cluster, i):

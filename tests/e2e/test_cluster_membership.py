@@ -23,8 +23,8 @@ import unittest
 
 from harness import HOST, TALLYD, RespConn, tally_only
 from nats_cluster import NATS_SERVER
-from test_cluster import (SEED, WAIT, ClusterCase, Writers, cluster_info, keys_per_partition,
-                          log, partitions_owned)
+from tally_cluster import cluster_info
+from test_cluster import SEED, WAIT, ClusterCase, Writers, keys_per_partition, log, partitions_owned
 
 TALLY_CLI = os.environ.get("TALLY_CLI") or os.path.join(os.path.dirname(TALLYD), "tally")
 TOOL_TIMEOUT = 120  # seconds for one `tally cluster` command

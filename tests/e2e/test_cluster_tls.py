@@ -12,21 +12,13 @@ import os
 import time
 import unittest
 
-import redis
-
 from harness import HOST, TallyServer, tally_only
 from nats_cluster import NATS_SERVER
-from tally_cluster import TallyCluster
+from tally_cluster import TallyCluster, cluster_info
 from tls_certs import Certificates
 
 LEASE_MS = 1000
 REFUSAL_TIMEOUT = 30.0  # seconds for a refused node to exit
-
-
-def cluster_info(port):
-    with redis.Redis(host=HOST, port=port, decode_responses=True, socket_timeout=5,
-                     socket_connect_timeout=5) as r:
-        return r.info("cluster")
 
 
 @tally_only
