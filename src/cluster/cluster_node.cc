@@ -111,6 +111,7 @@ Result<std::unique_ptr<ClusterNode>> ClusterNode::Open(const ClusterOptions& opt
   // A claim whose follower cannot read up to the tail in this time is given up (and the
   // follower started again): the partition is not left changing hands for long.
   persistence.catch_up_timeout_ms = std::max<int64_t>(options.lease_ms * 5, 10000);
+  persistence.follow_on_load = false;  // StartChanges starts the followers
   auto opened = ClusterPersistence::Open(*node->connection_, std::move(persistence));
   if (!opened) return tl::unexpected(opened.error());
   node->persistence_ = std::move(*opened);
@@ -276,6 +277,8 @@ Status ClusterNode::StartChanges(engine::Engine& engine, derived::DerivedCounter
       [&derived](SlotRange slots) {
         derived.ForgetKeys([slots](std::string_view key) { return slots.Contains(KeySlot(key)); });
       });
+  // Only now: every group a follower writes from here on reaches the derived indexes.
+  persistence_->StartFollowers();
   ChangeFeedOptions options;
   options.stream = Upper(options_.name) + "_CHANGES";
   options.subject = options_.name + ".changes";

@@ -60,8 +60,9 @@ class ClusterNode {
   // The node's name (after Start).
   const std::string& node_name() const { return node_name_; }
   // Starts the derived counters' part (change_feed.h): the feed of the cluster's change
-  // stream, and the indexes kept in step with what the followers apply. Once `derived` is
-  // loaded, before the servers serve. REQUIRES: `engine` and `derived` outlive Stop().
+  // stream, and the indexes kept in step with what the followers apply — and only then the
+  // followers (the engine's Load left them waiting). Once `derived` is loaded, before the
+  // servers serve and before Start. REQUIRES: `engine` and `derived` outlive Stop().
   Status StartChanges(engine::Engine& engine, derived::DerivedCounters& derived);
   // Where the servers send the derived counters' writes (null before StartChanges).
   ChangeFront* changes() { return feed_.get(); }

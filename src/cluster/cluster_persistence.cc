@@ -192,7 +192,7 @@ Status ClusterPersistence::Load(engine::LoadVisitor& visitor) {
       cut_[p] = (*positions)[p];
     }
   }
-  for (uint32_t p = 0; p < options_.partition_count; ++p) StartFollower(p);
+  if (options_.follow_on_load || !options_.owned.empty()) StartFollowers();
   for (uint32_t p : options_.owned) {
     if (auto status = ClaimNow(p, std::chrono::milliseconds(options_.catch_up_timeout_ms));
         !status) {
@@ -201,6 +201,10 @@ Status ClusterPersistence::Load(engine::LoadVisitor& visitor) {
   }
   if (options_.renew_ms > 0) renewer_.Start();
   return OkStatus();
+}
+
+void ClusterPersistence::StartFollowers() {
+  for (uint32_t p = 0; p < options_.partition_count; ++p) StartFollower(p);
 }
 
 void ClusterPersistence::StartFollower(uint32_t partition) {

@@ -37,8 +37,9 @@
 // finishes (lost meanwhile, or stopping without quorum) is rebuilt instead: its tables are
 // emptied and its position reset, so that a restart reads its stream again from the start.
 // Load rebuilds every partition a leftover ckpt_open names, loads the tables and follows
-// every partition from its saved position; the partitions in options.owned are claimed there
-// (tests and tools; tallyd leaves claims to the coordinator).
+// every partition from its saved position (or, with options.follow_on_load false, leaves
+// that to StartFollowers); the partitions in options.owned are claimed there (tests and
+// tools; tallyd leaves claims to the coordinator).
 //
 // Threads: as engine/persistence.h for the Persistence calls; BeginClaim, Step, FinishLoss,
 // BeginRelease, FinishRelease and AbortRelease from one thread (the coordinator's actor);
@@ -90,6 +91,12 @@ struct ClusterPersistenceOptions {
   int64_t renew_ms = 500;
   // Stopping (BeginShutdown): how long Sync still waits for records that are not durable.
   int64_t shutdown_wait_ms = 3000;
+  // Load starts following every partition. A node sets it false and calls StartFollowers
+  // once whatever watches the followers' writes (SetReplicationObserver) is in place: the
+  // derived counters build their indexes from the loaded keyspace, and a group a follower
+  // wrote after that scan and before the observer would be missing from them for good.
+  // Claiming options.owned needs the followers: Load starts them then, whatever this says.
+  bool follow_on_load = true;
 };
 
 // The stream and subject of partition p under `options`' prefixes.
@@ -150,6 +157,9 @@ class ClusterPersistence final : public engine::Persistence {
   // whole (a loss: its slots), so that the derived counters' indexes follow. After Attach.
   void SetReplicationObserver(KeyspaceApplier::Observer applied,
                               std::function<void(SlotRange slots)> forgotten);
+  // Starts following every partition Load left waiting (options.follow_on_load false): after
+  // Load and SetReplicationObserver, before the coordinator runs. Idempotent.
+  void StartFollowers();
   // Called, on any thread and with no lock held, when a partition changes role by itself
   // (fenced: kLost).
   void SetOnChange(std::function<void()> on_change);

@@ -11,7 +11,10 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <mutex>
+#include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "cluster/nats_test_cluster.h"
@@ -80,11 +83,13 @@ class ClusterPersistenceTest : public ::testing::Test {
 
   // Starts a node on data directory `name` owning `owned`, over `connection`.
   static void StartNode(Node* node, NatsConnection& connection, const std::filesystem::path& dir,
-                        std::vector<uint32_t> owned, size_t max_record_bytes = 256 * 1024) {
+                        std::vector<uint32_t> owned, size_t max_record_bytes = 256 * 1024,
+                        bool follow_on_load = true) {
     ClusterPersistenceOptions options;
     options.data_dir = dir.string();
     options.partition_count = kPartitions;
     options.owned = std::move(owned);
+    options.follow_on_load = follow_on_load;
     options.node_name = dir.filename().string();
     options.max_record_bytes = max_record_bytes;
     auto persistence = ClusterPersistence::Open(connection, options);
@@ -179,6 +184,44 @@ TEST_F(ClusterPersistenceTest, ARestartedNodeResumesFromItsCheckpointedPositions
   EXPECT_EQ(b.persistence->follower(1)->stats().records,
             a.persistence->log(1)->progress().durable_seq - saved_1);
   EXPECT_EQ(b.persistence->follower(0)->stats().records, 3u);
+}
+
+// A node (follow_on_load false) applies nothing of the streams until StartFollowers, which
+// it calls once its observer is in place: the observer is told of every key written.
+TEST_F(ClusterPersistenceTest, FollowersWaitForStartFollowersAndTheObserverSeesAllTheyWrite) {
+  Node a, b;
+  ASSERT_NO_FATAL_FAILURE(StartNode(&a, *connection_a_, dir_ / "a", {0, 1}));
+  const std::vector<std::string> keys_0 = KeysOf(0, 20);
+  const std::vector<std::string> keys_1 = KeysOf(1, 20);
+  ASSERT_NO_FATAL_FAILURE(Increment(a, keys_0, 1));
+  ASSERT_NO_FATAL_FAILURE(Increment(a, keys_1, 2));
+
+  ASSERT_NO_FATAL_FAILURE(
+      StartNode(&b, *connection_b_, dir_ / "b", {}, 256 * 1024, /*follow_on_load=*/false));
+  EXPECT_EQ(b.persistence->follower(0), nullptr);
+  EXPECT_EQ(b.persistence->follower(1), nullptr);
+  std::this_thread::sleep_for(200ms);  // a follower started by Load would have applied by now
+  EXPECT_TRUE(b.Values().empty());
+
+  std::mutex mutex;
+  std::set<std::string> observed;
+  b.persistence->SetReplicationObserver(
+      [&](std::span<const engine::CommitBatch* const> batches) {
+        std::lock_guard lock(mutex);
+        for (const engine::CommitBatch* batch : batches) {
+          for (size_t i = 0; i < batch->put_count(); ++i) observed.emplace(batch->put_key(i));
+        }
+      },
+      nullptr);
+  b.persistence->StartFollowers();
+  b.persistence->StartFollowers();  // idempotent
+  ASSERT_NO_FATAL_FAILURE(WaitFollowed(b, a, 0));
+  ASSERT_NO_FATAL_FAILURE(WaitFollowed(b, a, 1));
+  EXPECT_EQ(b.Values(), a.Values());
+  std::set<std::string> written(keys_0.begin(), keys_0.end());
+  written.insert(keys_1.begin(), keys_1.end());
+  std::lock_guard lock(mutex);
+  EXPECT_EQ(observed, written);
 }
 
 TEST_F(ClusterPersistenceTest, ACheckpointCutShortIsRebuiltFromTheStreams) {
