@@ -301,7 +301,27 @@ Result<std::string> Catalog::CreateCounter(const defs::CreateCounter& create,
   if (start_at != 0) family->start = start_at;
   next->counters.emplace(family->counter.name(), family);
   Install(next->Rebuilt());
+  if (start_at != 0) IndexGroupsPresent(*family);
   return fmt::format("CREATE COUNTER {}", family->counter.name());
+}
+
+void Catalog::IndexGroupsPresent(Family& family) {
+  const std::string_view name = family.counter.name();
+  const auto is_group = [&](std::string_view key) {
+    return FamilyName(key) == name && family.IsGroupKey(key);
+  };
+  std::vector<std::string> keys;
+  uint64_t cursor = 0;
+  do {
+    keys.clear();
+    cursor = keyspace_.keyspace().Scan(cursor, kScanStep, is_group, &keys);
+    if (keys.empty()) continue;
+    std::lock_guard lock(family.mutex);
+    for (const std::string& key : keys) {
+      if (!family.keys.contains(Absl(key))) family.AddKey(key);
+    }
+    family.version.fetch_add(1, std::memory_order_relaxed);
+  } while (cursor != 0);
 }
 
 Result<std::string> Catalog::DropCounter(std::string_view name) {

@@ -132,6 +132,13 @@ class Catalog {
   Result<std::string> DropSource(const definitions::DropSource& drop);
   Result<std::string> CreateCounter(const definitions::CreateCounter& create,
                                     const StartsPending& starts_pending, int64_t start_at);
+  // A counter created from a cluster's change stream, just installed: groups of it may be in
+  // the keyspace already — written by a partition's owner that ran the statement before this
+  // node did, and applied here by a follower while this node had no such counter (so the
+  // indexes' OnReplicated passed them by). Indexed now, after Install: from then on
+  // OnReplicated indexes every group applied. (A group deleted meanwhile may stay listed in
+  // the index; it reads 0, and listings leave those out.)
+  void IndexGroupsPresent(Family& family);
 
   engine::Persistence& store_;
   DerivedKeyspace& keyspace_;

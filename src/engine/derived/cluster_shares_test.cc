@@ -151,5 +151,28 @@ TEST_F(ClusterSharesTest, TheIndexesFollowReplicatedBatches) {
   EXPECT_EQ(post_likes->groups, 0u);
 }
 
+// A follower may apply groups of a counter before this node runs its CREATE (the owner ran
+// it first): the counter, created, lists them.
+TEST_F(ClusterSharesTest, ACounterCreatedLateIndexesTheGroupsAFollowerAppliedBefore) {
+  ASSERT_TRUE(derived_->ExecuteAt(kSchema, 1));
+  engine::CommitBatch batch;
+  batch.AddPut("blog_likes:3", {2, 0});
+  batch.AddPut("blog_likes:4", {5, 0});
+  const engine::CommitBatch* batches[] = {&batch};
+  engine_->keyspace().ApplyReplicated({0, kSlotCount - 1}, batches);
+  const std::string_view puts[] = {"blog_likes:3", "blog_likes:4"};
+  derived_->OnReplicated(puts, {});  // no such counter here yet: passed by
+  ASSERT_TRUE(derived_->ExecuteAt(
+      "CREATE COUNTER blog_likes AS SELECT blog_id, count(*) FROM likes GROUP BY blog_id;", 6));
+  auto prefix = derived_->PrefixOf("blog_likes", {});
+  ASSERT_TRUE(prefix);
+  auto page = derived_->List("blog_likes", *prefix, {}, 10);
+  ASSERT_TRUE(page) << page.error().message;
+  ASSERT_EQ(page->items.size(), 2u);
+  EXPECT_EQ(page->items[0].key, "blog_likes:3");
+  EXPECT_EQ(page->items[0].value, 2);
+  EXPECT_EQ(page->items[1].key, "blog_likes:4");
+}
+
 }  // namespace
 }  // namespace tally::derived
