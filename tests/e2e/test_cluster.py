@@ -722,7 +722,7 @@ class NatsFailureTest(ClusterCase):
         log("nats-server %d killed; %d writes sent after it acknowledged in %.1fs (the first "
             "at +%s)" % (down, after, time.monotonic() - killed_at,
                          "%.3fs" % (first - killed_at) if first else "-"))
-        cluster.nats.restart(down)
+        cluster.nats.restart(down, timeout=WAIT)
         time.sleep(2.0)
         ledger = writers.stop()
         self.assertEqual(writers.failures, [])
@@ -761,9 +761,12 @@ class NatsFailureTest(ClusterCase):
                  if sent > lost_at and replied < back_at]
         log("quorum lost for %.1fs: marker outcomes %s" % (
             back_at - lost_at, dict(collections.Counter(outcomes))))
-        cluster.nats.restart(first)
+        # Not waiting for its /healthz: that needs every stream current on it, and a stream's
+        # replica may take longer than the marker's partition to catch up (once, on a loaded
+        # CI machine, one stayed "not current" for 30 s while the other two were written).
+        cluster.nats.restart(first, healthy=False)
         restarted_at = time.monotonic()
-        log("nats-server %d restarted (healthy) in %.1fs" % (first, restarted_at - back_at))
+        log("nats-server %d restarted in %.1fs" % (first, restarted_at - back_at))
         # Writes resume: the marker is acknowledged (bounded).
         resumed = None
         while time.monotonic() - restarted_at < WAIT:
@@ -772,9 +775,9 @@ class NatsFailureTest(ClusterCase):
             if out.kind == ACK:
                 resumed = out.replied - restarted_at
                 break
-        log("marker acknowledged again %s after the nats-server was healthy" % (
+        log("marker acknowledged again %s after the nats-server accepted connections" % (
             "%.3fs" % resumed if resumed is not None else "never"))
-        cluster.nats.restart(second)
+        cluster.nats.restart(second, timeout=WAIT)
         time.sleep(2.0)
         ledger = writers.stop()
         ledger.merge(marker_ledger)
@@ -819,7 +822,7 @@ class NatsFailureTest(ClusterCase):
         # Noticed by now: another write is refused at once.
         with RespConn(listed_owner_port(cluster, slot_of(key)), timeout=HELD_BOUND) as conn:
             again = conn.call("INCRBY", key, 1000)
-        cluster.nats.restart(0)
+        cluster.nats.restart(0, timeout=WAIT)
         value = router.get(key)
         self.assertNotIsInstance(reply, int, "acknowledged without a quorum")
         self.assertIn(value, (1,) if isinstance(reply, RespError) else (1, 1001))
@@ -947,6 +950,9 @@ class DerivedCountersTest(ClusterCase):
                 time.sleep(0.2)
             diff = {k: (got.get(k), expected.get(k)) for k in set(got) | set(expected)
                     if got.get(k) != expected.get(k)}
+            if diff:  # here too: a CI log keeps the progress lines, and may cut the summary
+                log("node %d: %d groups differ from the recount (got, expected), e.g. %s" % (
+                    i, len(diff), dict(list(diff.items())[:5])))
             self.assertEqual(diff, {}, "node %d's counters differ from the recount (got, "
                              "expected): %s\n%s" % (i, dict(list(diff.items())[:20]),
                                                     all_logs(cluster)))
