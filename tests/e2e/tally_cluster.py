@@ -85,6 +85,20 @@ def cluster_info(port, timeout=5.0):
         return client.info("cluster")
 
 
+def slots_pfail(port, timeout=5.0):
+    """CLUSTER INFO's cluster_slots_pfail on 127.0.0.1:port: the slots of the partitions the
+    node answers TRYAGAIN for (changing hands, or an owner it has not heard from lately)."""
+    with redis.Redis(host=HOST, port=port, decode_responses=True, socket_timeout=timeout,
+                     socket_connect_timeout=timeout) as client:
+        reply = client.execute_command("CLUSTER", "INFO")
+    if isinstance(reply, dict):
+        return int(reply["cluster_slots_pfail"])
+    for line in reply.splitlines():
+        if line.startswith("cluster_slots_pfail:"):
+            return int(line.split(":", 1)[1])
+    raise ClusterError("CLUSTER INFO on port %d has no cluster_slots_pfail: %r" % (port, reply))
+
+
 def slots_problem(ask_ports, live_ports):
     """None when every node on ask_ports answers CLUSTER SLOTS with all slots served by nodes
     whose port is in live_ports; otherwise what is wrong with the first node that does not."""
@@ -125,7 +139,7 @@ class TallyCluster(StartedInWith):
         spread evenly (wait_balanced: no hand-over under way when a test begins).
         Returns self; raises on failure (the caller cleans up, or use the context manager)."""
         _live.add(self)
-        self.nats.start()
+        self.nats.start(timeout=OWNED_TIMEOUT)  # a loaded machine elects slowly
         for _ in range(self.initial_nodes):
             self.add_node()
         if wait_owned:
@@ -248,10 +262,12 @@ class TallyCluster(StartedInWith):
     def wait_balanced(self, timeout=OWNED_TIMEOUT):
         """wait_all_owned, then polls until every live node's CLUSTER SLOTS lists each of the
         cluster's partitions (INFO cluster's tally_partitions) with a live owner, each live
-        node owning its share (between floor and ceil of partitions / nodes): the state in
-        which the nodes stop handing partitions over (docs/cluster.md, Balance). Returns the
-        first live node's answer; raises ClusterError, with the nodes' log tails, after
-        `timeout` seconds."""
+        node owning its share (between floor and ceil of partitions / nodes), and no node
+        answering TRYAGAIN for any slot (CLUSTER INFO's cluster_slots_pfail 0: a node that
+        just handed a partition over says TRYAGAIN until it reads the new owner's claim): the
+        state in which the nodes stop handing partitions over (docs/cluster.md, Balance).
+        Returns the first live node's answer; raises ClusterError, with the nodes' log tails,
+        after `timeout` seconds."""
         deadline = time.monotonic() + timeout
         self.wait_all_owned(timeout)
         while True:
@@ -262,13 +278,16 @@ class TallyCluster(StartedInWith):
                 # CLUSTER SLOTS lists one range per partition that has an owner.
                 shares = [collections.Counter(r.owner[1] for r in fetch_slots(port))
                           for port in ports]
+                pfail = [slots_pfail(port) for port in ports]
             except redis.RedisError as e:
                 shares = repr(e)
             else:
                 low, high = partitions // len(ports), -(-partitions // len(ports))
                 if all(sum(s[p] for p in ports) == partitions and
-                       all(low <= s[p] <= high for p in ports) for s in shares):
+                       all(low <= s[p] <= high for p in ports) for s in shares) and \
+                        not any(pfail):
                     return self.cluster_slots(live[0])
+                shares = "%s, TRYAGAIN slots per node %s" % (shares, pfail)
             if time.monotonic() >= deadline:
                 tails = "\n".join(self._nodes[i].log_tail(20) for i in live)
                 raise ClusterError("partitions not spread evenly within %.0fs (last: %s)\n%s"

@@ -722,7 +722,7 @@ class NatsFailureTest(ClusterCase):
         log("nats-server %d killed; %d writes sent after it acknowledged in %.1fs (the first "
             "at +%s)" % (down, after, time.monotonic() - killed_at,
                          "%.3fs" % (first - killed_at) if first else "-"))
-        cluster.nats.restart(down, timeout=WAIT)
+        cluster.nats.restart(down, healthy=False)  # as below: writes are what matters
         time.sleep(2.0)
         ledger = writers.stop()
         self.assertEqual(writers.failures, [])
@@ -777,7 +777,7 @@ class NatsFailureTest(ClusterCase):
                 break
         log("marker acknowledged again %s after the nats-server accepted connections" % (
             "%.3fs" % resumed if resumed is not None else "never"))
-        cluster.nats.restart(second, timeout=WAIT)
+        cluster.nats.restart(second, healthy=False)
         time.sleep(2.0)
         ledger = writers.stop()
         ledger.merge(marker_ledger)
@@ -822,7 +822,7 @@ class NatsFailureTest(ClusterCase):
         # Noticed by now: another write is refused at once.
         with RespConn(listed_owner_port(cluster, slot_of(key)), timeout=HELD_BOUND) as conn:
             again = conn.call("INCRBY", key, 1000)
-        cluster.nats.restart(0, timeout=WAIT)
+        cluster.nats.restart(0, healthy=False)  # as below: writes are what matters
         value = router.get(key)
         self.assertNotIsInstance(reply, int, "acknowledged without a quorum")
         self.assertIn(value, (1,) if isinstance(reply, RespError) else (1, 1001))
