@@ -33,6 +33,7 @@ StreamState ToState(const jsStreamInfo& info) {
   if (info.Cluster != nullptr && info.Cluster->Leader != nullptr) {
     state.leader = info.Cluster->Leader;
   }
+  state.leaderless = info.Cluster != nullptr && state.leader.empty();
   return state;
 }
 

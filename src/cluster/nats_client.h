@@ -112,6 +112,9 @@ struct StreamState {
   uint64_t last_seq = 0;   // 0 for a stream that never had a message; kept by purges
   uint64_t messages = 0;
   std::string leader;  // the leading server's name; empty while there is none
+  // A replicated stream without a leader now: the answer came from one replica's own state,
+  // which may be behind the others'.
+  bool leaderless = false;
 };
 
 // A stream's answer to a stored (or de-duplicated) publish.

@@ -12,6 +12,7 @@
 #include <string>
 #include <thread>
 
+#include "cluster/partition_reader.h"
 #include "cluster/partition_test_support.h"
 
 namespace tally::cluster {
@@ -207,6 +208,34 @@ TEST_F(NatsClientTest, ReconnectsToAnotherServerAndSaysSo) {
   }
   ASSERT_TRUE(stored) << stored.error().message;
   EXPECT_EQ(stored->seq, 1u);
+}
+
+// With two of three servers gone, the stream has no leader; nats-server 2.9 then answers a
+// stream info from the remaining replica's own state (PartitionReader::Open relies on
+// telling that apart: such a replica may be behind).
+TEST_F(NatsClientTest, AStreamWithoutALeaderIsSaidToBeSo) {
+  auto led = connection_->GetStreamState("TEST");
+  ASSERT_TRUE(led) << led.error().message;
+  EXPECT_FALSE(led->leaderless);
+  EXPECT_FALSE(led->leader.empty());
+  const std::string connected = connection_->connected_url();
+  for (int i = 0; i < cluster_->size(); ++i) {
+    if (cluster_->url(i) != connected) cluster_->Kill(i);
+  }
+  NatsResult<StreamState> state = connection_->GetStreamState("TEST");
+  const auto deadline = std::chrono::steady_clock::now() + 30s;
+  while ((!state || !state->leaderless) && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(200ms);
+    state = connection_->GetStreamState("TEST");
+  }
+  ASSERT_TRUE(state) << state.error().message;
+  EXPECT_TRUE(state->leaderless);
+  EXPECT_TRUE(state->leader.empty());
+  // A reader ahead of what that replica holds is asked to come back, not told the stream
+  // lost records (which would stop its follower for good).
+  auto reader = PartitionReader::Open(*connection_, "TEST", "test.p", state->last_seq + 5);
+  ASSERT_FALSE(reader);
+  EXPECT_EQ(reader.error().code, ErrorCode::kUnavailable) << reader.error().message;
 }
 
 }  // namespace

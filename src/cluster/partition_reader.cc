@@ -11,9 +11,16 @@ Result<std::unique_ptr<PartitionReader>> PartitionReader::Open(
   auto state = connection.GetStreamState(stream);
   if (!state) return tl::unexpected(state.error().ToError());
   if (state->last_seq + 1 < from_seq) {
-    return Corruption("stream " + stream + " ends at " + std::to_string(state->last_seq) +
-                      ", before sequence " + std::to_string(from_seq - 1) +
-                      " that this reader has already read");
+    const std::string ends = "stream " + stream + " ends at " + std::to_string(state->last_seq) +
+                             ", before sequence " + std::to_string(from_seq - 1) +
+                             " that this reader has already read";
+    if (state->leaderless) {
+      // Answered by a replica while the stream has no leader (nats-server 2.9 does, from its
+      // own state): a replica behind the others. Seen after two of three servers were killed.
+      return MakeError(ErrorCode::kUnavailable,
+                       ends + " (answered while the stream has no leader: asking again later)");
+    }
+    return Corruption(ends);
   }
   // The first sequence the stream still holds (an emptied stream holds none below its end).
   const uint64_t first_held = state->messages == 0 ? state->last_seq + 1 : state->first_seq;

@@ -44,7 +44,8 @@ class PartitionReader {
   // Reads `stream` (subject `subject`) from `from_seq` (>= 1) on. `ownership` is the
   // ownership in force at from_seq - 1 ({} when reading from the stream's start). A stream
   // that ends before from_seq - 1 (it lost records this reader had, or was recreated) is
-  // refused with kCorruption.
+  // refused with kCorruption — unless the stream has no leader: then the answer came from a
+  // replica that may be behind, and it is kUnavailable (ask again).
   static Result<std::unique_ptr<PartitionReader>> Open(
       NatsConnection& connection, const std::string& stream, const std::string& subject,
       uint64_t from_seq, OwnershipFilter ownership = {}, int64_t heartbeat_ms = 1000);
