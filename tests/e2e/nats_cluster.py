@@ -168,6 +168,17 @@ class NatsCluster(StartedInWith):
         if healthy:
             wait_healthy(server, self._procs[i], deadline)
 
+    def wait_healthy(self, i, timeout):
+        """Polls server i's /healthz until it answers 200 or `timeout` seconds pass; returns
+        whether it did (never raises: a stream can stay "not current" on nats-server 2.9 for
+        longer than a test should fail over)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if healthz_status(self.servers[i].monitor_port) == 200:
+                return True
+            time.sleep(POLL_INTERVAL)
+        return False
+
     def stop_all(self, timeout=STOP_TIMEOUT):
         """SIGTERM to every running server, then SIGKILL to those still running after
         `timeout` seconds; all reaped."""

@@ -777,6 +777,11 @@ class NatsFailureTest(ClusterCase):
                 break
         log("marker acknowledged again %s after the nats-server accepted connections" % (
             "%.3fs" % resumed if resumed is not None else "never"))
+        # The second server only once the first is current again (bounded, not required), as
+        # a rolling restart of NATS is done: restarted at once, two runs of 8 here lost
+        # acknowledged increments of one partition (docs/cluster.md; issue 13's notes).
+        healthy = cluster.nats.wait_healthy(first, WAIT)
+        log("nats-server %d %s" % (first, "healthy" if healthy else "still not healthy"))
         cluster.nats.restart(second, healthy=False)
         time.sleep(2.0)
         ledger = writers.stop()
