@@ -566,14 +566,19 @@ def stable_connected_clients(conn, timeout=5.0):
     return last
 
 
+def poll(fetch, done, timeout=10.0, interval=0.02):
+    """Calls fetch() until done(its value) or `timeout` seconds pass; returns the last value."""
+    deadline = time.monotonic() + timeout
+    value = fetch()
+    while not done(value) and time.monotonic() < deadline:
+        time.sleep(interval)
+        value = fetch()
+    return value
+
+
 def wait_until(predicate, timeout=10.0, interval=0.02):
     """Polls predicate() until truthy (returns its value) or timeout (returns last value)."""
-    deadline = time.monotonic() + timeout
-    value = predicate()
-    while not value and time.monotonic() < deadline:
-        time.sleep(interval)
-        value = predicate()
-    return value
+    return poll(predicate, bool, timeout, interval)
 
 
 def run_in_threads(work, count, timeout=120.0):

@@ -31,7 +31,7 @@ import subprocess
 import tempfile
 import time
 
-from harness import HOST, KEEP, ExitRegistry, StartedInWith
+from harness import HOST, KEEP, ExitRegistry, StartedInWith, wait_until
 
 NATS_SERVER = os.environ.get("NATS_SERVER") or "/usr/sbin/nats-server"
 START_TIMEOUT = 30.0
@@ -168,16 +168,12 @@ class NatsCluster(StartedInWith):
         if healthy:
             wait_healthy(server, self._procs[i], deadline)
 
-    def wait_healthy(self, i, timeout):
+    def healthy_within(self, i, timeout):
         """Polls server i's /healthz until it answers 200 or `timeout` seconds pass; returns
         whether it did (never raises: a stream can stay "not current" on nats-server 2.9 for
         longer than a test should fail over)."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if healthz_status(self.servers[i].monitor_port) == 200:
-                return True
-            time.sleep(POLL_INTERVAL)
-        return False
+        port = self.servers[i].monitor_port
+        return wait_until(lambda: healthz_status(port) == 200, timeout, POLL_INTERVAL)
 
     def stop_all(self, timeout=STOP_TIMEOUT):
         """SIGTERM to every running server, then SIGKILL to those still running after

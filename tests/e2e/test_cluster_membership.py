@@ -21,7 +21,7 @@ import time
 import unittest
 
 
-from harness import HOST, TALLYD, RespConn, tally_only
+from harness import HOST, TALLYD, RespConn, poll, tally_only
 from nats_cluster import NATS_SERVER
 from tally_cluster import cluster_info
 from test_cluster import SEED, WAIT, ClusterCase, Writers, keys_per_partition, log, partitions_owned
@@ -55,12 +55,8 @@ class MembershipTest(ClusterCase):
         """{node index: partitions it owns} for the nodes of `wanted`, polled (bounded) until
         it equals `wanted`: right after the tool saw the cluster balanced, a late renewal on a
         loaded machine may still move a partition for a moment."""
-        deadline = time.monotonic() + WAIT
-        while True:
-            got = {i: len(partitions_owned(cluster, i)) for i in wanted}
-            if got == wanted or time.monotonic() > deadline:
-                return got
-            time.sleep(0.2)
+        return poll(lambda: {i: len(partitions_owned(cluster, i)) for i in wanted},
+                    lambda got: got == wanted, WAIT, 0.2)
 
     def test_nodes_added_drained_killed_and_removed_under_load_lose_nothing(self):
         cluster = self.start_cluster()
@@ -117,13 +113,9 @@ class MembershipTest(ClusterCase):
 
         # Balanced as `status` sees it: asked again (bounded) while a node's heartbeat is late
         # (on a loaded machine it can be, and the node is then not counted for a moment).
-        deadline = time.monotonic() + WAIT
-        while True:
-            status, output = self.tally_cluster("status", cluster.node(0).port)
-            if (status == 0 and output.rstrip().endswith("balanced")) or \
-                    time.monotonic() > deadline:
-                break
-            time.sleep(0.5)
+        status, output = poll(
+            lambda: self.tally_cluster("status", cluster.node(0).port),
+            lambda answer: answer[0] == 0 and answer[1].rstrip().endswith("balanced"), WAIT, 0.5)
         self.assertEqual(status, 0, output)
         self.assertTrue(output.rstrip().endswith("balanced"), output)
 
