@@ -722,7 +722,9 @@ class NatsFailureTest(ClusterCase):
         log("nats-server %d killed; %d writes sent after it acknowledged in %.1fs (the first "
             "at +%s)" % (down, after, time.monotonic() - killed_at,
                          "%.3fs" % (first - killed_at) if first else "-"))
-        cluster.nats.restart(down, healthy=False)  # as below: writes are what matters
+        # Not waited healthy: writes are what this checks, and /healthz can lag long after
+        # a restart (see the quorum test below).
+        cluster.nats.restart(down, healthy=False)
         time.sleep(2.0)
         ledger = writers.stop()
         self.assertEqual(writers.failures, [])
@@ -761,9 +763,9 @@ class NatsFailureTest(ClusterCase):
                  if sent > lost_at and replied < back_at]
         log("quorum lost for %.1fs: marker outcomes %s" % (
             back_at - lost_at, dict(collections.Counter(outcomes))))
-        # Not waiting for its /healthz: that needs every stream current on it, and a stream's
-        # replica may take longer than the marker's partition to catch up (once, on a loaded
-        # CI machine, one stayed "not current" for 30 s while the other two were written).
+        # Writes are measured from the restart, not from its /healthz: that needs every stream
+        # current on it, and one may take long to catch up (once, on a loaded CI machine, a
+        # stream stayed "not current" for 30 s while the marker's partition was written).
         cluster.nats.restart(first, healthy=False)
         restarted_at = time.monotonic()
         log("nats-server %d restarted in %.1fs" % (first, restarted_at - back_at))
@@ -778,9 +780,9 @@ class NatsFailureTest(ClusterCase):
         log("marker acknowledged again %s after the nats-server accepted connections" % (
             "%.3fs" % resumed if resumed is not None else "never"))
         # The second server only once the first is current again (bounded, not required), as
-        # a rolling restart of NATS is done: restarted at once, two runs of 8 here lost
+        # a rolling restart of NATS is done: restarted at once, 3 of about 14 runs here lost
         # acknowledged increments of one partition (docs/cluster.md; issue 13's notes).
-        healthy = cluster.nats.wait_healthy(first, WAIT)
+        healthy = cluster.nats.healthy_within(first, WAIT)
         log("nats-server %d %s" % (first, "healthy" if healthy else "still not healthy"))
         cluster.nats.restart(second, healthy=False)
         time.sleep(2.0)
@@ -827,7 +829,7 @@ class NatsFailureTest(ClusterCase):
         # Noticed by now: another write is refused at once.
         with RespConn(listed_owner_port(cluster, slot_of(key)), timeout=HELD_BOUND) as conn:
             again = conn.call("INCRBY", key, 1000)
-        cluster.nats.restart(0, healthy=False)  # as below: writes are what matters
+        cluster.nats.restart(0, healthy=False)  # not waited healthy: see the quorum test
         value = router.get(key)
         self.assertNotIsInstance(reply, int, "acknowledged without a quorum")
         self.assertIn(value, (1,) if isinstance(reply, RespError) else (1, 1001))
