@@ -86,12 +86,13 @@ def cluster_info(port, timeout=5.0):
 
 
 def slots_pfail(port, timeout=5.0):
-    """CLUSTER INFO's cluster_slots_pfail on 127.0.0.1:port (redis-py parses the reply): the
-    slots of the partitions the node answers TRYAGAIN for (changing hands, or an owner it has
-    not heard from lately)."""
+    """CLUSTER INFO's cluster_slots_pfail on 127.0.0.1:port: the slots of the partitions the
+    node answers TRYAGAIN for (changing hands, or an owner it has not heard from lately)."""
     with redis.Redis(host=HOST, port=port, decode_responses=True, socket_timeout=timeout,
                      socket_connect_timeout=timeout) as client:
-        return int(client.execute_command("CLUSTER", "INFO")["cluster_slots_pfail"])
+        reply = client.execute_command("CLUSTER", "INFO")  # the bulk string, unparsed
+    fields = dict(line.split(":", 1) for line in reply.splitlines() if ":" in line)
+    return int(fields["cluster_slots_pfail"])
 
 
 def slots_problem(ask_ports, live_ports):
