@@ -569,6 +569,7 @@ PartitionStatus ClusterPersistence::status(uint32_t partition) const {
     if (CommitsToStream(p.role) || p.role == PartitionRole::kLost) {
       status.position = {progress.durable_seq, p.header.term, p.header.writer};
       status.owner.last_record_seq = progress.durable_seq;
+      status.durable_sent_at = progress.durable_sent_at;
     }
   }
   return status;

@@ -123,6 +123,8 @@ struct PartitionStatus {
   storage::StreamPosition position;
   uint64_t appended_seq = 0;                                  // owned: the last record appended
   PartitionLogState log_state = PartitionLogState::kWriting;  // owned, claiming
+  // Owned: when this node first sent its newest durable record (PartitionLogProgress).
+  std::chrono::steady_clock::time_point durable_sent_at;
   // Who owns it as the stream says (the latest claim this node read or wrote; term 0: none
   // seen yet), and the owner's latest record seen.
   PartitionOwner owner;

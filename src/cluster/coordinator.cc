@@ -431,12 +431,21 @@ void Coordinator::Publish(const std::vector<PartitionStatus>& statuses,
         std::chrono::duration_cast<std::chrono::milliseconds>(now - heard).count();
     const bool owner_silent = silent_ms >= options_.lease_ms;
     Route route = Route::kDown;
+    // Owned: served until the read lease ends (routing.h), checked again at every request.
+    const Clock::time_point serve_until = status.durable_sent_at + ReadLease();
     switch (status.role) {
       case PartitionRole::kOwned:
         owned.push_back(p);
         route =
             status.log_state == PartitionLogState::kWriting ? Route::kServe : Route::kServeReads;
-        if (route == Route::kServeReads) {
+        if (now >= serve_until) {
+          route = Route::kUnconfirmed;
+          partition.detail = fmt::format(
+              "its stream has not confirmed this node's ownership for {} ms: another node may "
+              "own it now, nothing is served here",
+              std::chrono::duration_cast<std::chrono::milliseconds>(now - status.durable_sent_at)
+                  .count());
+        } else if (route == Route::kServeReads) {
           partition.detail = "its stream has no quorum: writes refused until it returns";
         }
         break;
@@ -510,7 +519,7 @@ void Coordinator::Publish(const std::vector<PartitionStatus>& statuses,
         route = Route::kTryAgain;
         partition.route = route;
       }
-      routing_.SetRoute(p, route);
+      routing_.SetRoute(p, route, serve_until);
     }
     if (partition.owner_id != (before != nullptr ? before->owner_id : std::string())) {
       owners_changed = true;

@@ -8,9 +8,11 @@
 // The router, every tick_ms, reads the partitions' states (no NATS call) and sets the
 // routes and the topology for the servers (routing.h): served here, MOVED to the owner,
 // TRYAGAIN while it changes hands (the owner silent past the lease, a claim or a loss in
-// progress), reads only while an owned partition's stream has no quorum. It also keeps the
-// liveness watch: when this node last saw each owner's record count grow (its monotonic
-// clock), and heartbeats when the owned partitions change.
+// progress), reads only while an owned partition's stream has no quorum, nothing once the
+// owner's read lease is over (routing.h: its stream silent for long enough that another node
+// may own the partition). It also keeps the liveness watch: when this node last saw each
+// owner's record count grow (its monotonic clock), and heartbeats when the owned partitions
+// change.
 //
 // The actor, every tick_ms, does what may wait for NATS (each call bounded by the
 // connection's request timeout):
@@ -135,6 +137,13 @@ class Coordinator {
   // Whether `member` drains: this node's drain request (Routing::drain_requested), another's
   // heartbeat.
   bool Draining(const Member& member) const;
+  // How long after the first send of its newest durable record an owned partition is served
+  // (routing.h). Another node claims at least lease_ms after it saw that record, which was
+  // after the send: the quarter left is the margin for the clocks of two machines and for
+  // a route set at most a tick ago.
+  std::chrono::milliseconds ReadLease() const {
+    return std::chrono::milliseconds(options_.lease_ms * 3 / 4);
+  }
   // Whether partition p's owner is presumed gone, and since when its need for an owner runs.
   bool NeedsOwner(uint32_t p, const PartitionStatus& status, Clock::time_point now,
                   Clock::time_point* since, int64_t* wait_ms) const;

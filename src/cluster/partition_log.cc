@@ -127,7 +127,7 @@ PartitionLogProgress PartitionLog::progress() const {
 }
 
 PartitionLogProgress PartitionLog::ProgressLocked() const {
-  return PartitionLogProgress{state_, durable_seq_, appended_seq_};
+  return PartitionLogProgress{state_, durable_seq_, appended_seq_, durable_sent_at_};
 }
 
 PartitionLogStats PartitionLog::stats() const {
@@ -185,6 +185,7 @@ void PartitionLog::Run() {
 void PartitionLog::PopDurable() {
   while (!entries_.empty() && entries_.front().state == EntryState::kDurable) {
     durable_seq_ = entries_.front().seq;
+    durable_sent_at_ = std::max(durable_sent_at_, entries_.front().first_sent);
     entries_.pop_front();
     if (sent_ > 0) --sent_;
   }

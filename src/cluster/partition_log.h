@@ -76,6 +76,11 @@ struct PartitionLogProgress {
   PartitionLogState state = PartitionLogState::kWriting;
   uint64_t durable_seq = 0;   // every record of this writer up to here is in the stream
   uint64_t appended_seq = 0;  // the sequence of the last record appended
+  // When the record at durable_seq was first sent (this process's steady clock); the epoch
+  // (time_point{}) while none of this writer's records is durable. No other node can have
+  // seen the stream without it, hence without this writer's ownership, before then: the
+  // owner's read lease counts from here (Coordinator).
+  std::chrono::steady_clock::time_point durable_sent_at;
 };
 
 // Where the log was fenced: the first of its records that can never land, and the Msg-Id
@@ -190,6 +195,7 @@ class PartitionLog {
   std::unordered_map<uint64_t, uint64_t> attempts_;  // outstanding send tag -> sequence
   uint64_t next_attempt_ = 0;
   uint64_t durable_seq_;
+  std::chrono::steady_clock::time_point durable_sent_at_;
   uint64_t appended_seq_;
   PartitionLogState state_ = PartitionLogState::kWriting;
   std::optional<FenceInfo> fence_;

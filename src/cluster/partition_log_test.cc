@@ -212,7 +212,13 @@ TEST_F(PartitionLogTest, QuorumLossIsNeverAcknowledgedAndWritesResume) {
   Owner owner = Claim(*connection_, 4, "a");
   ASSERT_TRUE(owner.log);
   for (int64_t n = 0; n < 20; ++n) ASSERT_TRUE(AppendBatch(owner, n));
-  ASSERT_EQ(owner.log->WaitDurable(21, 20s).durable_seq, 21u);
+  const auto before_last = Clock::now();
+  ASSERT_TRUE(AppendBatch(owner, 20));
+  ASSERT_EQ(owner.log->WaitDurable(22, 20s).durable_seq, 22u);
+  // The owner's read lease counts from the first send of its newest durable record.
+  const Clock::time_point lease_from = owner.log->progress().durable_sent_at;
+  EXPECT_GE(lease_from, before_last);
+  EXPECT_LE(lease_from, Clock::now());
   const int leader = LeaderIndex();
   ASSERT_GE(leader, 0);
   std::vector<int> killed;
@@ -223,13 +229,14 @@ TEST_F(PartitionLogTest, QuorumLossIsNeverAcknowledgedAndWritesResume) {
   const auto start = Clock::now();
 
   // 4 s without quorum, a record appended every 200 ms: none may become durable.
-  int64_t n = 20;
+  int64_t n = 21;
   bool stalled = false;
   for (int step = 0; step < 20; ++step, ++n) {
     ASSERT_TRUE(AppendBatch(owner, n));
     std::this_thread::sleep_for(200ms);
     const PartitionLogProgress progress = owner.log->progress();
-    ASSERT_EQ(progress.durable_seq, 21u) << "a record was acknowledged without a quorum";
+    ASSERT_EQ(progress.durable_seq, 22u) << "a record was acknowledged without a quorum";
+    ASSERT_EQ(progress.durable_sent_at, lease_from) << "the lease grew without a durable record";
     stalled = stalled || progress.state == PartitionLogState::kStalled;
   }
   EXPECT_TRUE(stalled);
@@ -242,6 +249,7 @@ TEST_F(PartitionLogTest, QuorumLossIsNeverAcknowledgedAndWritesResume) {
   const auto resumed = Clock::now();
   EXPECT_EQ(progress.durable_seq, static_cast<uint64_t>(n) + 1);
   EXPECT_EQ(progress.state, PartitionLogState::kWriting);
+  EXPECT_GT(progress.durable_sent_at, start);  // the last record was first sent meanwhile
   const PartitionLogStats stats = owner.log->stats();
   Print("quorum lost, then back", stats, std::chrono::duration<double>(resumed - start).count());
   std::printf(

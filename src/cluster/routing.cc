@@ -29,8 +29,12 @@ std::vector<const TopologyNode*> Topology::Standbys(uint32_t partition) const {
 Routing::Routing(uint32_t partition_count)
     : partition_count_(partition_count),
       routes_(new std::atomic<Route>[partition_count]),
+      serve_until_(new std::atomic<int64_t>[partition_count]),
       topology_(std::make_shared<Topology>()) {
-  for (uint32_t p = 0; p < partition_count; ++p) routes_[p].store(Route::kDown);
+  for (uint32_t p = 0; p < partition_count; ++p) {
+    routes_[p].store(Route::kDown);
+    serve_until_[p].store(0);
+  }
 }
 
 std::shared_ptr<const Topology> Routing::topology() const {

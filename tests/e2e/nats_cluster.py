@@ -31,7 +31,7 @@ import subprocess
 import tempfile
 import time
 
-from harness import HOST, KEEP, ExitRegistry, StartedInWith, wait_until
+from harness import HOST, KEEP, ExitRegistry, StartedInWith
 
 NATS_SERVER = os.environ.get("NATS_SERVER") or "/usr/sbin/nats-server"
 START_TIMEOUT = 30.0
@@ -167,13 +167,6 @@ class NatsCluster(StartedInWith):
                     "did not accept connections on its client port")
         if healthy:
             wait_healthy(server, self._procs[i], deadline)
-
-    def healthy_within(self, i, timeout):
-        """Polls server i's /healthz until it answers 200 or `timeout` seconds pass; returns
-        whether it did (never raises: a stream can stay "not current" on nats-server 2.9 for
-        longer than a test should fail over)."""
-        port = self.servers[i].monitor_port
-        return wait_until(lambda: healthz_status(port) == 200, timeout, POLL_INTERVAL)
 
     def stop_all(self, timeout=STOP_TIMEOUT):
         """SIGTERM to every running server, then SIGKILL to those still running after

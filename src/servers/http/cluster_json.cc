@@ -16,6 +16,8 @@ std::string_view RouteName(cluster::Route route) {
       return "try-again";
     case cluster::Route::kDown:
       return "down";
+    case cluster::Route::kUnconfirmed:
+      return "unconfirmed";
   }
   return "down";
 }

@@ -31,6 +31,15 @@ std::string ClusterRefusal(const cluster::Routing& routing, uint32_t slot, bool 
         "is cut off): the write was refused and counted nothing",
         slot);
   }
+  // Past the read lease a READONLY read is served like a standby's: the values as far as
+  // this node has them, which may lag.
+  if (route == cluster::Route::kUnconfirmed) {
+    if (readonly && !write) return {};
+    return fmt::format(
+        "CLUSTERDOWN The stream of slot {} has not confirmed this node's ownership lately: "
+        "another node may own it now, so nothing is read or written here",
+        slot);
+  }
   const auto topology = routing.topology();
   const cluster::TopologyPartition* part =
       partition < topology->partitions.size() ? &topology->partitions[partition] : nullptr;

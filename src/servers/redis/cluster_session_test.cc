@@ -66,10 +66,13 @@ class ClusterSessionTest : public derived::DerivedStoreTest {
     DerivedStoreTest::TearDown();
   }
 
-  // Sets one partition's route and its place in the topology.
+  // Sets one partition's route and its place in the topology; a partition served here is
+  // served for an hour unless `serve_until` says otherwise.
   void SetPartition(uint32_t p, cluster::Route route, std::string role, std::string owner,
-                    std::string address) {
-    routing_.SetRoute(p, route);
+                    std::string address,
+                    std::chrono::steady_clock::time_point serve_until =
+                        std::chrono::steady_clock::now() + std::chrono::hours(1)) {
+    routing_.SetRoute(p, route, serve_until);
     topology_.self_id = kSelf;
     topology_.partition_count = kPartitions;
     topology_.partitions.resize(kPartitions);
@@ -120,6 +123,29 @@ TEST_F(ClusterSessionTest, AWriteToAPartitionWithoutQuorumIsRefusedAndReadsGoOn)
   EXPECT_EQ(Call({"GET", key}), "$1\r\n7\r\n");
   SetPartition(1, cluster::Route::kDown, "following", "", "");
   EXPECT_EQ(Call({"GET", key}), "-CLUSTERDOWN Hash slot not served\r\n");
+}
+
+TEST_F(ClusterSessionTest, NothingIsServedPastTheReadLeaseButReadOnlyReads) {
+  const std::string key = KeyIn(1);
+  ASSERT_EQ(Call({"SET", key, "7"}), "+OK\r\n");
+  // Owned here, but its stream has not confirmed that lately: another node may own it.
+  for (const cluster::Route route : {cluster::Route::kServe, cluster::Route::kServeReads}) {
+    SetPartition(1, route, "owned", kSelf, "127.0.0.1:7001", std::chrono::steady_clock::now());
+    EXPECT_EQ(routing_.route(1), cluster::Route::kUnconfirmed);
+    const std::string refused = fmt::format(
+        "-CLUSTERDOWN The stream of slot {} has not confirmed this node's ownership lately: "
+        "another node may own it now, so nothing is read or written here\r\n",
+        KeySlot(key));
+    EXPECT_EQ(Call({"GET", key}), refused);
+    EXPECT_EQ(Call({"INCR", key}), refused);
+    EXPECT_EQ(Call({"READONLY"}), "+OK\r\n");
+    EXPECT_EQ(Call({"GET", key}), "$1\r\n7\r\n");
+    EXPECT_EQ(Call({"INCR", key}), refused);
+    EXPECT_EQ(Call({"READWRITE"}), "+OK\r\n");
+  }
+  // Confirmed again (a record of its became durable): served.
+  SetPartition(1, cluster::Route::kServe, "owned", kSelf, "127.0.0.1:7001");
+  EXPECT_EQ(Call({"INCR", key}), ":8\r\n");
 }
 
 TEST_F(ClusterSessionTest, KeysOfDifferentSlotsAreRefusedEvenWhenOwnedHere) {

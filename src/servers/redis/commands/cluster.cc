@@ -154,7 +154,8 @@ SlotCounts CountSlots(const cluster::Topology& topology) {
     const uint32_t slots = partition.slots.last - partition.slots.first + 1;
     if (partition.owner_address.empty()) continue;
     counts.assigned += slots;
-    if (partition.route == cluster::Route::kTryAgain) {
+    if (partition.route == cluster::Route::kTryAgain ||
+        partition.route == cluster::Route::kUnconfirmed) {
       counts.pfail += slots;
     } else {
       counts.ok += slots;
