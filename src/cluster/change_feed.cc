@@ -10,6 +10,7 @@
 #include "cluster/routing.h"
 #include "core/integer.h"
 #include "core/slot.h"
+#include "core/thread_name.h"
 #include "engine/definitions/parser.h"
 #include "engine/derived/derived_keyspace.h"
 
@@ -69,7 +70,10 @@ Status ChangeFeed::Start() {
     ddl_seq_ = static_cast<uint64_t>(*seq);
     next_seq_ = ddl_seq_ + 1;
   }
-  thread_ = std::thread([this] { Run(); });
+  thread_ = std::thread([this] {
+    NameThisThread("change feed");
+    Run();
+  });
   return OkStatus();
 }
 

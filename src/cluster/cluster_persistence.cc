@@ -90,8 +90,9 @@ ClusterPersistence::ClusterPersistence(NatsConnection& connection,
     : connection_(connection),
       options_(std::move(options)),
       tables_(std::move(tables)),
-      renewer_(std::chrono::milliseconds(std::max<int64_t>(options_.renew_ms / 2, 1)),
-               [this] { RenewIdle(); }),
+      renewer_(
+          std::chrono::milliseconds(std::max<int64_t>(options_.renew_ms / 2, 1)),
+          [this] { RenewIdle(); }, "renewals"),
       partitions_(options_.partition_count),
       cut_(options_.partition_count),
       cut_owned_(options_.partition_count, false) {

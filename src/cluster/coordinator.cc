@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "cluster/placement.h"
+#include "core/thread_name.h"
 
 namespace tally::cluster {
 namespace {
@@ -53,8 +54,14 @@ void Coordinator::Start() {
   std::lock_guard lock(mutex_);
   if (router_.joinable()) return;
   stopping_ = false;
-  router_ = std::thread([this] { RunRouter(); });
-  actor_ = std::thread([this] { RunActor(); });
+  router_ = std::thread([this] {
+    NameThisThread("cluster router");
+    RunRouter();
+  });
+  actor_ = std::thread([this] {
+    NameThisThread("cluster actor");
+    RunActor();
+  });
 }
 
 void Coordinator::Stop() {

@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "core/slot.h"
+#include "core/thread_name.h"
 #include "engine/keyspace.h"
 
 namespace tally::cluster {
@@ -33,7 +34,10 @@ Result<std::unique_ptr<Follower>> Follower::Start(NatsConnection& connection,
   std::unique_ptr<Follower> follower(
       new Follower(std::move(options), std::move(*reader), from, applier));
   Follower* self = follower.get();
-  follower->thread_ = std::thread([self] { self->Run(); });
+  follower->thread_ = std::thread([self] {
+    NameThisThread("follow p" + std::to_string(self->options_.partition));
+    self->Run();
+  });
   return follower;
 }
 

@@ -5,6 +5,8 @@
 
 #include <algorithm>
 
+#include "core/thread_name.h"
+
 namespace tally::cluster {
 
 Result<std::unique_ptr<Membership>> Membership::Start(NatsConnection& connection,
@@ -15,7 +17,10 @@ Result<std::unique_ptr<Membership>> Membership::Start(NatsConnection& connection
   std::unique_ptr<Membership> membership(
       new Membership(connection, std::move(options), std::move(describe), std::move(*subscriber)));
   Membership* self = membership.get();
-  membership->thread_ = std::thread([self] { self->Run(); });
+  membership->thread_ = std::thread([self] {
+    NameThisThread("membership");
+    self->Run();
+  });
   return membership;
 }
 

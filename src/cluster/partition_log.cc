@@ -7,6 +7,8 @@
 #include <span>
 #include <utility>
 
+#include "core/thread_name.h"
+
 namespace tally::cluster {
 namespace {
 
@@ -59,7 +61,10 @@ Result<std::unique_ptr<PartitionLog>> PartitionLog::Start(NatsConnection& connec
       });
   if (!publisher) return tl::unexpected(publisher.error().ToError());
   log->publisher_ = std::move(*publisher);
-  log->thread_ = std::thread([self] { self->Run(); });
+  log->thread_ = std::thread([self] {
+    NameThisThread("log p" + std::to_string(self->options_.partition));
+    self->Run();
+  });
   return log;
 }
 

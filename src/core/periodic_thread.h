@@ -2,7 +2,7 @@
 // The background chores (hot-key windows, subscription flushes, retention sweeps) share
 // it, so that each stops the same way: at once, without waiting out its interval.
 //
-//   PeriodicThread ticker(std::chrono::seconds(1), [this] { Tick(); });
+//   PeriodicThread ticker(std::chrono::seconds(1), [this] { Tick(); }, "hot keys");
 //   ticker.Start();
 //   ...
 //   ticker.Stop();  // or let the destructor do it
@@ -19,16 +19,21 @@
 #include <condition_variable>
 #include <functional>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <utility>
+
+#include "core/thread_name.h"
 
 namespace tally {
 
 class PeriodicThread {
  public:
-  // REQUIRES: interval > 0; `callback` does not throw.
-  PeriodicThread(std::chrono::milliseconds interval, std::function<void()> callback)
-      : interval_(interval), callback_(std::move(callback)) {}
+  // `name` names the thread (core/thread_name.h). REQUIRES: interval > 0; `callback` does
+  // not throw.
+  PeriodicThread(std::chrono::milliseconds interval, std::function<void()> callback,
+                 std::string name = "periodic")
+      : interval_(interval), callback_(std::move(callback)), name_(std::move(name)) {}
   ~PeriodicThread() { Stop(); }
   PeriodicThread(const PeriodicThread&) = delete;
   PeriodicThread& operator=(const PeriodicThread&) = delete;
@@ -64,6 +69,7 @@ class PeriodicThread {
 
  private:
   void Run() {
+    NameThisThread(name_);
     std::unique_lock lock(mutex_);
     while (!wake_.wait_for(lock, interval_, [this] { return stopping_; })) {
       lock.unlock();
@@ -74,6 +80,7 @@ class PeriodicThread {
 
   const std::chrono::milliseconds interval_;
   const std::function<void()> callback_;
+  const std::string name_;
 
   mutable std::mutex control_mutex_;  // serializes Start and Stop; guards thread_
   std::thread thread_;

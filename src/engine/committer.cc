@@ -7,6 +7,8 @@
 #include <chrono>
 #include <utility>
 
+#include "core/thread_name.h"
+
 namespace tally::engine {
 namespace {
 
@@ -38,10 +40,19 @@ void Committer::Start() {
       std::lock_guard lock(sync_mutex_);
       sync_running_ = true;
     }
-    sync_thread_ = std::thread([this] { RunSyncs(); });
+    sync_thread_ = std::thread([this] {
+      NameThisThread("commit sync");
+      RunSyncs();
+    });
   }
-  thread_ = std::thread([this] { Run(); });
-  checkpoint_thread_ = std::thread([this] { RunCheckpoints(); });
+  thread_ = std::thread([this] {
+    NameThisThread("commit");
+    Run();
+  });
+  checkpoint_thread_ = std::thread([this] {
+    NameThisThread("checkpoint");
+    RunCheckpoints();
+  });
 }
 
 void Committer::Stop() {

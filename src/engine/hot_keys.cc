@@ -20,7 +20,8 @@ int64_t SecondOf(int64_t ms) { return ms >= 0 ? ms / 1000 : (ms - 999) / 1000; }
 HotKeys::HotKeys(Keyspace* keyspace)
     : keyspace_(keyspace),
       started_ms_(keyspace->clock()->NowMillis()),
-      ticker_(std::chrono::seconds(1), [this] { Tick(); }) {}
+      ticker_(
+          std::chrono::seconds(1), [this] { Tick(); }, "hot keys") {}
 
 HotKeys::~HotKeys() { Stop(); }
 

@@ -85,7 +85,9 @@ bool SubscriptionHub::PrefixSet::Matches(std::string_view key) const {
 SubscriptionHub::SubscriptionHub(Keyspace* keyspace, SubscriptionOptions options)
     : keyspace_(keyspace),
       options_(std::move(options)),
-      flusher_(std::chrono::milliseconds(std::max(1, options_.interval_ms)), [this] { Flush(); }) {
+      flusher_(
+          std::chrono::milliseconds(std::max(1, options_.interval_ms)), [this] { Flush(); },
+          "subscriptions") {
   std::lock_guard lock(feed_->mutex);
   feed_->hub = this;
 }

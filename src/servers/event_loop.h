@@ -9,14 +9,17 @@
 #include <string>
 #include <thread>
 
+#include "core/thread_name.h"
+
 namespace tally::servers {
 
 // Runs `run` (an event loop: an io_context's run() until it runs out of work, an
-// EpollLoop's Run() until it quits) on a new thread. An exception escaping a handler is a
-// bug: it is logged and the process aborts, rather than leaving a dead loop whose clients
+// EpollLoop's Run() until it quits) on a new thread named `name`. An exception escaping a handler
+// is a bug: it is logged and the process aborts, rather than leaving a dead loop whose clients
 // would hang unanswered.
 inline std::thread RunEventLoop(std::function<void()> run, std::string name) {
   return std::thread([run = std::move(run), name = std::move(name)] {
+    NameThisThread(name);
     try {
       run();
     } catch (const std::exception& e) {

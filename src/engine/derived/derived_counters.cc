@@ -32,10 +32,12 @@ DerivedCounters::DerivedCounters(engine::Engine& engine, engine::Persistence& st
       sweeper_(engine.keyspace()) {
   if (options_.retention_sweep_interval_ms > 0) {
     sweep_thread_ = std::make_unique<PeriodicThread>(
-        std::chrono::milliseconds(options_.retention_sweep_interval_ms), [this] {
+        std::chrono::milliseconds(options_.retention_sweep_interval_ms),
+        [this] {
           const size_t removed = SweepRetention(options_.retention_sweep_budget);
           if (removed > 0) spdlog::debug("retention: removed {} expired time buckets", removed);
-        });
+        },
+        "retention");
   }
 }
 

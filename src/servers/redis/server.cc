@@ -9,6 +9,7 @@
 #include <condition_variable>
 #include <mutex>
 
+#include "core/thread_name.h"
 #include "servers/accept.h"
 #include "servers/listen.h"
 #include "servers/redis/redis_metrics.h"
@@ -94,7 +95,10 @@ Status RedisServer::Start() {
   SampleOps();
   if (acceptor_.is_open()) Accept(acceptor_, false);
   if (tls_acceptor_.is_open()) Accept(tls_acceptor_, true);
-  accept_thread_ = std::thread([this] { accept_io_.run(); });
+  accept_thread_ = std::thread([this] {
+    NameThisThread("redis accept");
+    accept_io_.run();
+  });
   spdlog::info("serving the Redis protocol on {}{}{} with {} worker(s)", options.bind,
                options.plain ? fmt::format(" port {}", port()) : "",
                tls_port_ != 0 ? fmt::format(" TLS port {}", tls_port_) : "", worker_count);

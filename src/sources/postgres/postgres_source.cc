@@ -12,6 +12,7 @@
 #include <limits>
 #include <utility>
 
+#include "core/thread_name.h"
 #include "sources/postgres/source_session.h"
 
 namespace tally::postgres {
@@ -97,6 +98,7 @@ Status PostgresSource::Start() {
                  s.error().message, options_.backoff_initial.count());
   }
   thread_ = std::thread([this, s = std::move(session)]() mutable {
+    NameThisThread("pg source");
     Run(std::move(s));
     std::lock_guard lock(mutex_);
     finished_ = true;

@@ -1,0 +1,15 @@
+// Thread names, for what reads them: top -H, perf report --sort comm, gdb, /proc/<pid>/task.
+// Every long-lived thread of tallyd names itself first thing, so that a profile of a busy
+// node says which thread spends the time (a cluster node runs a writer and a reader thread
+// per partition beside the servers' workers).
+#pragma once
+
+#include <string_view>
+
+namespace tally {
+
+// Names the calling thread. Linux keeps 15 bytes of a name: a longer one is cut there.
+// Best effort: a name the system refuses leaves the thread as it was.
+void NameThisThread(std::string_view name);
+
+}  // namespace tally
