@@ -16,9 +16,10 @@ only after a refusal (an error reply, or a connection that could not be opened: 
 sent), and never after a request was sent without a reply.
 
 The tests: owners killed with SIGKILL 12 times under load (failover durations printed);
-a stale owner (SIGSTOP past its lease, SIGCONT) acknowledging nothing on connections pinned
-to it; one nats-server of 3 killed under load (writes go on); two killed (nothing sent after
-the second kill acknowledged until one is back, then writes resume), and a write without a
+a stale owner (SIGSTOP past its lease, SIGCONT) refusing a read and acknowledging nothing on
+connections pinned to it; one nats-server of 3 killed under load (writes go on); two killed
+(nothing sent after the second kill acknowledged until one is back, then writes resume; the
+second is restarted at once), and a write without a
 quorum answered (-CLUSTERDOWN) within HELD_BOUND seconds rather than held; a fresh node
 joining with an empty data dir, following every partition, then taking over from killed
 nodes with exact values. The push-with-id scenario waits for derived counters in cluster
