@@ -70,10 +70,7 @@ Status ChangeFeed::Start() {
     ddl_seq_ = static_cast<uint64_t>(*seq);
     next_seq_ = ddl_seq_ + 1;
   }
-  thread_ = std::thread([this] {
-    NameThisThread("change feed");
-    Run();
-  });
+  thread_ = NamedThread("change feed", [this] { Run(); });
   return OkStatus();
 }
 

@@ -54,14 +54,8 @@ void Coordinator::Start() {
   std::lock_guard lock(mutex_);
   if (router_.joinable()) return;
   stopping_ = false;
-  router_ = std::thread([this] {
-    NameThisThread("cluster router");
-    RunRouter();
-  });
-  actor_ = std::thread([this] {
-    NameThisThread("cluster actor");
-    RunActor();
-  });
+  router_ = NamedThread("cluster router", [this] { RunRouter(); });
+  actor_ = NamedThread("cluster actor", [this] { RunActor(); });
 }
 
 void Coordinator::Stop() {

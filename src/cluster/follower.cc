@@ -34,10 +34,8 @@ Result<std::unique_ptr<Follower>> Follower::Start(NatsConnection& connection,
   std::unique_ptr<Follower> follower(
       new Follower(std::move(options), std::move(*reader), from, applier));
   Follower* self = follower.get();
-  follower->thread_ = std::thread([self] {
-    NameThisThread("follow p" + std::to_string(self->options_.partition));
-    self->Run();
-  });
+  follower->thread_ =
+      NamedThread("follow p" + std::to_string(self->options_.partition), [self] { self->Run(); });
   return follower;
 }
 

@@ -17,10 +17,7 @@ Result<std::unique_ptr<Membership>> Membership::Start(NatsConnection& connection
   std::unique_ptr<Membership> membership(
       new Membership(connection, std::move(options), std::move(describe), std::move(*subscriber)));
   Membership* self = membership.get();
-  membership->thread_ = std::thread([self] {
-    NameThisThread("membership");
-    self->Run();
-  });
+  membership->thread_ = NamedThread("membership", [self] { self->Run(); });
   return membership;
 }
 

@@ -61,10 +61,8 @@ Result<std::unique_ptr<PartitionLog>> PartitionLog::Start(NatsConnection& connec
       });
   if (!publisher) return tl::unexpected(publisher.error().ToError());
   log->publisher_ = std::move(*publisher);
-  log->thread_ = std::thread([self] {
-    NameThisThread("log p" + std::to_string(self->options_.partition));
-    self->Run();
-  });
+  log->thread_ =
+      NamedThread("log p" + std::to_string(self->options_.partition), [self] { self->Run(); });
   return log;
 }
 

@@ -46,7 +46,7 @@ class PeriodicThread {
       std::lock_guard lock(mutex_);
       stopping_ = false;
     }
-    thread_ = std::thread([this] { Run(); });
+    thread_ = NamedThread(name_, [this] { Run(); });
   }
 
   // Wakes the thread, lets a call in progress finish and joins. Idempotent; a no-op if
@@ -69,7 +69,6 @@ class PeriodicThread {
 
  private:
   void Run() {
-    NameThisThread(name_);
     std::unique_lock lock(mutex_);
     while (!wake_.wait_for(lock, interval_, [this] { return stopping_; })) {
       lock.unlock();

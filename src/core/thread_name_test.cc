@@ -27,5 +27,11 @@ TEST(ThreadNameTest, AThreadNamesItselfAndALongNameIsCutAtFifteenBytes) {
   EXPECT_EQ(long_name, "a name longer t");
 }
 
+TEST(ThreadNameTest, ANamedThreadHasItsNameBeforeItsBodyRuns) {
+  std::string seen;
+  NamedThread("follow p12", [&seen] { seen = NameOfThisThread(); }).join();
+  EXPECT_EQ(seen, "follow p12");
+}
+
 }  // namespace
 }  // namespace tally

@@ -40,19 +40,10 @@ void Committer::Start() {
       std::lock_guard lock(sync_mutex_);
       sync_running_ = true;
     }
-    sync_thread_ = std::thread([this] {
-      NameThisThread("commit sync");
-      RunSyncs();
-    });
+    sync_thread_ = NamedThread("commit sync", [this] { RunSyncs(); });
   }
-  thread_ = std::thread([this] {
-    NameThisThread("commit");
-    Run();
-  });
-  checkpoint_thread_ = std::thread([this] {
-    NameThisThread("checkpoint");
-    RunCheckpoints();
-  });
+  thread_ = NamedThread("commit", [this] { Run(); });
+  checkpoint_thread_ = NamedThread("checkpoint", [this] { RunCheckpoints(); });
 }
 
 void Committer::Stop() {

@@ -18,8 +18,7 @@ namespace tally::servers {
 // is a bug: it is logged and the process aborts, rather than leaving a dead loop whose clients
 // would hang unanswered.
 inline std::thread RunEventLoop(std::function<void()> run, std::string name) {
-  return std::thread([run = std::move(run), name = std::move(name)] {
-    NameThisThread(name);
+  return NamedThread(name, [run = std::move(run), name] {
     try {
       run();
     } catch (const std::exception& e) {

@@ -95,10 +95,7 @@ Status RedisServer::Start() {
   SampleOps();
   if (acceptor_.is_open()) Accept(acceptor_, false);
   if (tls_acceptor_.is_open()) Accept(tls_acceptor_, true);
-  accept_thread_ = std::thread([this] {
-    NameThisThread("redis accept");
-    accept_io_.run();
-  });
+  accept_thread_ = NamedThread("redis accept", [this] { accept_io_.run(); });
   spdlog::info("serving the Redis protocol on {}{}{} with {} worker(s)", options.bind,
                options.plain ? fmt::format(" port {}", port()) : "",
                tls_port_ != 0 ? fmt::format(" TLS port {}", tls_port_) : "", worker_count);

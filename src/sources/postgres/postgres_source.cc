@@ -97,8 +97,7 @@ Status PostgresSource::Start() {
     spdlog::warn("postgres source: {}; retrying in {} ms (until then tallyd serves what it has)",
                  s.error().message, options_.backoff_initial.count());
   }
-  thread_ = std::thread([this, s = std::move(session)]() mutable {
-    NameThisThread("pg source");
+  thread_ = NamedThread("pg source", [this, s = std::move(session)]() mutable {
     Run(std::move(s));
     std::lock_guard lock(mutex_);
     finished_ = true;
