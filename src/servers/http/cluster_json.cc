@@ -1,6 +1,6 @@
 #include "servers/http/cluster_json.h"
 
-#include "servers/http/json_writer.h"
+#include "core/json_writer.h"
 
 namespace tally::http {
 

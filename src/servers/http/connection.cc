@@ -9,7 +9,7 @@
 #include <boost/beast/http/status.hpp>
 #include <boost/beast/websocket/rfc6455.hpp>
 
-#include "servers/http/json_writer.h"
+#include "core/json_writer.h"
 #include "servers/http/worker.h"
 #include "servers/protected_mode.h"
 

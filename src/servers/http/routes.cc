@@ -12,11 +12,11 @@
 #include <variant>
 #include <vector>
 
+#include "core/json_writer.h"
 #include "core/version.h"
 #include "engine/databases.h"
 #include "servers/http/cluster_json.h"
 #include "servers/http/dashboard_assets.h"
-#include "servers/http/json_writer.h"
 #include "servers/http/openapi.h"
 #include "servers/http/request_target.h"
 #include "servers/http/router.h"

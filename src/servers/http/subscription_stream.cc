@@ -14,8 +14,8 @@
 #include <chrono>
 
 #include "core/integer.h"
+#include "core/json_writer.h"
 #include "engine/databases.h"
-#include "servers/http/json_writer.h"
 #include "servers/subscription_sink.h"
 
 namespace tally::http {

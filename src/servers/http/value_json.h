@@ -5,9 +5,9 @@
 #include <string>
 #include <vector>
 
+#include "core/json_writer.h"
 #include "engine/definitions/aggregate.h"
 #include "engine/derived/family.h"
-#include "servers/http/json_writer.h"
 
 namespace tally::http {
 

@@ -1,4 +1,4 @@
-#include "servers/http/json_writer.h"
+#include "core/json_writer.h"
 
 #include <fmt/format.h>
 
@@ -6,7 +6,7 @@
 
 #include "core/utf8.h"
 
-namespace tally::http {
+namespace tally {
 namespace {
 
 void AppendEscapedByte(unsigned char c, std::string* out) {
@@ -161,4 +161,4 @@ std::string ErrorJson(std::string_view message) {
   return json.Take();
 }
 
-}  // namespace tally::http
+}  // namespace tally

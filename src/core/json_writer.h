@@ -1,4 +1,5 @@
-// JSON output for the HTTP API: a string escaper and a small streaming writer.
+// JSON output: a string escaper and a small streaming writer (the HTTP API's answers, the
+// rows a cluster's source consumer puts in the change stream).
 //
 // Keys and SQL text may hold any bytes. Valid UTF-8 passes through unchanged; `"`, `\`
 // and the control characters U+0000..U+001F are escaped; a byte that is not part of a
@@ -11,7 +12,7 @@
 #include <string>
 #include <string_view>
 
-namespace tally::http {
+namespace tally {
 
 // Appends `text` as a JSON string literal, quotes included.
 void AppendJsonString(std::string_view text, std::string* out);
@@ -47,4 +48,4 @@ class JsonWriter {
 // {"error":"<message>"}
 std::string ErrorJson(std::string_view message);
 
-}  // namespace tally::http
+}  // namespace tally

@@ -1,11 +1,11 @@
-#include "servers/http/json_writer.h"
+#include "core/json_writer.h"
 
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <limits>
 
-namespace tally::http {
+namespace tally {
 namespace {
 
 std::string Quote(std::string_view text) {
@@ -93,4 +93,4 @@ TEST(JsonWriterTest, ErrorJson) {
 }
 
 }  // namespace
-}  // namespace tally::http
+}  // namespace tally
