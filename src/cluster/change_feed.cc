@@ -19,8 +19,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-constexpr std::string_view kMagic = "tally-change 1 ";
-constexpr std::string_view kDdlRecord = "cluster/ddl";  // the catalog record: the last script run
 constexpr size_t kScriptsKept = 512;
 
 std::string Hex(std::string_view bytes) {
@@ -54,6 +52,7 @@ ChangeFeed::ChangeFeed(NatsConnection& connection, ChangeFeedOptions options,
       derived_(derived) {
   for (uint32_t p = 0; p < options_.partition_count; ++p) {
     position_names_.push_back(ChangePositionName(p, options_.partition_count));
+    fence_names_.push_back(SourceFenceName(p, options_.partition_count));
   }
 }
 
@@ -63,13 +62,23 @@ Status ChangeFeed::Start() {
   auto records = persistence_.ReadCatalog();
   if (!records) return tl::unexpected(records.error());
   for (const auto& [name, value] : *records) {
-    if (name != kDdlRecord) continue;
-    const std::optional<int64_t> seq = ParseInt64(value);
-    if (!seq || *seq < 0) return Corruption(fmt::format("catalog record {}: '{}'", name, value));
+    if (!name.starts_with(kClusterRecordPrefix)) continue;
+    const std::optional<int64_t> number = ParseInt64(value);
+    if (!number || *number < 0)
+      return Corruption(fmt::format("catalog record {}: '{}'", name, value));
     std::lock_guard lock(mutex_);
-    ddl_seq_ = static_cast<uint64_t>(*seq);
-    next_seq_ = ddl_seq_ + 1;
+    if (name == kDdlRecord) {
+      ddl_seq_ = static_cast<uint64_t>(*number);
+      next_seq_ = ddl_seq_ + 1;
+    } else if (name == kSourceClaimRecord) {
+      source_claim_ = *number;
+    } else if (name == kSourcedRecord) {
+      sourced_ = *number != 0;
+    } else if (name.starts_with(kSourcePositionRecord)) {
+      source_positions_[name.substr(kSourcePositionRecord.size())] = *number;
+    }
   }
+  if (sourced()) derived_.MarkEverySourceStreamed();
   thread_ = NamedThread("change feed", [this] { Run(); });
   return OkStatus();
 }
@@ -168,8 +177,7 @@ void ChangeFeed::Handle(uint64_t seq, std::string_view data) {
   } else if (head.starts_with("push ")) {
     ApplyPush(seq, head.substr(5), rest);
   } else {
-    spdlog::warn("change feed: message {} of {} is of kind '{}': skipped", seq, options_.stream,
-                 head);
+    HandleSource(seq, head, rest);
   }
 }
 
@@ -180,50 +188,64 @@ void ChangeFeed::RunScript(uint64_t seq, std::string_view script) {
     spdlog::warn("change feed: the script at {} failed on this node (as on every node): {}", seq,
                  outcome.error().message);
   }
-  const engine::Persistence::CatalogOp done{std::string(kDdlRecord), std::to_string(seq)};
-  if (auto status = persistence_.WriteCatalog({&done, 1}); !status) {
-    spdlog::error("change feed: cannot record the script at {} as run: {}", seq,
-                  status.error().message);
+  {
+    // Before the script counts as run: Define looks its outcome up then.
+    std::lock_guard lock(mutex_);
+    scripts_.insert_or_assign(seq, std::move(outcome));
+    while (scripts_.size() > kScriptsKept) scripts_.erase(scripts_.begin());
   }
-  std::lock_guard lock(mutex_);
-  ddl_seq_ = seq;
-  scripts_.insert_or_assign(seq, std::move(outcome));
-  while (scripts_.size() > kScriptsKept) scripts_.erase(scripts_.begin());
+  FinishCatalogMessage(seq);
 }
 
-void ChangeFeed::ApplyPush(uint64_t seq, std::string_view only_counter, std::string_view body) {
-  // The partitions owned now, held so until the push is in the keyspace: none is handed over
-  // or forgotten meanwhile (a share written after would never reach its stream). Of those,
-  // only the ones the feed reads for (owned_): one gained since is read again from its own
-  // position first (Run), or the pushes before this one would be skipped for it.
+void ChangeFeed::WithShares(
+    const std::function<void(std::span<const derived::PartitionShare>)>& apply) {
+  // The partitions owned now, held so until the message is in the keyspace: none is handed
+  // over or forgotten meanwhile (a share written after would never reach its stream). Of
+  // those, only the ones the feed reads for (owned_): one gained since is read again from
+  // its own position first (Run), or the messages before this one would be skipped for it.
   std::shared_lock<std::shared_mutex> ownership = persistence_.HoldOwnership();
   std::vector<derived::PartitionShare> shares;
   for (const uint32_t p : persistence_.Owned()) {
     if (std::binary_search(owned_.begin(), owned_.end(), p)) {
-      shares.push_back({p, position_names_[p]});
+      shares.push_back({p, position_names_[p], fence_names_[p]});
     }
   }
   if (shares.empty()) return;
-  std::vector<uint32_t> overflowed;
-  const uint32_t partitions = options_.partition_count;
-  auto outcome = derived_.ApplyShares(
-      body, only_counter, static_cast<int64_t>(seq), shares,
-      [partitions](std::string_view key) { return SlotPartition(KeySlot(key), partitions); },
-      decoder_, &overflowed);
-  if (!outcome) {
-    spdlog::error("change feed: the push at {} was not applied: {}", seq, outcome.error().message);
-    return;
-  }
+  apply(shares);
   ownership.unlock();
-  for (const uint32_t p : overflowed) {
-    spdlog::warn(
-        "change feed: the push at {} would take a counter of partition {} out of the "
-        "int64 range: it counts nothing there",
-        seq, p);
-  }
   // Nobody waits on this thread for its commit: write it now rather than at the committer's
   // next sweep.
   engine_.committer().TryCommitNow();
+}
+
+uint32_t ChangeFeed::PartitionOf(std::string_view key) const {
+  return SlotPartition(KeySlot(key), options_.partition_count);
+}
+
+void ChangeFeed::ApplyShares(uint64_t seq, std::string_view kind, std::string_view only_counter,
+                             std::string_view body, const derived::ShareOrder& order) {
+  WithShares([&](std::span<const derived::PartitionShare> shares) {
+    std::vector<uint32_t> overflowed;
+    auto outcome = derived_.ApplyShares(
+        body, only_counter, order, shares,
+        [this](std::string_view key) { return PartitionOf(key); }, decoder_, &overflowed);
+    if (!outcome) {
+      spdlog::error("change feed: the {} at {} was not applied: {}", kind, seq,
+                    outcome.error().message);
+      return;
+    }
+    for (const uint32_t p : overflowed) {
+      spdlog::warn(
+          "change feed: the {} at {} would take a counter of partition {} out of the "
+          "int64 range: it counts nothing there",
+          kind, seq, p);
+    }
+  });
+}
+
+void ChangeFeed::ApplyPush(uint64_t seq, std::string_view only_counter, std::string_view body) {
+  const auto position = static_cast<int64_t>(seq);
+  ApplyShares(seq, "push", only_counter, body, {position, position, {}});
 }
 
 void ChangeFeed::HoldOff(bool held_off) {

@@ -17,6 +17,28 @@
 //     stream in one record: exactly once per partition, across failovers — a new owner has
 //     the record from the stream it read, and the feed reads the change stream again from
 //     the lowest position of the partitions it owns.
+// A PostgreSQL source (--source) in a cluster is consumed by one node at a time, the owner
+// of partition 0 (cluster/source_runner.h), whose PostgresSource writes to the stream
+// through ClusterSourceTarget (cluster/source_target.h). Its messages carry its claim (its
+// term as partition 0's owner):
+//   "tally-change 1 source <claim> <lsn> <part> <sources>\n<rows>"   a transaction, or one
+//        part of it (one too large for a message, or cut at a TRUNCATE), rows as
+//        derived/change_writer.h writes them; <sources> comma-separated
+//   "tally-change 1 truncate <claim> <lsn> <part> <source>"          a TRUNCATE in one
+//   "tally-change 1 rows <claim> <source> <counter>\n<rows>"         a backfill chunk
+//        (<counter> "-": every counter of the source that is not pending)
+//   "tally-change 1 source-reset <claim> <source>"   a backfill starts over: its groups go
+//   "tally-change 1 counter-reset <claim> <counter>" one counter's backfill starts over
+//   "tally-change 1 activate <claim> <counter> <lsn>" / "finish <claim> <counter>"
+//   "tally-change 1 source-at <claim> <lsn> <sources>" positions with no change
+//   "tally-change 1 sourced <claim>"                  counters created from here on are
+//        pending until the consumer backfills them (DerivedCounters::MarkEverySourceStreamed)
+// The partitions' part of these (the rows, truncates and resets) is applied by each owner
+// with the partition's fence (derived::SourceFence): a consumer replaced while its last
+// messages were in flight cannot count anything twice or out of order. The catalog's part
+// (activate, finish, the resets' states, positions, sourced) is run by every node once, at
+// its place in the stream, as a script is, and only from the newest claim seen so far.
+//
 // A push or a script is taken by any node (ChangeFront): checked there, published (a push
 // with Nats-Msg-Id = its id: JetStream answers a resend "duplicate" with the first one's
 // sequence), then answered once this node sees it applied — a script once this node ran it,
@@ -40,9 +62,11 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -98,12 +122,51 @@ class ChangeFeed final : public ChangeFront {
   // "{<tag>}changes"; 0: nothing yet).
   int64_t AppliedPosition(uint32_t partition);
 
+  // ---- For a PostgreSQL source's consumer (ClusterSourceTarget), on its thread ----
+  // Publishes one message of the kinds above ("<kind> <claim> ...", then the body after a
+  // newline when not empty), retried with the same `msg_id` while the stream does not
+  // answer, up to publish_timeout_ms in all. kUnavailable when it did not take it.
+  Result<PubAck> PublishSource(std::string_view head, std::string_view body,
+                               std::string_view msg_id);
+  // Waits (up to wait_ms) until this node has run the catalog message at `seq`.
+  Status AwaitCatalog(uint64_t seq);
+  // Waits (up to `timeout`) until the feed has read everything the stream held when called.
+  Status CatchUp(std::chrono::milliseconds timeout);
+  // What this node's feed has read: the position of `source` (0: none, or reset since) and
+  // whether a consumer said "sourced".
+  int64_t SourcePosition(const std::string& source) const;
+  bool sourced() const;
+
  private:
+  static constexpr std::string_view kMagic = "tally-change 1 ";  // every message's start
+  // The feed's catalog records: every one starts with the prefix.
+  static constexpr std::string_view kClusterRecordPrefix = "cluster/";
+  static constexpr std::string_view kDdlRecord = "cluster/ddl";  // the last catalog message run
+  static constexpr std::string_view kSourceClaimRecord = "cluster/source-claim";
+  static constexpr std::string_view kSourcedRecord = "cluster/sourced";
+  static constexpr std::string_view kSourcePositionRecord = "cluster/source-position/";
+
   void Run();
   // One message of the stream, at sequence `seq`.
   void Handle(uint64_t seq, std::string_view data);
   void RunScript(uint64_t seq, std::string_view script);
   void ApplyPush(uint64_t seq, std::string_view only_counter, std::string_view body);
+  // This node's shares of a message of changes (a push's, a source's), as `order` says.
+  // `kind` names it in the log.
+  void ApplyShares(uint64_t seq, std::string_view kind, std::string_view only_counter,
+                   std::string_view body, const derived::ShareOrder& order);
+  uint32_t PartitionOf(std::string_view key) const;
+  // A source consumer's message (change_feed_source.cc).
+  void HandleSource(uint64_t seq, std::string_view head, std::string_view body);
+  // Runs `apply` on the shares of the partitions owned now that the feed reads for, held
+  // (none handed over or forgotten meanwhile), then has the commit written. Nothing when
+  // there are none.
+  void WithShares(const std::function<void(std::span<const derived::PartitionShare>)>& apply);
+  // Whether the catalog's part of the message at `seq` from `claim` runs here: not run
+  // before, and not from a replaced consumer. Records `claim` as the newest.
+  bool TakeCatalogMessage(uint64_t seq, int64_t claim);
+  // Marks the catalog message at `seq` run: persisted with the source positions and claim.
+  void FinishCatalogMessage(uint64_t seq);
   // Where to read from for the partitions owned now: the lowest of their positions, or the
   // next sequence when none is behind it.
   uint64_t ReadFrom(const std::vector<uint32_t>& owned);
@@ -117,6 +180,7 @@ class ChangeFeed final : public ChangeFront {
   derived::DerivedCounters& derived_;
   derived::ChangeDecoder decoder_;             // the feed's thread only
   std::vector<std::string> position_names_;    // index = partition
+  std::vector<std::string> fence_names_;       // index = partition: "{<tag>}source"
   std::unique_ptr<OrderedConsumer> consumer_;  // the feed's thread only
   // The feed's thread only: the owned partitions it reads for (ascending), as Run last saw them.
   std::vector<uint32_t> owned_;
@@ -125,7 +189,12 @@ class ChangeFeed final : public ChangeFront {
   std::condition_variable advanced_;
   // Guarded by mutex_:
   uint64_t next_seq_ = 1;
-  uint64_t ddl_seq_ = 0;
+  uint64_t ddl_seq_ = 0;  // the last catalog message run: a script or a consumer's
+  // The source consumers' state as the stream says, catalog records "cluster/source-claim",
+  // "cluster/sourced" and "cluster/source-position/<source>".
+  int64_t source_claim_ = 0;
+  bool sourced_ = false;
+  std::map<std::string, int64_t, std::less<>> source_positions_;
   // The outcomes of recent scripts, by sequence, for Define (the last few hundred).
   std::map<uint64_t, Result<std::vector<derived::StatementOutcome>>> scripts_;
   bool stopping_ = false;

@@ -264,15 +264,7 @@ Status ClusterNode::Start(const std::string& redis_address, const std::string& h
 Status ClusterNode::StartChanges(engine::Engine& engine, derived::DerivedCounters& derived) {
   persistence_->SetReplicationObserver(
       [&derived](std::span<const engine::CommitBatch* const> batches) {
-        std::vector<std::string_view> puts;
-        std::vector<std::string_view> deletes;
-        for (const engine::CommitBatch* batch : batches) {
-          for (size_t i = 0; i < batch->put_count(); ++i) puts.push_back(batch->put_key(i));
-          for (size_t i = 0; i < batch->delete_count(); ++i) {
-            deletes.push_back(batch->delete_key(i));
-          }
-        }
-        derived.OnReplicated(puts, deletes);
+        derived.OnReplicated(batches);
       },
       [&derived](SlotRange slots) {
         derived.ForgetKeys([slots](std::string_view key) { return slots.Contains(KeySlot(key)); });

@@ -66,6 +66,7 @@ class ClusterNode {
   Status StartChanges(engine::Engine& engine, derived::DerivedCounters& derived);
   // Where the servers send the derived counters' writes (null before StartChanges).
   ChangeFront* changes() { return feed_.get(); }
+  ChangeFeed* feed() { return feed_.get(); }
   // The node stops: no more claims, no more pushes applied; commits wait a bounded time for
   // their streams. Before the engine stops.
   void BeginShutdown();

@@ -8,6 +8,10 @@ std::string ChangePositionName(uint32_t partition, uint32_t partition_count) {
   return fmt::format("{{{}}}changes", PartitionTag(partition, partition_count));
 }
 
+std::string SourceFenceName(uint32_t partition, uint32_t partition_count) {
+  return fmt::format("{{{}}}source", PartitionTag(partition, partition_count));
+}
+
 const TopologyNode* Topology::Node(std::string_view node_id) const {
   for (const TopologyNode& node : nodes) {
     if (node.node_id == node_id) return &node;

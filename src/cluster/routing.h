@@ -100,6 +100,9 @@ struct Topology {
 // cluster's change stream. It is no counter: a flush of the partition keeps it (the pushes
 // applied stay applied). REQUIRES as PartitionSlots.
 std::string ChangePositionName(uint32_t partition, uint32_t partition_count);
+// The name of partition p's source fence records (derived::PartitionShare::fence_name):
+// "{<tag>}source".
+std::string SourceFenceName(uint32_t partition, uint32_t partition_count);
 
 class Routing {
  public:

@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "cluster/cluster_node.h"
+#include "cluster/source_runner.h"
 #include "engine/engine_metrics.h"
 #include "programs/monitoring.h"
 #include "servers/http/server.h"
@@ -52,15 +53,10 @@ Status Node::Start() {
 
 Status Node::StartParts() {
   if (options_.cluster.enabled()) {
-    // Not (yet) in a cluster: acknowledging before the stream has a write would lose it in a
-    // failover; derived counters and their sources run on a single node.
+    // Not in a cluster: acknowledging before the stream has a write would lose it in a
+    // failover.
     if (options_.engine.commit.durability != engine::Durability::kSync) {
       return InvalidArgument("--durability async is not offered in a cluster");
-    }
-    if (!options_.source.conninfo.empty()) {
-      return InvalidArgument(
-          "--source is not offered in a cluster yet (push the changes: COUNTER.PUSH, POST "
-          "/v1/changes)");
     }
   }
   // First: they need nothing of the store, and a bad certificate, port choice or aclfile is
@@ -129,6 +125,8 @@ Status Node::StartEngine() {
 }
 
 Status Node::LoadCounters() {
+  // A cluster's source consumer redoes an interrupted backfill through the change stream.
+  options_.derived.keep_interrupted_backfills = cluster_ != nullptr;
   derived_ = std::make_unique<derived::DerivedCounters>(*engine_, *persistence_, options_.derived);
   if (auto status = derived_->Load(); !status) {
     return Failed("cannot load the derived counters", status.error());
@@ -163,6 +161,12 @@ Status Node::LoadCounters() {
 
 void Node::PrepareSource() {
   if (options_.source.conninfo.empty()) return;
+  if (cluster_ != nullptr) {
+    // One consumer in the cluster, on partition 0's owner (cluster/source_runner.h).
+    source_runner_ = std::make_unique<cluster::SourceRunner>(
+        cluster_->persistence(), *cluster_->feed(), *engine_, *derived_, options_.source);
+    return;
+  }
   // Built now, started once the servers serve: they report its figures from the start.
   source_ = std::make_unique<postgres::PostgresSource>(*engine_, *derived_, options_.source);
   RegisterSourceMetrics(*source_, options_.source.slot, metrics_);
@@ -226,6 +230,9 @@ Status Node::StartServers() {
     services.cluster = &cluster_->routing();
     services.cluster_changes = cluster_->changes();
   }
+  if (source_runner_ != nullptr) {
+    services.source_report = [runner = source_runner_.get()] { return runner->Report(); };
+  }
   if (source_ != nullptr) {
     services.source_report = [source = source_.get()] { return source->Report(); };
     services.readiness = [source = source_.get(), max_lag_ms = options_.ready_max_lag_ms] {
@@ -282,6 +289,11 @@ Status Node::StartCluster() {
 }
 
 Status Node::StartSource() {
+  if (source_runner_ != nullptr) {
+    source_runner_->Start();
+    OnStop([this] { source_runner_->Stop(); });
+    return OkStatus();
+  }
   if (source_ == nullptr) return OkStatus();
   if (auto status = source_->Start(); !status) {
     return Failed("--source", status.error());

@@ -31,7 +31,8 @@ class RocksDbStore;
 }
 namespace tally::cluster {
 class ClusterNode;
-}
+class SourceRunner;
+}  // namespace tally::cluster
 namespace tally::redis {
 class RedisServer;
 }
@@ -126,7 +127,8 @@ class Node {
   std::unique_ptr<engine::Engine> engine_;
   std::unique_ptr<derived::DerivedCounters> derived_;
   // Built before the servers and started after them: INFO and GET /v1/status read its figures.
-  std::unique_ptr<postgres::PostgresSource> source_;
+  std::unique_ptr<postgres::PostgresSource> source_;      // a single node's source
+  std::unique_ptr<cluster::SourceRunner> source_runner_;  // or a cluster node's
   std::unique_ptr<engine::SubscriptionHub> subscriptions_;
   std::unique_ptr<tls::TlsContext> tls_;  // null without TLS
   std::unique_ptr<auth::Acl> acl_;        // the users of both servers

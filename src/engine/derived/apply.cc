@@ -352,13 +352,68 @@ Result<PushOutcome> Applier::ApplyPositioned(const CatalogSnapshot& catalog,
 
 // ---- A cluster node's shares of its change stream -------------------------------------
 
+namespace {
+
+// The records of one share of a cluster's change-stream message: its position record and,
+// with a fence, the fence's three.
+struct ShareRecords {
+  std::string position;
+  std::string claim, lsn, part;  // empty without a fence
+
+  ShareRecords(const PartitionShare& share, bool fenced)
+      : position(PositionKey(share.position_name)) {
+    if (!fenced) return;
+    const std::string name(share.fence_name);
+    claim = PositionKey(name + ":claim");
+    lsn = PositionKey(name + ":lsn");
+    part = PositionKey(name + ":part");
+  }
+  void AppendKeys(std::vector<engine::HashedKey>* out) const {
+    out->emplace_back(position);
+    if (claim.empty()) return;
+    out->emplace_back(claim);
+    out->emplace_back(lsn);
+    out->emplace_back(part);
+  }
+};
+
+// What a share does with a message: nothing (done before), move its position alone (a
+// replaced consumer's message), move its position and claim (a transaction counted before,
+// sent again by a newer consumer), or apply it.
+enum class ShareStep : uint8_t { kDone, kPositionOnly, kDuplicate, kApply };
+
+ShareStep DecideShare(engine::View& view, const ShareRecords& records, const ShareOrder& order) {
+  auto get = [&](const std::string& key) { return view.Get(engine::HashedKey(key)).value_or(0); };
+  if (get(records.position) >= order.position) return ShareStep::kDone;
+  if (!order.fence) return ShareStep::kApply;
+  const SourceFence& fence = *order.fence;
+  if (fence.claim < get(records.claim)) return ShareStep::kPositionOnly;
+  if (fence.lsn == 0) return ShareStep::kApply;
+  const std::pair<int64_t, int64_t> last{get(records.lsn), get(records.part)};
+  return std::pair{fence.lsn, fence.part} > last ? ShareStep::kApply : ShareStep::kDuplicate;
+}
+
+// Sets the records of a share that is not done. The claim moves with a newer consumer's
+// message even when it counts nothing: its predecessor's later messages are refused then.
+void SetShareRecords(engine::View& view, const ShareRecords& records, const ShareOrder& order,
+                     ShareStep step) {
+  view.Set(engine::HashedKey(records.position), order.position, {});
+  if (step == ShareStep::kPositionOnly || !order.fence) return;
+  view.Set(engine::HashedKey(records.claim), order.fence->claim, {});
+  if (step != ShareStep::kApply || order.fence->lsn == 0) return;
+  view.Set(engine::HashedKey(records.lsn), order.fence->lsn, {});
+  view.Set(engine::HashedKey(records.part), order.fence->part, {});
+}
+
+}  // namespace
+
 Result<PushOutcome> Applier::ApplyShares(
-    const CatalogSnapshot& catalog, std::span<const DecodedChange> changes, int64_t position,
+    const CatalogSnapshot& catalog, std::span<const DecodedChange> changes, const ShareOrder& order,
     std::string_view only_counter, std::span<const PartitionShare> shares,
     const std::function<uint32_t(std::string_view key)>& partition_of,
     std::vector<uint32_t>* overflowed) {
   thread_local Scratch scratch;
-  if (auto status = RunFormula(catalog, changes, only_counter, position, scratch); !status) {
+  if (auto status = RunFormula(catalog, changes, only_counter, order.limit, scratch); !status) {
     return tl::unexpected(status.error());
   }
   if (!scratch.deltas.empty()) {
@@ -377,16 +432,15 @@ Result<PushOutcome> Applier::ApplyShares(
   for (size_t j = 0; j < scratch.increments.size(); ++j) {
     if (share_of[j] != kNone) scratch.hashed.emplace_back(scratch.increments[j].key);
   }
-  std::vector<std::string> position_keys;
+  std::vector<ShareRecords> records;
+  records.reserve(shares.size());  // the hashed keys view its strings: no reallocation
   for (const PartitionShare& share : shares) {
-    position_keys.push_back(PositionKey(share.position_name));
+    records.emplace_back(share, order.fence.has_value());
+    records.back().AppendKeys(&scratch.hashed);
   }
-  for (const std::string& key : position_keys) scratch.hashed.emplace_back(key);
   engine::View view = keyspace_.Lock(scratch.hashed);
-  std::vector<bool> due(shares.size());
-  for (size_t s = 0; s < shares.size(); ++s) {
-    due[s] = view.Get(engine::HashedKey(position_keys[s])).value_or(0) < position;
-  }
+  std::vector<ShareStep> steps;
+  for (const ShareRecords& r : records) steps.push_back(DecideShare(view, r, order));
 
   PushOutcome outcome;
   outcome.changes = changes.size();
@@ -396,33 +450,87 @@ Result<PushOutcome> Applier::ApplyShares(
   const std::vector<Family*> families = scratch.families;
   const std::vector<size_t> change_end = scratch.change_end;
   for (size_t s = 0; s < shares.size(); ++s) {
-    if (!due[s]) continue;
-    scratch.increments.clear();
-    scratch.families.clear();
-    scratch.change_end.clear();
-    size_t begin = 0;
-    for (const size_t end : change_end) {
-      for (size_t j = begin; j < end; ++j) {
-        if (share_of[j] != s) continue;
-        scratch.increments.push_back(increments[j]);
-        scratch.families.push_back(families[j]);
+    if (steps[s] == ShareStep::kDone) continue;
+    if (steps[s] == ShareStep::kApply) {
+      scratch.increments.clear();
+      scratch.families.clear();
+      scratch.change_end.clear();
+      size_t begin = 0;
+      for (const size_t end : change_end) {
+        for (size_t j = begin; j < end; ++j) {
+          if (share_of[j] != s) continue;
+          scratch.increments.push_back(increments[j]);
+          scratch.families.push_back(families[j]);
+        }
+        scratch.change_end.push_back(scratch.increments.size());
+        begin = end;
       }
-      scratch.change_end.push_back(scratch.increments.size());
-      begin = end;
+      scratch.skip.assign(scratch.change_end.size(), false);
+      PushOutcome share_outcome;
+      if (auto status = WriteSums(view, scratch, &share_outcome); !status) {
+        if (status.error().code != ErrorCode::kOverflow) return tl::unexpected(status.error());
+        if (overflowed != nullptr) overflowed->push_back(shares[s].partition);
+      }
+      outcome.increments += share_outcome.increments;
+      outcome.expired += share_outcome.expired;
     }
-    scratch.skip.assign(scratch.change_end.size(), false);
-    PushOutcome share_outcome;
-    if (auto status = WriteSums(view, scratch, &share_outcome); !status) {
-      if (status.error().code != ErrorCode::kOverflow) return tl::unexpected(status.error());
-      if (overflowed != nullptr) overflowed->push_back(shares[s].partition);
-    }
-    outcome.increments += share_outcome.increments;
-    outcome.expired += share_outcome.expired;
-    view.Set(engine::HashedKey(position_keys[s]), position, {});
+    SetShareRecords(view, records[s], order, steps[s]);
   }
   outcome.applied = changes.size();
   outcome.required_epoch = view.required_epoch();
   return outcome;
+}
+
+uint64_t Applier::DeleteShares(std::span<Family* const> families, const ShareOrder& order,
+                               std::span<const PartitionShare> shares,
+                               const std::function<uint32_t(std::string_view key)>& partition_of) {
+  std::vector<ShareRecords> records;
+  records.reserve(shares.size());  // record_keys view its strings: no reallocation
+  std::vector<engine::HashedKey> record_keys;
+  for (const PartitionShare& share : shares) {
+    records.emplace_back(share, order.fence.has_value());
+    records.back().AppendKeys(&record_keys);
+  }
+  std::vector<ShareStep> steps;
+  {
+    engine::View view = keyspace_.Lock(record_keys);
+    for (const ShareRecords& r : records) steps.push_back(DecideShare(view, r, order));
+  }
+  auto applied = [&](uint32_t partition) {
+    for (size_t s = 0; s < shares.size(); ++s) {
+      if (shares[s].partition == partition) return steps[s] == ShareStep::kApply;
+    }
+    return false;
+  };
+  uint64_t epoch = 0;
+  constexpr size_t kChunk = 4096;
+  for (Family* family : families) {
+    std::vector<std::string> doomed;
+    {
+      std::lock_guard lock(family->mutex);
+      for (const std::string& key : family->keys) {
+        if (applied(partition_of(key))) doomed.push_back(key);
+      }
+    }
+    for (size_t begin = 0; begin < doomed.size(); begin += kChunk) {
+      const size_t end = std::min(doomed.size(), begin + kChunk);
+      std::vector<engine::HashedKey> hashed(doomed.begin() + static_cast<ptrdiff_t>(begin),
+                                            doomed.begin() + static_cast<ptrdiff_t>(end));
+      engine::View view = keyspace_.Lock(hashed);
+      std::lock_guard lock(family->mutex);
+      for (size_t i = begin; i < end; ++i) {
+        view.Delete(hashed[i - begin]);
+        family->RemoveKey(doomed[i]);
+      }
+      family->version.fetch_add(1, std::memory_order_relaxed);
+      epoch = std::max(epoch, view.required_epoch());
+    }
+  }
+  engine::View view = keyspace_.Lock(record_keys);
+  for (size_t s = 0; s < shares.size(); ++s) {
+    if (steps[s] != ShareStep::kDone) SetShareRecords(view, records[s], order, steps[s]);
+  }
+  return std::max(epoch, view.required_epoch());
 }
 
 Result<std::vector<std::string>> Applier::PlanKeys(const CatalogSnapshot& catalog,

@@ -82,6 +82,30 @@ struct PositionedPart {
 struct PartitionShare {
   uint32_t partition = 0;
   std::string_view position_name;
+  // With a SourceFence: the name of the partition's fence records (PositionKey of it and
+  // ":claim", ":lsn", ":part"), kept beside its counters as its position record is.
+  std::string_view fence_name;
+};
+
+// The fence of a message a PostgreSQL source's consumer put in a cluster's change stream
+// (cluster/change_feed.h): several consumers may have put the same transactions there, one
+// after the other (a consumer replaced while its last messages were in flight), and only
+// one order of them may count. A partition applies such a message when `claim` is at least
+// the claim it last applied from, and its (lsn, part) is past the last it applied
+// (lsn 0: a backfill chunk or a reset, not ordered: only the claim is checked). Each
+// consumer's messages are a gapless run in LSN order, and a newer consumer's claim is
+// larger, so a transaction is counted once in every partition whatever the interleaving.
+struct SourceFence {
+  int64_t claim = 0;  // the consumer's claim: its term as partition 0's owner
+  int64_t lsn = 0;    // the transaction's commit end LSN; 0: not ordered
+  int64_t part = 0;   // a transaction cut into several messages: which one, from 1
+};
+
+// Where a message of a cluster's change stream lies, for ApplyShares and DeleteShares.
+struct ShareOrder {
+  int64_t position = 0;  // its sequence: a share whose position record is at or past it is done
+  int64_t limit = 0;     // counters whose start is at or past it do not move
+  std::optional<SourceFence> fence;  // a source's message: see SourceFence
 };
 
 class Applier {
@@ -114,23 +138,36 @@ class Applier {
                                       std::span<const PositionedPart> parts, int64_t position,
                                       std::string_view only_counter);
 
-  // A cluster node's shares of one message of the cluster's ordered change stream (at
-  // sequence `position`): of the increments of `changes`, those whose key falls in one of
-  // `shares` (`partition_of` names a key's partition) whose position record is below
-  // `position` are written, and those records set to `position`, all in one View; the other
-  // shares were applied before and are left alone. Counters whose start is at or past
-  // `position` do not move (they were created later in the stream). Each partition's
-  // increments and record land in its stream together, as one commit's share. A share
-  // whose sums would overflow is written without them (its record still moves: the change
-  // counts nothing there) and reported in `overflowed`; only plain counters are offered
-  // (kInvalidArgument for one with record deltas, nothing written). REQUIRES: as
-  // ApplyChanges.
+  // A cluster node's shares of one message of the cluster's ordered change stream: of the
+  // increments of `changes`, those whose key falls in one of `shares` (`partition_of`
+  // names a key's partition) that are due are written, all in one View. A share is due
+  // when its position record is below order.position and, with a fence, the fence allows
+  // it (SourceFence); a due share's records are set (the position to order.position, the
+  // fence's to the fence), and a share whose position is below but whose fence refuses
+  // has its position set, and its claim when the message's is not older (a transaction
+  // counted before, sent again by a newer consumer). Counters whose start is at or past
+  // order.limit do not move.
+  // Each partition's increments and records land in its stream together, as one commit's
+  // share. A share whose sums would overflow is written without them (its records still
+  // move: the change counts nothing there) and reported in `overflowed`; only plain
+  // counters are offered (kInvalidArgument for one with record deltas, nothing written).
+  // REQUIRES: as ApplyChanges.
   Result<PushOutcome> ApplyShares(const CatalogSnapshot& catalog,
-                                  std::span<const DecodedChange> changes, int64_t position,
+                                  std::span<const DecodedChange> changes, const ShareOrder& order,
                                   std::string_view only_counter,
                                   std::span<const PartitionShare> shares,
                                   const std::function<uint32_t(std::string_view key)>& partition_of,
                                   std::vector<uint32_t>* overflowed);
+
+  // A reset in a cluster's change stream: in each due share (as ApplyShares decides), every
+  // group of `families` whose key falls in its partition is deleted (and leaves the
+  // family's index), then the share's records are set. The deletes go in chunks of Views,
+  // the records last, so a reset cut short is done again whole (deleting is idempotent).
+  // Returns the epoch to wait for. REQUIRES: plain families; the caller holds the apply lock
+  // and is the only writer of the shares' records.
+  uint64_t DeleteShares(std::span<Family* const> families, const ShareOrder& order,
+                        std::span<const PartitionShare> shares,
+                        const std::function<uint32_t(std::string_view key)>& partition_of);
 
   // The keys the formula would write for `changes` (each once, in no order), nothing
   // written: what a cluster node checks and waits for before it answers a push.

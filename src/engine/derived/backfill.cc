@@ -54,8 +54,12 @@ Status Backfill::Finish(std::string_view name, Family* family) {
 }
 
 Status Backfill::ResetCounter(Family& family) {
-  const std::string& name = family.counter.name();
   keyspace_.DeleteGroups(family);
+  return ResetState(family);
+}
+
+Status Backfill::ResetState(Family& family) {
+  const std::string& name = family.counter.name();
   const bool pending = IsStreamed(family.counter.source().name);
   const std::array<engine::Persistence::CatalogOp, 2> ops{{
       {RecordName(kStartRecord, name),
@@ -70,22 +74,26 @@ Status Backfill::ResetCounter(Family& family) {
 }
 
 Status Backfill::ResetSource(const SourceEntry& source) {
+  for (const auto& family : source.counters) keyspace_.DeleteGroups(*family);
+  if (auto status = ResetStates(source); !status) return status;
+  keyspace_.ForgetPosition(source.schema.name);
+  return OkStatus();
+}
+
+Status Backfill::ResetStates(const SourceEntry& source) {
   std::vector<engine::Persistence::CatalogOp> ops;
   for (const auto& family : source.counters) {
-    keyspace_.DeleteGroups(*family);
     if (family->start != 0) {
       ops.push_back({RecordName(kStartRecord, family->counter.name()), std::nullopt});
       ops.push_back({RecordName(kBackfillRecord, family->counter.name()), std::nullopt});
     }
   }
-  if (!ops.empty()) {
-    if (auto status = store_.WriteCatalog(ops); !status) return status;
-    for (const auto& family : source.counters) {
-      family->start = 0;
-      family->backfilling.store(false, std::memory_order_relaxed);
-    }
+  if (ops.empty()) return OkStatus();
+  if (auto status = store_.WriteCatalog(ops); !status) return status;
+  for (const auto& family : source.counters) {
+    family->start = 0;
+    family->backfilling.store(false, std::memory_order_relaxed);
   }
-  keyspace_.ForgetPosition(source.schema.name);
   return OkStatus();
 }
 

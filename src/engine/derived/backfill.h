@@ -79,6 +79,11 @@ class Backfill {
   // counter counts from 0 again (the caller's backfill counts them all, pending ones too).
   // Durable when it returns.
   Status ResetSource(const SourceEntry& source);
+  // The state changes of ResetCounter and ResetSource without the deletes (a cluster
+  // deletes a counter's groups partition by partition: DerivedCounters::ResetShares).
+  // Durable when they return.
+  Status ResetState(Family& family);
+  Status ResetStates(const SourceEntry& source);
   // Load's part: the counters whose backfill a crash interrupted lose their groups and
   // are pending again. Durable when it returns.
   Status RedoInterrupted(std::span<const std::shared_ptr<Family>> families);

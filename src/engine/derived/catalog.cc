@@ -290,18 +290,22 @@ Result<std::string> Catalog::CreateCounter(const defs::CreateCounter& create,
         "and every key that starts with its name and ':'; delete them or choose another name",
         name, name, clashes.front().substr(0, 128)));
   }
-  const bool pending = start_at == 0 && starts_pending(compiled->source().name);
+  // Pending (its backfill gives it the rows that exist) wins over start_at: in a cluster
+  // that follows PostgreSQL, every node decides it at the same place of the stream.
+  const bool pending = starts_pending(compiled->source().name);
+  const int64_t start = pending ? kPendingStart : start_at;
   std::vector<engine::Persistence::CatalogOp> ops{{RecordName(kCounterRecord, name), sql}};
   if (pending) ops.push_back({RecordName(kStartRecord, name), std::string(kPendingStartValue)});
-  if (start_at != 0) ops.push_back({RecordName(kStartRecord, name), std::to_string(start_at)});
+  if (!pending && start_at != 0) {
+    ops.push_back({RecordName(kStartRecord, name), std::to_string(start_at)});
+  }
   if (auto status = store_.WriteCatalog(ops); !status) return tl::unexpected(status.error());
   auto next = std::make_shared<CatalogSnapshot>(*catalog);
   auto family = std::make_shared<Family>(std::move(*compiled));
-  if (pending) family->start = kPendingStart;
-  if (start_at != 0) family->start = start_at;
+  family->start = start;
   next->counters.emplace(family->counter.name(), family);
   Install(next->Rebuilt());
-  if (start_at != 0) IndexGroupsPresent(*family);
+  if (!pending && start_at != 0) IndexGroupsPresent(*family);
   return fmt::format("CREATE COUNTER {}", family->counter.name());
 }
 

@@ -94,7 +94,8 @@ class Catalog {
   // `start_at` (a cluster's change stream, see cluster/change_feed.h): a counter created
   // now starts at this position (changes at or before it do not move it), and plain
   // counters spelled like its keys are not looked for (the node that took the statement
-  // did, and every node must decide alike whatever its keyspace holds at that moment).
+  // did, and every node must decide alike whatever its keyspace holds at that moment) —
+  // unless starts_pending says it is pending, which wins (a cluster following PostgreSQL).
   Result<std::string> Execute(const definitions::Statement& statement,
                               const StartsPending& starts_pending, int64_t start_at = 0);
   // DROP COUNTER `name`: durably marked dropping, its groups deleted, the mark removed.

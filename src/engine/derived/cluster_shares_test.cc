@@ -40,15 +40,27 @@ class ClusterSharesTest : public DerivedStoreTest {
                     const std::vector<uint32_t>& partitions,
                     std::vector<uint32_t>* overflowed = nullptr) {
     std::vector<PartitionShare> shares;
-    for (uint32_t p : partitions) shares.push_back({p, kNames[p]});
-    auto outcome =
-        derived_->ApplyShares(body, {}, position, shares, PartitionOf, decoder_, overflowed);
+    for (uint32_t p : partitions) shares.push_back({p, kNames[p], {}});
+    auto outcome = derived_->ApplyShares(body, {}, ShareOrder{position, position, {}}, shares,
+                                         PartitionOf, decoder_, overflowed);
     EXPECT_TRUE(outcome) << outcome.error().message;
     return outcome.value_or(PushOutcome{});
   }
   int64_t Position(uint32_t partition) { return Value(PositionKey(kNames[partition])); }
 
+  // A source consumer's message at `seq` (the partitions' fences in play), to both partitions.
+  PushOutcome ApplySource(const std::string& body, int64_t seq, SourceFence fence) {
+    const ShareOrder order{seq, fence.lsn == 0 ? kPendingStart : fence.lsn, fence};
+    auto outcome = derived_->ApplyShares(body, {}, order, Shares(), PartitionOf, decoder_, nullptr);
+    EXPECT_TRUE(outcome) << outcome.error().message;
+    return outcome.value_or(PushOutcome{});
+  }
+  std::vector<PartitionShare> Shares() {
+    return {{0, kNames[0], kFences[0]}, {1, kNames[1], kFences[1]}};
+  }
+
   static constexpr std::string_view kNames[] = {"{p0}changes", "{p1}changes"};
+  static constexpr std::string_view kFences[] = {"{p0}source", "{p1}source"};
 };
 
 TEST_F(ClusterSharesTest, EachShareIsAppliedOnceWithItsPosition) {
@@ -128,17 +140,18 @@ TEST_F(ClusterSharesTest, TheIndexesFollowReplicatedBatches) {
   batch.AddPut("unrelated", {1, 0});
   const engine::CommitBatch* batches[] = {&batch};
   engine_->keyspace().ApplyReplicated({0, kSlotCount - 1}, batches);
-  const std::string_view puts[] = {"post_likes:7", "post_likes:8", "unrelated"};
-  derived_->OnReplicated(puts, {});
-  derived_->OnReplicated(puts, {});  // the same groups again: listed once
+  derived_->OnReplicated(batches);
+  derived_->OnReplicated(batches);  // the same groups again: listed once
   auto prefix = derived_->PrefixOf("post_likes", {});
   ASSERT_TRUE(prefix);
   auto page = derived_->List("post_likes", *prefix, {}, 10);
   ASSERT_TRUE(page);
   ASSERT_EQ(page->items.size(), 2u);
   EXPECT_EQ(page->items[0].key, "post_likes:7");
-  const std::string_view deletes[] = {"post_likes:7"};
-  derived_->OnReplicated({}, deletes);
+  engine::CommitBatch deleted;
+  deleted.AddDelete("post_likes:7");
+  const engine::CommitBatch* deletes[] = {&deleted};
+  derived_->OnReplicated(deletes);
   derived_->ForgetKeys([](std::string_view key) { return key == "post_likes:8"; });
   page = derived_->List("post_likes", *prefix, {}, 10);
   ASSERT_TRUE(page);
@@ -151,6 +164,85 @@ TEST_F(ClusterSharesTest, TheIndexesFollowReplicatedBatches) {
   EXPECT_EQ(post_likes->groups, 0u);
 }
 
+// Two source consumers' messages interleaved in the change stream (the first one replaced
+// while its last messages were in flight): each transaction counts once, in one order.
+TEST_F(ClusterSharesTest, SourceFencesCountEachTransactionOnceWhateverTheInterleaving) {
+  ASSERT_TRUE(derived_->ExecuteAt(kSchema, 1));
+  const std::string t100 = Like(1, 2, 1);  // post 1 in partition 0, blog 2 in partition 1
+  const std::string t110 = Like(1, 2, 10);
+  const std::string t120 = Like(1, 2, 100);
+  ApplySource(t100, 2, {5, 100, 1});  // consumer 5
+  ApplySource(t110, 3, {5, 110, 1});
+  // Consumer 9 took over and starts again from the slot's confirmed position (100).
+  ApplySource(t100, 4, {9, 100, 1});  // counted before: skipped
+  ApplySource(t110, 5, {9, 110, 1});
+  EXPECT_EQ(Value("post_likes:1"), 2);
+  EXPECT_EQ(Value("blog_weight:2"), 11);
+  // Consumer 5's last message, sent before it knew: refused, consumer 9's counts.
+  ApplySource(t120, 6, {5, 120, 1});
+  EXPECT_EQ(Value("blog_weight:2"), 11);
+  ApplySource(t120, 7, {9, 120, 1});
+  EXPECT_EQ(Value("blog_weight:2"), 111);
+  EXPECT_EQ(Position(1), 7);
+  // The parts of one transaction count each, in order; a part again does not.
+  ApplySource(Like(3, 3, 1000), 8, {9, 130, 1});
+  ApplySource(Like(3, 2, 1000), 9, {9, 130, 2});
+  ApplySource(Like(3, 2, 1000), 10, {9, 130, 2});
+  EXPECT_EQ(Value("blog_weight:2"), 1111);
+  // A backfill chunk (lsn 0) is checked for its claim only.
+  ApplySource(Like(4, 4, 1), 11, {9, 0, 0});
+  ApplySource(Like(4, 4, 1), 12, {5, 0, 0});
+  EXPECT_EQ(Value("blog_weight:4"), 1);
+}
+
+// A source's reset in the stream deletes the groups of the due shares only, fenced alike.
+TEST_F(ClusterSharesTest, ResetSharesDeleteTheDueSharesGroups) {
+  ASSERT_TRUE(derived_->ExecuteAt(kSchema, 1));
+  ApplySource("[" + Like(1, 1, 5) + "," + Like(2, 2, 7) + "]", 2, {5, 100, 1});
+  const auto partition_of = [](std::string_view key) { return PartitionOf(key); };
+  // Partition 1 alone: post 2 and blog 2 go.
+  const std::vector<PartitionShare> one = {Shares()[1]};
+  derived_->ResetShares("likes", {}, {3, kPendingStart, SourceFence{5, 0, 0}}, one, partition_of);
+  EXPECT_EQ(Value("post_likes:1"), 1);
+  EXPECT_EQ(Value("blog_weight:1"), 5);
+  EXPECT_EQ(Value("post_likes:2"), 0);
+  EXPECT_EQ(Value("blog_weight:2"), 0);
+  EXPECT_EQ(Position(1), 3);
+  // A replaced consumer's reset deletes nothing; one counter's reset deletes its groups.
+  derived_->ResetShares("likes", {}, {4, kPendingStart, SourceFence{4, 0, 0}}, Shares(),
+                        partition_of);
+  EXPECT_EQ(Value("post_likes:1"), 1);
+  derived_->ResetShares({}, "post_likes", {5, kPendingStart, SourceFence{5, 0, 0}}, Shares(),
+                        partition_of);
+  EXPECT_EQ(Value("post_likes:1"), 0);
+  EXPECT_EQ(Value("blog_weight:1"), 5);
+}
+
+// A follower applies a group of records at once: a group deleted in one batch (it fell to
+// 0) and back in a later one must stay listed.
+TEST_F(ClusterSharesTest, AGroupDeletedAndBackInOneReplicatedGroupStaysListed) {
+  ASSERT_TRUE(derived_->ExecuteAt(kSchema, 1));
+  engine::CommitBatch first;
+  first.AddPut("post_likes:7", {1, 0});
+  const engine::CommitBatch* one[] = {&first};
+  engine_->keyspace().ApplyReplicated({0, kSlotCount - 1}, one);
+  derived_->OnReplicated(one);
+  engine::CommitBatch gone;
+  gone.AddDelete("post_likes:7");
+  engine::CommitBatch back;
+  back.AddPut("post_likes:7", {1, 0});
+  const engine::CommitBatch* group[] = {&gone, &back};
+  engine_->keyspace().ApplyReplicated({0, kSlotCount - 1}, group);
+  derived_->OnReplicated(group);
+  auto prefix = derived_->PrefixOf("post_likes", {});
+  ASSERT_TRUE(prefix);
+  auto page = derived_->List("post_likes", *prefix, {}, 10);
+  ASSERT_TRUE(page);
+  ASSERT_EQ(page->items.size(), 1u);
+  EXPECT_EQ(page->items[0].key, "post_likes:7");
+  EXPECT_EQ(page->items[0].value, 1);
+}
+
 // A follower may apply groups of a counter before this node runs its CREATE (the owner ran
 // it first): the counter, created, lists them.
 TEST_F(ClusterSharesTest, ACounterCreatedLateIndexesTheGroupsAFollowerAppliedBefore) {
@@ -160,8 +252,7 @@ TEST_F(ClusterSharesTest, ACounterCreatedLateIndexesTheGroupsAFollowerAppliedBef
   batch.AddPut("blog_likes:4", {5, 0});
   const engine::CommitBatch* batches[] = {&batch};
   engine_->keyspace().ApplyReplicated({0, kSlotCount - 1}, batches);
-  const std::string_view puts[] = {"blog_likes:3", "blog_likes:4"};
-  derived_->OnReplicated(puts, {});  // no such counter here yet: passed by
+  derived_->OnReplicated(batches);  // no such counter here yet: passed by
   ASSERT_TRUE(derived_->ExecuteAt(
       "CREATE COUNTER blog_likes AS SELECT blog_id, count(*) FROM likes GROUP BY blog_id;", 6));
   auto prefix = derived_->PrefixOf("blog_likes", {});

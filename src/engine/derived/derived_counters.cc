@@ -57,7 +57,12 @@ Status DerivedCounters::Load() {
     std::unique_lock ddl(apply_mutex_);
     auto interrupted = catalog_.Load();
     if (!interrupted) return tl::unexpected(interrupted.error());
-    if (auto status = backfill_.RedoInterrupted(*interrupted); !status) return status;
+    if (options_.keep_interrupted_backfills) {
+      // A cluster's source consumer redoes them through the change stream, on every node.
+      for (const auto& family : *interrupted) family->backfilling.store(true);
+    } else if (auto status = backfill_.RedoInterrupted(*interrupted); !status) {
+      return status;
+    }
     const auto catalog = catalog_.Snapshot();
     size_t groups = 0;
     for (const auto& [name, family] : catalog->counters) {
@@ -381,7 +386,11 @@ Result<std::vector<StatementOutcome>> DerivedCounters::ExecuteAt(std::string_vie
                                                                  int64_t position) {
   auto statements = defs::ParseScript(script);
   if (!statements) return tl::unexpected(statements.error());
-  const Catalog::StartsPending never = [](std::string_view) { return false; };
+  // Pending where a source consumer backfills (MarkEverySourceStreamed on every node, at the
+  // same place of the stream): the same on every node.
+  const Catalog::StartsPending starts_pending = [this](std::string_view source) {
+    return backfill_.IsStreamed(source);  // under apply_mutex_, held by the loop below
+  };
   std::vector<StatementOutcome> outcomes;
   for (const defs::Statement& statement : *statements) {
     if (std::holds_alternative<defs::ShowCounters>(statement) ||
@@ -389,7 +398,7 @@ Result<std::vector<StatementOutcome>> DerivedCounters::ExecuteAt(std::string_vie
       continue;
     }
     std::unique_lock ddl(apply_mutex_);
-    auto done = catalog_.Execute(statement, never, position);
+    auto done = catalog_.Execute(statement, starts_pending, position);
     if (!done) return tl::unexpected(done.error());
     outcomes.push_back({std::move(*done)});
   }
@@ -420,7 +429,7 @@ Result<std::vector<std::string>> DerivedCounters::PlanPush(std::string_view body
 }
 
 Result<PushOutcome> DerivedCounters::ApplyShares(
-    std::string_view body, std::string_view only_counter, int64_t position,
+    std::string_view body, std::string_view only_counter, const ShareOrder& order,
     std::span<const PartitionShare> shares,
     const std::function<uint32_t(std::string_view)>& partition_of, ChangeDecoder& decoder,
     std::vector<uint32_t>* overflowed) {
@@ -431,14 +440,43 @@ Result<PushOutcome> DerivedCounters::ApplyShares(
   const std::span<const DecodedChange> changes = decoded && !counter_gone
                                                      ? std::span<const DecodedChange>(*decoded)
                                                      : std::span<const DecodedChange>();
-  auto outcome = applier_.ApplyShares(*catalog, changes, position, only_counter, shares,
-                                      partition_of, overflowed);
-  if (outcome) Count(*outcome, /*from_source=*/false);
+  auto outcome = applier_.ApplyShares(*catalog, changes, order, only_counter, shares, partition_of,
+                                      overflowed);
+  if (outcome) Count(*outcome, /*from_source=*/order.fence.has_value());
   return outcome;
 }
 
-void DerivedCounters::OnReplicated(std::span<const std::string_view> puts,
-                                   std::span<const std::string_view> deletes) {
+uint64_t DerivedCounters::ResetShares(
+    std::string_view source, std::string_view counter, const ShareOrder& order,
+    std::span<const PartitionShare> shares,
+    const std::function<uint32_t(std::string_view)>& partition_of) {
+  std::shared_lock apply(apply_mutex_);
+  const std::shared_ptr<const CatalogSnapshot> catalog = catalog_.Snapshot();
+  std::vector<Family*> families;
+  if (!counter.empty()) {
+    if (Family* family = catalog->FindCounter(counter)) families.push_back(family);
+  } else if (const SourceEntry* entry = catalog->FindSource(source)) {
+    for (const auto& family : entry->counters) families.push_back(family.get());
+  }
+  return applier_.DeleteShares(families, order, shares, partition_of);
+}
+
+Status DerivedCounters::ResetCounterState(std::string_view name) {
+  std::unique_lock ddl(apply_mutex_);
+  Family* family = catalog_.Snapshot()->FindCounter(name);
+  if (family == nullptr) return OkStatus();  // dropped later in the stream
+  return backfill_.ResetState(*family);
+}
+
+Status DerivedCounters::ResetSourceState(std::string_view source) {
+  std::unique_lock ddl(apply_mutex_);
+  const auto catalog = catalog_.Snapshot();
+  const SourceEntry* entry = catalog->FindSource(source);
+  if (entry == nullptr) return OkStatus();
+  return backfill_.ResetStates(*entry);
+}
+
+void DerivedCounters::OnReplicated(std::span<const engine::CommitBatch* const> batches) {
   const std::shared_ptr<const CatalogSnapshot> catalog = catalog_.Snapshot();
   if (catalog->counters.empty()) return;
   const auto update = [&](std::string_view key, bool present) {
@@ -455,8 +493,10 @@ void DerivedCounters::OnReplicated(std::span<const std::string_view> puts,
     }
     family->version.fetch_add(1, std::memory_order_relaxed);
   };
-  for (const std::string_view key : puts) update(key, true);
-  for (const std::string_view key : deletes) update(key, false);
+  for (const engine::CommitBatch* batch : batches) {
+    for (size_t i = 0; i < batch->delete_count(); ++i) update(batch->delete_key(i), false);
+    for (size_t i = 0; i < batch->put_count(); ++i) update(batch->put_key(i), true);
+  }
 }
 
 void DerivedCounters::ForgetKeys(const std::function<bool(std::string_view key)>& forgotten) {

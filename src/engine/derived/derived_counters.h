@@ -51,6 +51,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "engine/commit_batch.h"
 #include "engine/definitions/program.h"
 #include "engine/derived/apply.h"
 #include "engine/derived/backfill.h"
@@ -78,6 +79,11 @@ struct DerivedOptions {
   // groups one sweep removes at most: bounds each sweep's work; the rest waits a turn.
   int64_t retention_sweep_interval_ms = 1000;
   size_t retention_sweep_budget = 10'000;
+  // A cluster node: a backfill interrupted by a crash is left as it stands at Load (the
+  // counter shows kBackfilling) rather than redone here, since its groups live in
+  // partitions other nodes own; the cluster's source consumer resets and redoes it through
+  // the change stream (ResetShares, ResetCounterState).
+  bool keep_interrupted_backfills = false;
 };
 
 // The changes of one source within a source transaction: views of the caller's rows,
@@ -285,13 +291,27 @@ class DerivedCounters {
   // or changed later in the stream: no counter it moved is left) only moves the shares'
   // position records.
   Result<PushOutcome> ApplyShares(std::string_view body, std::string_view only_counter,
-                                  int64_t position, std::span<const PartitionShare> shares,
+                                  const ShareOrder& order, std::span<const PartitionShare> shares,
                                   const std::function<uint32_t(std::string_view)>& partition_of,
                                   ChangeDecoder& decoder, std::vector<uint32_t>* overflowed);
-  // Keeps the families' indexes in step with what a follower applied (the groups its
-  // replicated batches put and deleted), and with a partition forgotten whole. Any thread.
-  void OnReplicated(std::span<const std::string_view> puts,
-                    std::span<const std::string_view> deletes);
+  // A source's reset taken from the change stream (Applier::DeleteShares): every group of
+  // `counter` (or, when it is empty, of every counter on `source`) in this node's due shares
+  // is deleted. Nothing is deleted for a counter or source gone since; the shares' records
+  // move all the same. Returns the epoch to wait for.
+  uint64_t ResetShares(std::string_view source, std::string_view counter, const ShareOrder& order,
+                       std::span<const PartitionShare> shares,
+                       const std::function<uint32_t(std::string_view)>& partition_of);
+  // The catalog's part of the same resets, run by every node at the reset's place in the
+  // stream: ResetCounter's and ResetSource's changes of state (pending again, or counting
+  // from 0; no backfill record), their groups left to ResetShares. A counter or source gone
+  // since is no error. Durable when it returns.
+  Status ResetCounterState(std::string_view name);
+  Status ResetSourceState(std::string_view source);
+  // Keeps the families' indexes in step with what a follower applied: `batches` in stream
+  // order, each as a commit applies it (its deletes, then its puts), so that a group deleted
+  // in one batch and back in a later one stays listed. Also a partition forgotten whole
+  // (ForgetKeys). Any thread.
+  void OnReplicated(std::span<const engine::CommitBatch* const> batches);
   void ForgetKeys(const std::function<bool(std::string_view key)>& forgotten);
 
   // Totals for INFO: changes applied, and pushes refused whole.

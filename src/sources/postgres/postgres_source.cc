@@ -24,9 +24,12 @@ int64_t NowMicros() {
 }
 
 PostgresSource::PostgresSource(engine::Engine& engine, derived::DerivedCounters& derived,
-                               PostgresSourceOptions options)
+                               PostgresSourceOptions options, SourceTarget* target)
     : engine_(engine),
       derived_(derived),
+      own_target_(target == nullptr ? std::make_unique<LocalSourceTarget>(engine, derived)
+                                    : nullptr),
+      target_(target == nullptr ? *own_target_ : *target),
       options_(std::move(options)),
       applied_(std::make_shared<AppliedPosition>()) {
   session_conninfo_ = WithSessionSettings(options_.conninfo);
@@ -80,11 +83,11 @@ Status PostgresSource::Start() {
   // may not be there yet), once every table has a stored position.
   int64_t stored = std::numeric_limits<int64_t>::max();
   for (const std::string& source : sources_)
-    stored = std::min(stored, derived_.SourcePosition(source));
+    stored = std::min(stored, target_.SourcePosition(source));
   if (stored > 0) applied_->Add(0, static_cast<Lsn>(stored));
   // From now on a counter defined on a source — these, or a table not followed yet — is
   // backfilled from a snapshot.
-  derived_.MarkEverySourceStreamed();
+  if (auto status = target_.MarkEverySourceStreamed(); !status) return status;
   SetState("starting", false);
   std::unique_ptr<Session> session;
   if (auto s = Connect(&session); !s) {
@@ -118,7 +121,7 @@ void PostgresSource::Stop() {
   std::unique_lock lock(mutex_);
   while (!finished_) {
     lock.unlock();
-    derived_.Release();
+    target_.Release();
     lock.lock();
     wake_.wait_for(lock, std::chrono::milliseconds(50), [this] { return finished_; });
   }
@@ -128,7 +131,7 @@ void PostgresSource::Stop() {
 
 StatusReport PostgresSource::Report() const {
   const Stats s = stats();
-  const derived::HoldState hold = derived_.hold_state();
+  const derived::HoldState hold = target_.hold_state();
   const double percent = s.backfill_total == 0
                              ? 100.0
                              : std::min(100.0, 100.0 * static_cast<double>(s.backfill_rows) /
@@ -208,8 +211,16 @@ void PostgresSource::Run(std::unique_ptr<Session> session) {
   SetState("stopped", false);
 }
 
+Result<derived::PushOutcome> PostgresSource::ApplyTo(
+    std::string_view source, std::span<const derived::SourceRowChange> changes, int64_t position) {
+  const derived::SourceTransactionPart part{source, changes};
+  return target_.ApplyTransaction({&part, 1}, position);
+}
+
 Status PostgresSource::RunSession(Session& session, bool* fatal) {
   ReplicationStream& stream = *session.stream;
+  if (auto s = target_.BeginSession(session.sql.get()); !s) return s;
+  for (Table& table : session.tables) table.position = target_.SourcePosition(table.source);
   bool backfill =
       std::ranges::any_of(session.tables, [](const Table& t) { return t.position == 0; });
   auto slot = stream.FindSlot(options_.slot);

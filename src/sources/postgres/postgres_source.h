@@ -1,5 +1,8 @@
 // PostgresSource: keeps the derived counters of a PostgreSQL database's tables from its own
 // change stream (logical replication, pgoutput), exactly once across crashes and restarts.
+// Its writes go to a SourceTarget (source_target.h): the node's own derived counters, or on a
+// cluster's consumer node the cluster's change stream (cluster/source_target.h); what follows
+// names the single node's DerivedCounters calls, which the cluster's target mirrors.
 //
 // Which tables. Every tally source (CREATE SOURCE) read by at least one counter is a
 // PostgreSQL table of the same name, resolved as an SQL name on the server (search_path,
@@ -85,6 +88,7 @@
 #include "engine/engine.h"
 #include "sources/postgres/applied_position.h"
 #include "sources/postgres/pgoutput.h"  // Lsn
+#include "sources/postgres/source_target.h"
 
 namespace tally::postgres {
 
@@ -129,9 +133,10 @@ class PostgresSource {
   // backfill_total, backfill_percent, hold ("none" or the held LSN), hold_reached, error.
   StatusReport Report() const;
 
-  // `engine` and `derived` must outlive this object.
+  // `engine` and `derived` must outlive this object, as `target` when given: where the
+  // source's writes go (source_target.h); by default the node's own derived counters.
   PostgresSource(engine::Engine& engine, derived::DerivedCounters& derived,
-                 PostgresSourceOptions options);
+                 PostgresSourceOptions options, SourceTarget* target = nullptr);
   ~PostgresSource();  // Stop()
   PostgresSource(const PostgresSource&) = delete;
   PostgresSource& operator=(const PostgresSource&) = delete;
@@ -194,8 +199,15 @@ class PostgresSource {
   void SetError(const std::string& error);
   bool stopping() const;
 
+  // One part of one source: the shape of every write that is not a whole transaction.
+  Result<derived::PushOutcome> ApplyTo(std::string_view source,
+                                       std::span<const derived::SourceRowChange> changes,
+                                       int64_t position);
+
   engine::Engine& engine_;
-  derived::DerivedCounters& derived_;
+  derived::DerivedCounters& derived_;         // the catalog's reads; writes go to target_
+  std::unique_ptr<SourceTarget> own_target_;  // the default: LocalSourceTarget
+  SourceTarget& target_;
   const PostgresSourceOptions options_;
   std::string session_conninfo_;  // options_.conninfo with DateStyle=ISO, TimeZone=UTC
   // The sources with counters, by name: set by Start, grown by FollowNewTables; the runner

@@ -43,7 +43,7 @@ Status PostgresSource::Backfill(Session& session, bool slot_exists) {
     }
   }
   for (Table& table : session.tables) {
-    if (auto s = derived_.ResetSource(table.source); !s) return s;
+    if (auto s = target_.ResetSource(table.source); !s) return s;
     table.position = 0;
   }
   auto created = stream.CreateSlot(options_.slot);
@@ -83,7 +83,7 @@ Status PostgresSource::Backfill(Session& session, bool slot_exists) {
     uint64_t done = 0;  // of this table
     auto read =
         ReadRows(session, table, [&](std::span<const derived::SourceRowChange> chunk) -> Status {
-          auto applied = derived_.ApplyTransaction(table.source, chunk, 0);
+          auto applied = ApplyTo(table.source, chunk, 0);
           if (!applied) return tl::unexpected(applied.error());
           session.pending_epoch = std::max(session.pending_epoch, applied->required_epoch);
           done += chunk.size();
@@ -109,7 +109,7 @@ Status PostgresSource::Backfill(Session& session, bool slot_exists) {
   // The position last: until it is stored, a restart counts again from a new snapshot.
   const auto consistent = static_cast<int64_t>(created->consistent_point);
   for (Table& table : session.tables) {
-    auto applied = derived_.ApplyTransaction(table.source, {}, consistent);
+    auto applied = ApplyTo(table.source, {}, consistent);
     if (!applied) return tl::unexpected(applied.error());
     session.pending_epoch = std::max(session.pending_epoch, applied->required_epoch);
     table.position = consistent;
@@ -222,7 +222,7 @@ Status PostgresSource::BackfillCounter(Session& session, const Table& table,
     }
     consistent = created->consistent_point;
     snapshot = created->snapshot;
-    auto activated = derived_.ActivateCounter(counter, static_cast<int64_t>(consistent));
+    auto activated = target_.ActivateCounter(counter, static_cast<int64_t>(consistent));
     if (!activated) return tl::unexpected(activated.error());
     if (*activated) break;
     // The stream already applied a transaction past C without this counter.
@@ -230,7 +230,7 @@ Status PostgresSource::BackfillCounter(Session& session, const Table& table,
         "postgres source: backfill of counter {}: the stream is past the snapshot's "
         "{}; again with a new one",
         counter, FormatLsn(consistent));
-    if (auto s = derived_.ResetCounter(counter); !s) return s;
+    if (auto s = target_.ResetCounter(counter); !s) return s;
     if (attempt == kMostAttempts) {
       return MakeError(ErrorCode::kUnavailable,
                        fmt::format("backfill of counter {}: the stream passed {} snapshots "
@@ -247,7 +247,7 @@ Status PostgresSource::BackfillCounter(Session& session, const Table& table,
       stats_.backfilling = false;
     }
     session.Sql("ROLLBACK");
-    if (auto s = derived_.ResetCounter(counter); !s) {
+    if (auto s = target_.ResetCounter(counter); !s) {
       spdlog::error("postgres source: resetting counter {}: {}", counter, s.error().message);
     }
     return tl::unexpected(
@@ -273,7 +273,7 @@ Status PostgresSource::BackfillCounter(Session& session, const Table& table,
   Clock::time_point last_log = Clock::now();
   auto read =
       ReadRows(session, table, [&](std::span<const derived::SourceRowChange> chunk) -> Status {
-        auto applied = derived_.ApplyBackfill(counter, chunk);
+        auto applied = target_.ApplyBackfill(counter, chunk);
         if (!applied) return tl::unexpected(applied.error());
         epoch = std::max(epoch, applied->required_epoch);
         done += chunk.size();
@@ -304,8 +304,8 @@ Status PostgresSource::BackfillCounter(Session& session, const Table& table,
     return OkStatus();  // the marker stays: the next start does it again
   }
   if (auto r = session.Sql("COMMIT"); !r) return undo(r.error());
-  if (epoch != 0) engine_.committer().WaitDurable(epoch);
-  if (auto s = derived_.FinishBackfill(counter); !s) return undo(s.error());
+  target_.WaitDurable(epoch);
+  if (auto s = target_.FinishBackfill(counter); !s) return undo(s.error());
   {
     std::lock_guard lock(mutex_);
     stats_.backfilling = false;

@@ -97,7 +97,7 @@ Status PostgresSource::Connect(std::unique_ptr<Session>* out) {
     }
     if (auto mapping = MapColumns(relation, table.schema, derived_.ColumnsRead(name)); !mapping)
       return tl::unexpected(mapping.error());
-    table.position = derived_.SourcePosition(name);
+    table.position = target_.SourcePosition(name);
     session->tables.push_back(std::move(table));
   }
   {
@@ -128,7 +128,7 @@ Result<bool> PostgresSource::FollowNewTables(Session& session, uint64_t processe
     }
     // Every counter of a table not followed yet is pending (MarkEverySourceStreamed), so the
     // table's position may start here: each counter's backfill counts what lies before.
-    auto applied = derived_.ApplyTransaction(source, {}, static_cast<int64_t>(processed));
+    auto applied = ApplyTo(source, {}, static_cast<int64_t>(processed));
     if (!applied) return tl::unexpected(applied.error());
     session.pending_epoch = std::max(session.pending_epoch, applied->required_epoch);
     joined.push_back(source);

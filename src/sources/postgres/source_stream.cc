@@ -39,11 +39,11 @@ Status PostgresSource::Acknowledge(Session& session, uint64_t lsn) {
   // at a verification hold rather than wait in it. What lies past it is acknowledged after
   // the Release.
   int64_t target = static_cast<int64_t>(lsn);
-  if (const derived::HoldState hold = derived_.hold_state(); hold.held && target > hold.position)
+  if (const derived::HoldState hold = target_.hold_state(); hold.held && target > hold.position)
     target = std::max<int64_t>(hold.position, 0);
   for (Table& table : session.tables) {
     if (table.position >= target) continue;
-    auto applied = derived_.ApplyTransaction(table.source, {}, target);
+    auto applied = ApplyTo(table.source, {}, target);
     if (!applied) return tl::unexpected(applied.error());
     session.pending_epoch = std::max(session.pending_epoch, applied->required_epoch);
     table.position = target;
@@ -68,7 +68,7 @@ Status PostgresSource::Acknowledge(Session& session, uint64_t lsn) {
 
 void PostgresSource::MakeDurable(Session& session) {
   if (session.pending_epoch == 0) return;
-  engine_.committer().WaitDurable(session.pending_epoch);
+  target_.WaitDurable(session.pending_epoch);
   session.pending_epoch = 0;
 }
 
@@ -116,8 +116,8 @@ Status PostgresSource::Stream(Session& session, bool* fatal) {
       // delivered everything up to the held position. Ask the server for a keepalive (its
       // position, between transactions, is that proof) rather than wait for its own ~10 s.
       next_hold_check = Clock::now() + std::chrono::milliseconds(100);
-      if (const derived::HoldState hold = derived_.hold_state(); hold.held && !hold.reached) {
-        derived_.MarkStreamAt(static_cast<int64_t>(processed));
+      if (const derived::HoldState hold = target_.hold_state(); hold.held && !hold.reached) {
+        target_.MarkStreamAt(static_cast<int64_t>(processed));
         if (static_cast<int64_t>(processed) < hold.position) {
           if (auto s = stream.SendStatus(session.received, session.acked, session.acked, true); !s)
             return s;
@@ -174,7 +174,7 @@ Status PostgresSource::Stream(Session& session, bool* fatal) {
       // tables' WAL, and a shutting-down server waits for exactly that confirmation.
       if (!in_transaction) {
         processed = std::max(processed, k->wal_end);
-        derived_.MarkStreamAt(static_cast<int64_t>(processed));
+        target_.MarkStreamAt(static_cast<int64_t>(processed));
         applied_->Add(0, processed);
       }
       if (k->reply_requested) {
@@ -261,10 +261,10 @@ Status PostgresSource::Stream(Session& session, bool* fatal) {
           parts[i].source = touched[i]->source;
           parts[i].changes = touched[i]->changes;
         }
-        const derived::HoldState hold = derived_.hold_state();
+        const derived::HoldState hold = target_.hold_state();
         const bool held = hold.held && end > hold.position;
         if (held) SetState("held", true);  // ApplyTransaction waits for the Release
-        auto applied = derived_.ApplyTransaction(parts, end);
+        auto applied = target_.ApplyTransaction(parts, end);
         if (held) SetState("streaming", true);
         for (Table* table : touched) table->changes.clear();  // capacity reused
         if (!applied) {
@@ -283,7 +283,7 @@ Status PostgresSource::Stream(Session& session, bool* fatal) {
       }
       in_transaction = false;
       processed = std::max(processed, commit->end_lsn);
-      derived_.MarkStreamAt(static_cast<int64_t>(processed));
+      target_.MarkStreamAt(static_cast<int64_t>(processed));
       applied_->Add(epoch, processed);
       frames.clear();
       touched.clear();

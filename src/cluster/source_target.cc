@@ -1,0 +1,233 @@
+#include "cluster/source_target.h"
+
+#include <fmt/format.h>
+#include <libpq-fe.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <chrono>
+#include <thread>
+
+#include "engine/derived/change_writer.h"
+
+namespace tally::cluster {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// How long BeginSession waits for a replaced consumer's walsender to let the slot go, and
+// for the feed to read the stream's tail.
+constexpr auto kSlotReleaseWait = std::chrono::seconds(10);
+constexpr auto kCatchUpWait = std::chrono::seconds(30);
+
+}  // namespace
+
+ClusterSourceTarget::ClusterSourceTarget(ChangeFeed& feed, derived::DerivedCounters& derived,
+                                         std::string slot, int64_t claim, size_t max_body_bytes)
+    : feed_(feed),
+      derived_(derived),
+      slot_(std::move(slot)),
+      claim_(claim),
+      max_body_bytes_(max_body_bytes),
+      nonce_(Clock::now().time_since_epoch().count()) {}
+
+std::string ClusterSourceTarget::NextId(std::string_view kind) {
+  return fmt::format("{}:{}:{}:{}", kind, claim_, nonce_, ++next_id_);
+}
+
+Status ClusterSourceTarget::BeginSession(pg_conn* sql) {
+  // The slot admits one reader: the consumer this one replaced may still hold it (paused,
+  // cut off). Its walsender goes, so that it confirms nothing more to the slot.
+  const auto deadline = Clock::now() + kSlotReleaseWait;
+  for (;;) {
+    auto held = postgres::Exec(
+        sql,
+        "SELECT active_pid, pg_catalog.pg_terminate_backend(active_pid) FROM "
+        "pg_catalog.pg_replication_slots WHERE slot_name = $1 AND active_pid IS NOT NULL",
+        {slot_}, postgres::Deadline::Never(), "taking over replication slot " + slot_);
+    if (!held) return tl::unexpected(held.error());
+    if (PQntuples(held->get()) == 0) break;
+    spdlog::info("postgres source: slot {} was held by PostgreSQL backend {}: terminated", slot_,
+                 postgres::Text(held->get(), 0, 0));
+    if (Clock::now() >= deadline) {
+      return MakeError(ErrorCode::kUnavailable,
+                       fmt::format("replication slot {} is still held by another reader", slot_));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  if (auto status = feed_.CatchUp(kCatchUpWait); !status) return status;
+  for (const derived::CounterListing& counter : derived_.Counters()) {
+    if (counter.state != derived::CounterState::kBackfilling) continue;
+    spdlog::info(
+        "postgres source: counter {} was left backfilling by an earlier consumer: it is "
+        "backfilled again",
+        counter.name);
+    if (auto status = ResetCounter(counter.name); !status) return status;
+  }
+  return OkStatus();
+}
+
+Status ClusterSourceTarget::PublishCatalog(const std::string& head) {
+  auto ack = feed_.PublishSource(head, {}, NextId("catalog"));
+  if (!ack) return tl::unexpected(ack.error());
+  return feed_.AwaitCatalog(ack->seq);
+}
+
+Status ClusterSourceTarget::MarkEverySourceStreamed() {
+  if (feed_.sourced()) return OkStatus();
+  return PublishCatalog(fmt::format("sourced {}", claim_));
+}
+
+int64_t ClusterSourceTarget::SourcePosition(std::string_view source) {
+  return feed_.SourcePosition(std::string(source));
+}
+
+Result<derived::PushOutcome> ClusterSourceTarget::ApplyTransaction(
+    std::span<const derived::SourceTransactionPart> parts, int64_t position) {
+  derived::PushOutcome outcome;
+  if (position == 0) {  // a backfill chunk, of every counter of its source
+    for (const derived::SourceTransactionPart& part : parts) {
+      auto published = PublishRows(part.source, "-", part.changes);
+      if (!published) return published;
+      outcome.changes += published->changes;
+      outcome.applied += published->applied;
+    }
+    return outcome;
+  }
+  bool any = false;
+  for (const auto& part : parts) any = any || !part.changes.empty();
+  if (!any) {  // positions alone: every source's moves
+    std::string sources;
+    for (const auto& part : parts)
+      sources += (sources.empty() ? "" : ",") + std::string(part.source);
+    auto ack = feed_.PublishSource(fmt::format("source-at {} {} {}", claim_, position, sources), {},
+                                   NextId("at"));
+    if (!ack) return tl::unexpected(ack.error());
+    return outcome;
+  }
+  // The transaction's messages, in its order: rows until a message is full, a TRUNCATE
+  // alone. Each names the sources it holds, whose positions it moves; every source of the
+  // transaction is in one of them.
+  int64_t part_number = 0;
+  std::string body;
+  std::vector<std::string_view> body_sources;
+  auto publish = [&](const std::string& head) -> Status {
+    auto ack =
+        feed_.PublishSource(head, body, fmt::format("src:{}:{}:{}", claim_, position, part_number));
+    if (!ack) return tl::unexpected(ack.error());
+    body.clear();
+    body_sources.clear();
+    return OkStatus();
+  };
+  auto publish_rows = [&]() -> Status {
+    if (body.empty()) return OkStatus();
+    ++part_number;
+    return publish(fmt::format("source {} {} {} {}", claim_, position, part_number,
+                               fmt::join(body_sources, ",")));
+  };
+  for (const derived::SourceTransactionPart& part : parts) {
+    const std::optional<definitions::SourceSchema> schema = derived_.SourceSchemaOf(part.source);
+    if (!schema) {
+      return MakeError(ErrorCode::kNotFound, fmt::format("no source {}", part.source));
+    }
+    for (const derived::SourceRowChange& change : part.changes) {
+      if (change.truncate) {
+        if (auto status = publish_rows(); !status) return tl::unexpected(status.error());
+        ++part_number;
+        if (auto status = publish(
+                fmt::format("truncate {} {} {} {}", claim_, position, part_number, part.source));
+            !status)
+          return tl::unexpected(status.error());
+        continue;
+      }
+      if (std::ranges::find(body_sources, part.source) == body_sources.end()) {
+        body_sources.push_back(part.source);
+      }
+      if (auto status = derived::AppendChangeJson(*schema, change, &body); !status) {
+        return tl::unexpected(status.error());
+      }
+      ++outcome.applied;
+      if (body.size() >= max_body_bytes_) {
+        if (auto status = publish_rows(); !status) return tl::unexpected(status.error());
+      }
+    }
+    outcome.changes += part.changes.size();
+  }
+  if (auto status = publish_rows(); !status) return tl::unexpected(status.error());
+  return outcome;
+}
+
+Result<derived::PushOutcome> ClusterSourceTarget::PublishRows(
+    std::string_view source, std::string_view counter,
+    std::span<const derived::SourceRowChange> rows) {
+  const std::optional<definitions::SourceSchema> schema = derived_.SourceSchemaOf(source);
+  if (!schema) return MakeError(ErrorCode::kNotFound, fmt::format("no source {}", source));
+  derived::PushOutcome outcome;
+  std::string body;
+  auto publish = [&]() -> Status {
+    if (body.empty()) return OkStatus();
+    auto ack = feed_.PublishSource(fmt::format("rows {} {} {}", claim_, source, counter), body,
+                                   NextId("rows"));
+    if (!ack) return tl::unexpected(ack.error());
+    body.clear();
+    return OkStatus();
+  };
+  for (const derived::SourceRowChange& row : rows) {
+    if (auto status = derived::AppendChangeJson(*schema, row, &body); !status) {
+      return tl::unexpected(status.error());
+    }
+    ++outcome.changes;
+    ++outcome.applied;
+    if (body.size() >= max_body_bytes_) {
+      if (auto status = publish(); !status) return tl::unexpected(status.error());
+    }
+  }
+  if (auto status = publish(); !status) return tl::unexpected(status.error());
+  return outcome;
+}
+
+Status ClusterSourceTarget::ResetSource(std::string_view source) {
+  return PublishCatalog(fmt::format("source-reset {} {}", claim_, source));
+}
+
+Result<bool> ClusterSourceTarget::ActivateCounter(std::string_view name, int64_t position) {
+  auto family_source = [&]() -> std::optional<std::string> {
+    for (const derived::CounterListing& counter : derived_.Counters()) {
+      if (counter.name == name) return counter.source;
+    }
+    return std::nullopt;
+  }();
+  if (!family_source) return MakeError(ErrorCode::kNotFound, fmt::format("no counter {}", name));
+  // A transaction above `position` may be in the stream already without this counter.
+  if (feed_.SourcePosition(*family_source) > position) return false;
+  if (auto status = PublishCatalog(fmt::format("activate {} {} {}", claim_, name, position));
+      !status)
+    return tl::unexpected(status.error());
+  auto start = derived_.CounterStart(name);
+  if (!start) return tl::unexpected(start.error());
+  if (*start != position) {
+    return MakeError(ErrorCode::kUnavailable,
+                     fmt::format("counter {} was not activated (a newer source consumer?)", name));
+  }
+  return true;
+}
+
+Result<derived::PushOutcome> ClusterSourceTarget::ApplyBackfill(
+    std::string_view counter, std::span<const derived::SourceRowChange> rows) {
+  std::optional<std::string> source;
+  for (const derived::CounterListing& listing : derived_.Counters()) {
+    if (listing.name == counter) source = listing.source;
+  }
+  if (!source) return MakeError(ErrorCode::kNotFound, fmt::format("no counter {}", counter));
+  return PublishRows(*source, counter, rows);
+}
+
+Status ClusterSourceTarget::FinishBackfill(std::string_view name) {
+  return PublishCatalog(fmt::format("finish {} {}", claim_, name));
+}
+
+Status ClusterSourceTarget::ResetCounter(std::string_view name) {
+  return PublishCatalog(fmt::format("counter-reset {} {}", claim_, name));
+}
+
+}  // namespace tally::cluster

@@ -1,0 +1,155 @@
+"""A tally cluster following PostgreSQL (tallyd --source on every node; issue 14): one node
+at a time, the owner of partition 0, consumes the replication slot and puts each transaction
+in the cluster's change stream; every partition owner applies its share exactly once.
+
+The test seeds the blog model's posts, starts 3 nodes with --source and the model's counters,
+waits until every node's listing equals PostgreSQL's own GROUP BY (the backfill), then runs
+writers on PostgreSQL while the consumer is killed -9 again and again (E2E_CLUSTER_PG_KILLS,
+default 5) and restarted; a counter defined while the source streams is backfilled; at the
+end every node equals the GROUP BY: nothing counted twice, nothing missed.
+
+Environment: E2E_CLUSTER_PG_ROWS (seeded rows, default 3000), E2E_CLUSTER_PG_KILLS.
+"""
+
+import os
+import random
+import shutil
+import tempfile
+import time
+import unittest
+
+import blog_model as bm
+import pg_case
+from harness import RespConn
+from tally_cluster import TallyCluster
+
+ROWS = int(os.environ.get("E2E_CLUSTER_PG_ROWS", "3000"))
+KILLS = int(os.environ.get("E2E_CLUSTER_PG_KILLS", "5"))
+WAIT = 90.0  # seconds: the bound on every wait for the cluster to catch up
+SEED = 1414
+
+
+def log(message):
+    print("[cluster pg] %s" % message, flush=True)
+
+
+def source_info(port):
+    """INFO source of one node, as a dict (empty when the node does not answer)."""
+    try:
+        return pg_case.info_source(port)
+    except OSError:
+        return {}
+
+
+class ClusterPgSourceTest(pg_case.PgCase):
+
+    def start_cluster(self, slot):
+        path = os.path.join(self.work_dir(), "definitions.sql")
+        with open(path, "w") as f:
+            f.write(bm.definitions_sql(bm.COUNTERS))
+        cluster = TallyCluster(nodes=3, lease_ms=1000, extra_args=[
+            "--source", self.conninfo(), "--source-slot", slot, "--source-publication", slot,
+            "--definitions", path])
+        self.addCleanup(cluster.cleanup)
+        cluster.start()
+        return cluster
+
+    def work_dir(self):
+        path = tempfile.mkdtemp(prefix="tally-cluster-pg-")
+        self.addCleanup(shutil.rmtree, path, True)
+        return path
+
+    def consumer(self, cluster, timeout=WAIT):
+        """The index of the node that consumes the slot (bounded wait for one)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for i in cluster.live_indexes():
+                info = source_info(cluster.node(i).port)
+                if info.get("consumer") == "this node" and info.get("state") == "streaming":
+                    return i
+            time.sleep(0.2)
+        self.fail("no node consumes the slot\n%s" % self.logs(cluster))
+
+    def logs(self, cluster):
+        return "\n".join("--- node %d\n%s" % (i, cluster.node(i).log_tail(40))
+                         for i in cluster.live_indexes())
+
+    def wait_equal_everywhere(self, cluster, context, counters=bm.COUNTERS):
+        """Waits (bounded) until every live node's listing equals PostgreSQL's GROUP BY."""
+        want = recount(self.pg, counters)
+        differ = {}
+        for i in cluster.live_indexes():
+            deadline = time.monotonic() + WAIT
+            got = {}
+            while time.monotonic() < deadline:
+                got = listing(cluster.node(i).port, counters)
+                if got == want:
+                    break
+                time.sleep(0.2)
+            if got != want:
+                differ[i] = "node %d (%d vs %d groups):\n%s" % (i, len(got), len(want),
+                                                                pg_case.diff(got, want))
+        self.assertEqual(differ, {}, "%s: tally != PostgreSQL\n%s\n%s" % (
+            context, "\n".join(differ.values()), self.logs(cluster)))
+
+    def test_consumer_killed_repeatedly_counts_exactly_once(self):
+        rng = random.Random(SEED)
+        self.pg.sql(pg_case.insert_sql(rng, ROWS))
+        cluster = self.start_cluster("cpg")
+        self.wait_equal_everywhere(cluster, "after the backfill")
+        first = self.consumer(cluster)
+        log("backfilled: node %d consumes the slot" % first)
+
+        writers = pg_case.Writers(self.pg, SEED + 1, max_id=ROWS + 500)
+        self.addCleanup(writers.stop)
+        for k in range(KILLS):
+            time.sleep(rng.uniform(1.0, 3.0))
+            victim = self.consumer(cluster)
+            cluster.kill9(victim)
+            took_over = self.consumer(cluster)
+            log("kill %d: node %d killed, node %d consumes now (%d scripts so far)" % (
+                k + 1, victim, took_over, writers.scripts()))
+            self.assertNotEqual(took_over, victim)
+            cluster.restart(victim, hard=True)
+        self.assertTrue(writers.pause(), "a writer did not stop")
+        self.assertGreater(writers.scripts(), 0)
+        self.wait_equal_everywhere(cluster, "after %d kills of the consumer" % KILLS)
+
+        # A counter defined while the source streams: backfilled, then counting.
+        extra = bm.NO_KEY_COUNTERS[0]
+        with RespConn(cluster.node(cluster.live_indexes()[0]).port, timeout=30) as conn:
+            defined = conn.call("COUNTER.DEFINE", extra.sql)
+        self.assertIsInstance(defined, list, defined)
+        writers.resume()
+        time.sleep(2.0)
+        self.assertTrue(writers.pause(), "a writer did not stop")
+        self.wait_equal_everywhere(cluster, "after a counter defined mid-stream",
+                                   counters=bm.COUNTERS + [extra])
+
+
+def recount(pg, counters):
+    """{key: value} of `counters`, each by its own SELECT run on PostgreSQL."""
+    got = {}
+    for c in counters:
+        for row in pg.query(bm.select_of(c)):
+            parts = [bm.pg_key_part(t, ty) for t, ty in zip(row[:-1], c.key_types)]
+            value = 0 if row[-1] is None else int(row[-1])
+            if value:
+                got[bm.counter_key(c.name, parts)] = value
+    return got
+
+
+def listing(port, counters):
+    out = {}
+    try:
+        with RespConn(port, timeout=30) as conn:
+            for c in counters:
+                items, _ = bm.redis_scan_all(conn, c.name, count=5000)
+                out.update(items)
+    except (OSError, AssertionError):
+        return {}
+    return out
+
+
+if __name__ == "__main__":
+    unittest.main()
