@@ -43,6 +43,14 @@ derived_compare.py (counter tables against a recount).
 
     bench/source_compare.py --tally-binary build/bin/tallyd    # about 5 minutes
     bench/source_compare.py --quick                            # smoke run
+    bench/source_compare.py --cluster     # one node against a 3-node cluster (issue 14)
+
+With --cluster the runs are: no counters, `tallyd --source` on one node, and a tally cluster
+following the same database (3 tallyd with --source over 3 nats-servers, by
+tests/e2e/tally_cluster.py, lease 2 s: one node consumes the slot and puts each transaction
+in the cluster's change stream), 1 definition each, interleaved; the lag is read from the
+node that owns the marker's key (its standbys may lag more); CPU "tallyd" is every tallyd and
+nats-server of the cluster. Written to bench/results/source_cluster.md.
 
 Nothing is pinned: PostgreSQL, its walsender, tallyd and the clients share the machine's
 cores. The table is printed and written to bench/results/source.md.
@@ -294,6 +302,60 @@ class Follower:
         self.server.cleanup()
 
 
+class ClusterFollower(Follower):
+    """A tally cluster following database `db`: 3 tallyd (--source on each) over 3
+    nats-servers; markers are read on the owner of the marker's key."""
+
+    def __init__(self, pg, db, defs, tmp):
+        super().__init__(pg, db, defs, tmp)
+        self.server.cleanup()  # the single node the base class made is not used
+        import tally_cluster
+        conninfo = "host=127.0.0.1 port=%d dbname=%s user=%s" % (pg.port, db, pg.user)
+        path = os.path.join(tmp, "defs-%s.sql" % db)
+        self.cluster = tally_cluster.TallyCluster(nodes=3, extra_args=[
+            "--source", conninfo, "--source-slot", db, "--source-publication", db,
+            "--definitions", path])
+
+    def start(self, wait_streaming=True):
+        self.cluster.start()
+        deadline = time.monotonic() + 120
+        while wait_streaming and time.monotonic() < deadline:
+            for i in self.cluster.live_indexes():
+                with harness.RespConn(self.cluster.node(i).port, timeout=10) as conn:
+                    info = conn.call("INFO", "source")
+                if isinstance(info, bytes):
+                    info = info.decode()
+                if "source_consumer:this node" in info and "source_state:streaming" in info:
+                    return
+            time.sleep(0.2)
+        if wait_streaming:
+            raise RuntimeError("no node of the cluster streams from the slot")
+
+    def owner_port(self):
+        with harness.RespConn(self.cluster.node(0).port, timeout=10) as conn:
+            reply = conn.call("GET", MARK_KEY)
+        if isinstance(reply, harness.RespError) and reply.message.startswith("MOVED"):
+            return int(reply.message.rsplit(":", 1)[1])
+        return self.cluster.node(0).port
+
+    def connections(self):
+        return (PgConn(self.pg.port, self.pg.user, self.db),
+                harness.RespConn(self.owner_port(), timeout=30))
+
+    def pids(self):
+        pids = {"tallyd %d" % i: self.cluster.node(i).proc.pid
+                for i in self.cluster.live_indexes()}
+        pids.update({"nats %d" % i: p.pid for i, p in enumerate(self.cluster.nats._procs) if p})
+        return pids
+
+    def check(self):
+        self.server = self.cluster.node(0)
+        return super().check()
+
+    def cleanup(self):
+        self.cluster.cleanup()
+
+
 class Sampler(threading.Thread):
     """Markers one after another while the workload runs: the commit-to-readable lags."""
 
@@ -362,11 +424,11 @@ def pct(values, p):
     return s[min(len(s) - 1, max(0, int(round(p / 100.0 * len(s) + 0.5)) - 1))]
 
 
-def run_tally(pg, wl, defs, args, label, tmp, slow=None):
+def run_tally(pg, wl, defs, args, label, tmp, slow=None, cluster=False):
     db = "src_" + label
     pg.sql("CREATE DATABASE %s;" % db)
     pg.sql(table_sql(True), db=db)
-    fol = Follower(pg, db, defs, tmp)
+    fol = (ClusterFollower if cluster else Follower)(pg, db, defs, tmp)
     try:
         fol.start()
         wdir = os.path.join(tmp, label)
@@ -377,9 +439,9 @@ def run_tally(pg, wl, defs, args, label, tmp, slow=None):
         sampler = Sampler(fol, args.sample_interval)
         walsender = pg.query("SELECT active_pid FROM pg_replication_slots WHERE slot_name = '%s'"
                              % db)
-        meter = CpuMeter({"tallyd": fol.server.proc.pid,
-                          "walsender": int(walsender[0][0]) if walsender and walsender[0][0]
-                          else None}).start()
+        pids = fol.pids() if cluster else {"tallyd": fol.server.proc.pid}
+        pids["walsender"] = int(walsender[0][0]) if walsender and walsender[0][0] else None
+        meter = CpuMeter(pids).start()
         t0 = time.monotonic()
         sampler.start()
         run_clients(pg, db, files)
@@ -395,6 +457,10 @@ def run_tally(pg, wl, defs, args, label, tmp, slow=None):
             pgc.close()
             redis.close()
         cpu = meter.stop()
+        if cluster:  # every tallyd and nats-server of the cluster, as one
+            parts = [v for k, v in cpu.items() if k.startswith(("tallyd ", "nats ")) and v]
+            cpu = {"wall": cpu["wall"], "machine": cpu["machine"], "tallyd": sum(parts),
+                   "walsender": cpu.get("walsender")}
         groups = fol.check()
         n_all = wl.pg_changes + fol.marks
         return {"seconds": t1 - t0, "apply_rate": n_all / (seen - t0), "tail": seen - t1,
@@ -591,8 +657,14 @@ def main():
     ap.add_argument("--skip-half", action="store_true", help="no half-rate runs")
     ap.add_argument("--skip-decoding", action="store_true")
     ap.add_argument("--quick", action="store_true", help="small run (smoke test)")
-    ap.add_argument("--out", default=os.path.join(REPO, "bench", "results", "source.md"))
+    ap.add_argument("--cluster", action="store_true",
+                    help="one node against a 3-node cluster following the same workload")
+    ap.add_argument("--out", default=None,
+                    help="default bench/results/source.md (source_cluster.md with --cluster)")
     args = ap.parse_args()
+    if args.out is None:
+        args.out = os.path.join(REPO, "bench", "results",
+                                "source_cluster.md" if args.cluster else "source.md")
     if args.quick:
         args.changes = min(args.changes, 20000)
         args.samples = min(args.samples, 30)
@@ -636,8 +708,8 @@ def main():
                 log("  %.2fs, %.0f transactions/s" % (s, view.pg_changes / s))
                 return s, {}
 
-            def tally(view, label, d, slow=None):
-                r = run_tally(pg, view, dc.DEF_SETS[d], args, label, tmp, slow)
+            def tally(view, label, d, slow=None, cluster=False):
+                r = run_tally(pg, view, dc.DEF_SETS[d], args, label, tmp, slow, cluster)
                 lags = r["lags"]
                 log("  %.2fs, %.0f transactions/s; apply %.0f changes/s, tail %.3fs; "
                     "%d lag samples, p50 %.1f ms, p99 %.1f ms; %d groups equal" % (
@@ -657,6 +729,10 @@ def main():
                 ("PostgreSQL + tallyd --source", 1, wl, lambda v, l: tally(v, l, 1)),
                 ("PostgreSQL + tallyd --source", 10, wl, lambda v, l: tally(v, l, 10)),
             ]
+            if args.cluster:
+                configs = [configs[0], configs[4],
+                           ("PostgreSQL + tally cluster --source (3 nodes)", 1, wl,
+                            lambda v, l: tally(v, l, 1, cluster=True))]
             results = {i: [] for i in range(len(configs))}
             for rnd in range(args.repeats):
                 for i, (name, d, view, fn) in enumerate(configs):
@@ -666,7 +742,7 @@ def main():
             for i, (name, d, view, fn) in enumerate(configs):
                 runs.append(aggregate(name, d, view.pg_changes, results[i]))
             none_rate = runs[0][2] / runs[0][3]
-            if not args.skip_half:
+            if not args.skip_half and not args.cluster:
                 # About half the no-counters rate: each client sleeps after every 10
                 # statements for as long as those 10 take at the no-counters median rate.
                 pace = (10, 10.0 * args.clients / none_rate)
@@ -677,7 +753,7 @@ def main():
                     r = tally(wl, "half%d" % d, d, pace)
                     runs.append(aggregate("PostgreSQL + tallyd --source, half rate", d,
                                           wl.pg_changes, [r]))
-            if not args.skip_decoding:
+            if not args.skip_decoding and not args.cluster:
                 log("decoding: tally as the consumer, pg_recvlogical for reference...")
                 decoding = run_decoding(pg, wl, args, tmp)
                 for what, n, s, note in decoding:

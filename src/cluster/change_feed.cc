@@ -20,6 +20,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 constexpr size_t kScriptsKept = 512;
+constexpr auto kRecordEvery = std::chrono::seconds(2);  // how often Run records its progress
 
 std::string Hex(std::string_view bytes) {
   std::string hex;
@@ -112,12 +113,16 @@ int64_t ChangeFeed::AppliedPosition(uint32_t partition) {
 uint64_t ChangeFeed::ReadFrom(const std::vector<uint32_t>& owned) {
   uint64_t from = next_seq();
   for (const uint32_t p : owned) {
-    from = std::min(from, static_cast<uint64_t>(AppliedPosition(p)) + 1);
+    // From the message at the partition's position itself: a consumer's batch is applied
+    // segment by segment, and its previous owner may have stopped within one (the segments
+    // it applied are behind the partition's fence; any other message there is done).
+    from = std::min(from, std::max<uint64_t>(static_cast<uint64_t>(AppliedPosition(p)), 1));
   }
   return from;
 }
 
 void ChangeFeed::Run() {
+  auto next_record = Clock::now() + kRecordEvery;
   while (true) {
     {
       std::lock_guard lock(mutex_);
@@ -161,6 +166,12 @@ void ChangeFeed::Run() {
       next_seq_ = stored.seq + 1;
     }
     advanced_.notify_all();
+    // Every catalog message up to here has run (the feed read them in order): recorded now and
+    // then, so that a restart reads again from here rather than from the last catalog message.
+    if (Clock::now() >= next_record && stored.seq > ddl_seq()) {
+      next_record = Clock::now() + kRecordEvery;
+      FinishCatalogMessage(stored.seq);
+    }
   }
 }
 

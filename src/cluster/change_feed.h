@@ -21,23 +21,25 @@
 // of partition 0 (cluster/source_runner.h), whose PostgresSource writes to the stream
 // through ClusterSourceTarget (cluster/source_target.h). Its messages carry its claim (its
 // term as partition 0's owner):
-//   "tally-change 1 source <claim> <lsn> <part> <sources>\n<rows>"   a transaction, or one
-//        part of it (one too large for a message, or cut at a TRUNCATE), rows as
-//        derived/change_writer.h writes them; <sources> comma-separated
-//   "tally-change 1 truncate <claim> <lsn> <part> <source>"          a TRUNCATE in one
+//   "tally-change 1 batch <claim>\n<segments>"   transactions in order, each a segment:
+//        "#rows <lsn> <part> <sources>" then its rows (derived/change_writer.h; a transaction
+//        too large for one message is cut into parts, and at each TRUNCATE),
+//        "#truncate <lsn> <part> <source>", or "#at <lsn> <sources>" (positions alone);
+//        <sources> comma-separated
 //   "tally-change 1 rows <claim> <source> <counter>\n<rows>"         a backfill chunk
 //        (<counter> "-": every counter of the source that is not pending)
 //   "tally-change 1 source-reset <claim> <source>"   a backfill starts over: its groups go
 //   "tally-change 1 counter-reset <claim> <counter>" one counter's backfill starts over
 //   "tally-change 1 activate <claim> <counter> <lsn>" / "finish <claim> <counter>"
-//   "tally-change 1 source-at <claim> <lsn> <sources>" positions with no change
 //   "tally-change 1 sourced <claim>"                  counters created from here on are
 //        pending until the consumer backfills them (DerivedCounters::MarkEverySourceStreamed)
 // The partitions' part of these (the rows, truncates and resets) is applied by each owner
 // with the partition's fence (derived::SourceFence): a consumer replaced while its last
 // messages were in flight cannot count anything twice or out of order. The catalog's part
-// (activate, finish, the resets' states, positions, sourced) is run by every node once, at
-// its place in the stream, as a script is, and only from the newest claim seen so far.
+// (activate, finish, the resets' states, sourced) is run by every node once, at its place
+// in the stream, as a script is, and only from the newest claim seen so far; the sources'
+// positions move with the segments, in memory, and are recorded with each catalog message
+// and every 2 s of reading (a restart reads the stream again from the last record).
 //
 // A push or a script is taken by any node (ChangeFront): checked there, published (a push
 // with Nats-Msg-Id = its id: JetStream answers a resend "duplicate" with the first one's
@@ -114,7 +116,7 @@ class ChangeFeed final : public ChangeFront {
   // applied; its client resends it by id). Any thread.
   void HoldOff(bool held_off);
 
-  // The next sequence the feed will read; the last script run.
+  // The next sequence the feed will read; how far every catalog message has run.
   uint64_t next_seq() const;
   uint64_t ddl_seq() const;
 
@@ -141,7 +143,7 @@ class ChangeFeed final : public ChangeFront {
   static constexpr std::string_view kMagic = "tally-change 1 ";  // every message's start
   // The feed's catalog records: every one starts with the prefix.
   static constexpr std::string_view kClusterRecordPrefix = "cluster/";
-  static constexpr std::string_view kDdlRecord = "cluster/ddl";  // the last catalog message run
+  static constexpr std::string_view kDdlRecord = "cluster/ddl";  // ddl_seq_
   static constexpr std::string_view kSourceClaimRecord = "cluster/source-claim";
   static constexpr std::string_view kSourcedRecord = "cluster/sourced";
   static constexpr std::string_view kSourcePositionRecord = "cluster/source-position/";
@@ -156,8 +158,9 @@ class ChangeFeed final : public ChangeFront {
   void ApplyShares(uint64_t seq, std::string_view kind, std::string_view only_counter,
                    std::string_view body, const derived::ShareOrder& order);
   uint32_t PartitionOf(std::string_view key) const;
-  // A source consumer's message (change_feed_source.cc).
+  // A source consumer's message (change_feed_source.cc), and a batch's segments.
   void HandleSource(uint64_t seq, std::string_view head, std::string_view body);
+  void ApplyBatch(uint64_t seq, int64_t claim, std::string_view body);
   // Runs `apply` on the shares of the partitions owned now that the feed reads for, held
   // (none handed over or forgotten meanwhile), then has the commit written. Nothing when
   // there are none.
@@ -167,8 +170,8 @@ class ChangeFeed final : public ChangeFront {
   bool TakeCatalogMessage(uint64_t seq, int64_t claim);
   // Marks the catalog message at `seq` run: persisted with the source positions and claim.
   void FinishCatalogMessage(uint64_t seq);
-  // Where to read from for the partitions owned now: the lowest of their positions, or the
-  // next sequence when none is behind it.
+  // Where to read from for the partitions owned now: the lowest of their positions (the
+  // message there included: see ReadFrom), or the next sequence when none is behind it.
   uint64_t ReadFrom(const std::vector<uint32_t>& owned);
   // Publishes one message; its sequence and whether it was a duplicate.
   Result<PubAck> Publish(std::string data, std::string_view msg_id);
@@ -189,7 +192,7 @@ class ChangeFeed final : public ChangeFront {
   std::condition_variable advanced_;
   // Guarded by mutex_:
   uint64_t next_seq_ = 1;
-  uint64_t ddl_seq_ = 0;  // the last catalog message run: a script or a consumer's
+  uint64_t ddl_seq_ = 0;  // every catalog message (a script, a consumer's) up to here has run
   // The source consumers' state as the stream says, catalog records "cluster/source-claim",
   // "cluster/sourced" and "cluster/source-position/<source>".
   int64_t source_claim_ = 0;

@@ -14,16 +14,17 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// The space-separated fields of a message's head, after its kind.
-std::vector<std::string_view> Fields(std::string_view head) {
-  std::vector<std::string_view> fields;
-  while (!head.empty()) {
-    const size_t space = head.find(' ');
-    fields.push_back(head.substr(0, space));
-    if (space == std::string_view::npos) break;
-    head.remove_prefix(space + 1);
+// The parts of `text` between `separator`s: a message head's fields (' '), a list of
+// sources (',').
+std::vector<std::string_view> Split(std::string_view text, char separator) {
+  std::vector<std::string_view> parts;
+  while (!text.empty()) {
+    const size_t at = text.find(separator);
+    parts.push_back(text.substr(0, at));
+    if (at == std::string_view::npos) break;
+    text.remove_prefix(at + 1);
   }
-  return fields;
+  return parts;
 }
 
 std::optional<int64_t> Number(std::string_view text) {
@@ -33,67 +34,32 @@ std::optional<int64_t> Number(std::string_view text) {
   return value;
 }
 
-std::vector<std::string_view> Split(std::string_view list) {
-  std::vector<std::string_view> items;
-  while (!list.empty()) {
-    const size_t comma = list.find(',');
-    items.push_back(list.substr(0, comma));
-    if (comma == std::string_view::npos) break;
-    list.remove_prefix(comma + 1);
-  }
-  return items;
-}
-
 }  // namespace
 
 void ChangeFeed::HandleSource(uint64_t seq, std::string_view head, std::string_view body) {
-  const std::vector<std::string_view> fields = Fields(head);
+  const std::vector<std::string_view> fields = Split(head, ' ');
   const std::string_view kind = fields.front();
   // Every consumer message names its claim first; the kinds' other fields follow.
-  const size_t wanted = kind == "source" || kind == "truncate"                                  ? 5
-                        : kind == "rows" || kind == "activate" || kind == "source-at"           ? 4
-                        : kind == "source-reset" || kind == "counter-reset" || kind == "finish" ? 3
-                        : kind == "sourced"                                                     ? 2
-                                                                                                : 0;
+  size_t wanted = 0;
+  if (kind == "rows" || kind == "activate") {
+    wanted = 4;
+  } else if (kind == "source-reset" || kind == "counter-reset" || kind == "finish") {
+    wanted = 3;
+  } else if (kind == "batch" || kind == "sourced") {
+    wanted = 2;
+  }
   const std::optional<int64_t> claim = fields.size() > 1 ? Number(fields[1]) : std::nullopt;
   if (wanted == 0 || fields.size() != wanted || !claim) {
     spdlog::warn("change feed: message {} of {} is of kind '{}': skipped", seq, options_.stream,
                  head.substr(0, 80));
     return;
   }
-  const auto position = static_cast<int64_t>(seq);
-  // The positions a transaction or a source-at moves, from a consumer not replaced yet.
-  auto advance = [&](std::string_view sources, int64_t lsn) {
-    std::lock_guard lock(mutex_);
-    if (*claim < source_claim_) return;
-    source_claim_ = *claim;
-    for (const std::string_view source : Split(sources)) {
-      int64_t& stored = source_positions_[std::string(source)];
-      stored = std::max(stored, lsn);
-    }
-  };
-  if (kind == "source" || kind == "truncate") {
-    const std::optional<int64_t> lsn = Number(fields[2]);
-    const std::optional<int64_t> part = Number(fields[3]);
-    if (!lsn || !part) {
-      spdlog::warn("change feed: message {} of {} has a bad head '{}': skipped", seq,
-                   options_.stream, head.substr(0, 80));
-      return;
-    }
-    const derived::ShareOrder order{position, *lsn, derived::SourceFence{*claim, *lsn, *part}};
-    if (kind == "source") {
-      ApplyShares(seq, "source transaction", {}, body, order);
-    } else {
-      WithShares([&](std::span<const derived::PartitionShare> shares) {
-        derived_.ResetShares(fields[4], {}, order, shares,
-                             [this](std::string_view key) { return PartitionOf(key); });
-      });
-    }
-    advance(fields[4], *lsn);
+  if (kind == "batch") {
+    ApplyBatch(seq, *claim, body);
     return;
   }
   // Not ordered by LSN: only the claim is checked.
-  const derived::ShareOrder unordered{position, derived::kPendingStart,
+  const derived::ShareOrder unordered{static_cast<int64_t>(seq), derived::kPendingStart,
                                       derived::SourceFence{*claim, 0, 0}};
   if (kind == "rows") {
     ApplyShares(seq, "backfill chunk", fields[3] == "-" ? std::string_view() : fields[3], body,
@@ -126,8 +92,6 @@ void ChangeFeed::HandleSource(uint64_t seq, std::string_view head, std::string_v
     }
   } else if (kind == "finish") {
     status = derived_.FinishBackfill(fields[2]);
-  } else if (kind == "source-at") {
-    if (const std::optional<int64_t> lsn = Number(fields[2])) advance(fields[3], *lsn);
   } else if (kind == "sourced") {
     derived_.MarkEverySourceStreamed();
     std::lock_guard lock(mutex_);
@@ -138,6 +102,52 @@ void ChangeFeed::HandleSource(uint64_t seq, std::string_view head, std::string_v
                  status.error().message);
   }
   FinishCatalogMessage(seq);
+}
+
+void ChangeFeed::ApplyBatch(uint64_t seq, int64_t claim, std::string_view body) {
+  const auto position = static_cast<int64_t>(seq);
+  // The positions a segment moves, from a consumer not replaced yet.
+  auto advance = [&](std::string_view sources, int64_t lsn) {
+    std::lock_guard lock(mutex_);
+    if (claim < source_claim_) return;
+    source_claim_ = claim;
+    for (const std::string_view source : Split(sources, ',')) {
+      int64_t& stored = source_positions_[std::string(source)];
+      stored = std::max(stored, lsn);
+    }
+  };
+  // Segments: a "#<kind> ..." line, then (for rows) the rows up to the next such line.
+  while (!body.empty()) {
+    const size_t end = body.find('\n');
+    const std::string_view line = body.substr(0, end);
+    body.remove_prefix(end == std::string_view::npos ? body.size() : end + 1);
+    size_t rows_end = 0;
+    while (rows_end < body.size() && body[rows_end] != '#') {
+      const size_t next = body.find('\n', rows_end);
+      rows_end = next == std::string_view::npos ? body.size() : next + 1;
+    }
+    const std::string_view rows = body.substr(0, rows_end);
+    body.remove_prefix(rows_end);
+    const std::vector<std::string_view> fields = Split(line, ' ');
+    const bool ordered = (fields[0] == "#rows" || fields[0] == "#truncate") && fields.size() == 4;
+    const std::optional<int64_t> lsn = fields.size() > 1 ? Number(fields[1]) : std::nullopt;
+    const std::optional<int64_t> part = ordered ? Number(fields[2]) : std::optional<int64_t>(0);
+    if (!lsn || !part || (!ordered && (fields[0] != "#at" || fields.size() != 3))) {
+      spdlog::error("change feed: message {} of {} has a bad segment '{}': the rest is skipped",
+                    seq, options_.stream, line.substr(0, 80));
+      return;
+    }
+    const derived::ShareOrder order{position, *lsn, derived::SourceFence{claim, *lsn, *part}};
+    if (fields[0] == "#rows") {
+      ApplyShares(seq, "source transaction", {}, rows, order);
+    } else if (fields[0] == "#truncate") {
+      WithShares([&](std::span<const derived::PartitionShare> shares) {
+        derived_.ResetShares(fields[3], {}, order, shares,
+                             [this](std::string_view key) { return PartitionOf(key); });
+      });
+    }
+    advance(fields.back(), *lsn);
+  }
 }
 
 bool ChangeFeed::TakeCatalogMessage(uint64_t seq, int64_t claim) {

@@ -68,6 +68,7 @@ Status ClusterSourceTarget::BeginSession(pg_conn* sql) {
 }
 
 Status ClusterSourceTarget::PublishCatalog(const std::string& head) {
+  if (auto status = Flush(); !status) return status;  // in the stream's order
   auto ack = feed_.PublishSource(head, {}, NextId("catalog"));
   if (!ack) return tl::unexpected(ack.error());
   return feed_.AwaitCatalog(ack->seq);
@@ -94,37 +95,23 @@ Result<derived::PushOutcome> ClusterSourceTarget::ApplyTransaction(
     }
     return outcome;
   }
+  std::vector<std::string_view> names;
+  for (const derived::SourceTransactionPart& part : parts) names.push_back(part.source);
+  const std::string sources = fmt::format("{}", fmt::join(names, ","));
   bool any = false;
   for (const auto& part : parts) any = any || !part.changes.empty();
-  if (!any) {  // positions alone: every source's moves
-    std::string sources;
-    for (const auto& part : parts)
-      sources += (sources.empty() ? "" : ",") + std::string(part.source);
-    auto ack = feed_.PublishSource(fmt::format("source-at {} {} {}", claim_, position, sources), {},
-                                   NextId("at"));
-    if (!ack) return tl::unexpected(ack.error());
+  if (!any) {  // positions alone
+    fmt::format_to(std::back_inserter(batch_), "#at {} {}\n", position, sources);
+    outcome.required_epoch = batch_epoch_;
     return outcome;
   }
-  // The transaction's messages, in its order: rows until a message is full, a TRUNCATE
-  // alone. Each names the sources it holds, whose positions it moves; every source of the
-  // transaction is in one of them.
+  // The transaction's segments, in its order: its rows, cut into parts of max_body_bytes of
+  // its own (never where a batch happens to fill: a consumer that sends the transaction
+  // again must cut it the same way, or the fences would take a part for another), and a
+  // TRUNCATE alone. The batch is published when full, between parts.
   int64_t part_number = 0;
-  std::string body;
-  std::vector<std::string_view> body_sources;
-  auto publish = [&](const std::string& head) -> Status {
-    auto ack =
-        feed_.PublishSource(head, body, fmt::format("src:{}:{}:{}", claim_, position, part_number));
-    if (!ack) return tl::unexpected(ack.error());
-    body.clear();
-    body_sources.clear();
-    return OkStatus();
-  };
-  auto publish_rows = [&]() -> Status {
-    if (body.empty()) return OkStatus();
-    ++part_number;
-    return publish(fmt::format("source {} {} {} {}", claim_, position, part_number,
-                               fmt::join(body_sources, ",")));
-  };
+  size_t part_bytes = 0;
+  bool rows_open = false;
   for (const derived::SourceTransactionPart& part : parts) {
     const std::optional<definitions::SourceSchema> schema = derived_.SourceSchemaOf(part.source);
     if (!schema) {
@@ -132,29 +119,68 @@ Result<derived::PushOutcome> ClusterSourceTarget::ApplyTransaction(
     }
     for (const derived::SourceRowChange& change : part.changes) {
       if (change.truncate) {
-        if (auto status = publish_rows(); !status) return tl::unexpected(status.error());
-        ++part_number;
-        if (auto status = publish(
-                fmt::format("truncate {} {} {} {}", claim_, position, part_number, part.source));
-            !status)
-          return tl::unexpected(status.error());
+        fmt::format_to(std::back_inserter(batch_), "#truncate {} {} {}\n", position, ++part_number,
+                       part.source);
+        rows_open = false;
         continue;
       }
-      if (std::ranges::find(body_sources, part.source) == body_sources.end()) {
-        body_sources.push_back(part.source);
+      if (!rows_open) {
+        if (batch_.size() >= max_body_bytes_) {
+          if (auto status = Flush(); !status) return tl::unexpected(status.error());
+        }
+        fmt::format_to(std::back_inserter(batch_), "#rows {} {} {}\n", position, ++part_number,
+                       sources);
+        rows_open = true;
+        part_bytes = 0;
       }
-      if (auto status = derived::AppendChangeJson(*schema, change, &body); !status) {
+      const size_t before = batch_.size();
+      if (auto status = derived::AppendChangeJson(*schema, change, &batch_); !status) {
         return tl::unexpected(status.error());
       }
+      part_bytes += batch_.size() - before;
       ++outcome.applied;
-      if (body.size() >= max_body_bytes_) {
-        if (auto status = publish_rows(); !status) return tl::unexpected(status.error());
-      }
+      if (part_bytes >= max_body_bytes_) rows_open = false;
     }
     outcome.changes += part.changes.size();
   }
-  if (auto status = publish_rows(); !status) return tl::unexpected(status.error());
+  if (batch_.size() >= max_body_bytes_) {
+    if (auto status = Flush(); !status) return tl::unexpected(status.error());
+  }
+  outcome.required_epoch = batch_epoch_;
   return outcome;
+}
+
+Status ClusterSourceTarget::Flush() {
+  if (batch_.empty()) return OkStatus();
+  auto ack = feed_.PublishSource(fmt::format("batch {}", claim_), batch_, NextId("batch"));
+  // Kept when the stream did not take it: sent again, first, by the next flush (what it
+  // holds that the session sends again meanwhile counts once, behind the fences).
+  if (!ack) return tl::unexpected(ack.error());
+  batch_.clear();
+  std::vector<std::function<void(uint64_t)>> listeners;
+  {
+    std::lock_guard lock(mutex_);
+    durable_ = batch_epoch_;
+    listeners = listeners_;
+  }
+  ++batch_epoch_;
+  for (const auto& listener : listeners) listener(durable_);
+  return OkStatus();
+}
+
+Status ClusterSourceTarget::WaitDurable(uint64_t epoch) {
+  if (epoch == 0 || epoch <= durable_epoch()) return OkStatus();
+  return Flush();
+}
+
+void ClusterSourceTarget::AddDurableListener(std::function<void(uint64_t)> listener) {
+  std::lock_guard lock(mutex_);
+  listeners_.push_back(std::move(listener));
+}
+
+uint64_t ClusterSourceTarget::durable_epoch() const {
+  std::lock_guard lock(mutex_);
+  return durable_;
 }
 
 Result<derived::PushOutcome> ClusterSourceTarget::PublishRows(
@@ -162,6 +188,7 @@ Result<derived::PushOutcome> ClusterSourceTarget::PublishRows(
     std::span<const derived::SourceRowChange> rows) {
   const std::optional<definitions::SourceSchema> schema = derived_.SourceSchemaOf(source);
   if (!schema) return MakeError(ErrorCode::kNotFound, fmt::format("no source {}", source));
+  if (auto status = Flush(); !status) return tl::unexpected(status.error());
   derived::PushOutcome outcome;
   std::string body;
   auto publish = [&]() -> Status {

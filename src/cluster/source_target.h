@@ -3,19 +3,27 @@
 // applies to its partitions, and every node to its catalog.
 //
 // What each write becomes:
-//   ApplyTransaction   "source" messages: the transaction's rows (derived/change_writer.h),
-//                      cut into parts of at most max_body_bytes and at each TRUNCATE (a
-//                      "truncate" message); one with no rows is a "source-at"; one at
-//                      position 0 (a backfill chunk) "rows" messages.
+//   ApplyTransaction   segments of a "batch" message: the transaction's rows
+//                      (derived/change_writer.h), cut into parts of max_body_bytes of its
+//                      own and at each TRUNCATE (a segment of its own): the same cuts
+//                      whoever sends it; one with no rows moves positions alone.
+//                      Transactions gather in the batch until it holds max_body_bytes
+//                      (published between parts: at most about twice that), or until the
+//                      source waits for them to be
+//                      durable (WaitDurable: the stream has nothing more to send for now,
+//                      or an acknowledgement is due); then it is published, and its epoch
+//                      (the batch's number) is durable once the stream took it. One at a
+//                      time: the consumer's messages are a gapless run in LSN order.
+//                      One at position 0 (a backfill chunk): "rows" messages.
 //   ApplyBackfill      "rows" messages for one counter.
 //   ResetSource, ResetCounter, ActivateCounter, FinishBackfill, MarkEverySourceStreamed
 //                      "source-reset", "counter-reset", "activate", "finish", "sourced":
 //                      answered once this node has run them (AwaitCatalog), so that what
 //                      the source reads next of the catalog shows them.
-// A write is durable once the stream took it (a quorum of its servers): WaitDurable has
-// nothing to wait for. Each message carries the consumer's claim; a transaction's parts
-// have the Nats-Msg-Id "src:<claim>:<lsn>:<part>", so that a part sent again (a session
-// that starts over from the slot's confirmed position) is stored once.
+// Anything else flushes the batch first, so the stream holds the writes in their order.
+// Message ids are unique per consumer; a transaction sent again (a session that starts over
+// from the slot's confirmed position, a batch published again after a failure) counts once
+// behind the partitions' fences (change_feed.h).
 //
 // BeginSession takes the replication slot over from a consumer this one replaced (its
 // walsender is terminated: the slot admits one reader, and the old consumer must not
@@ -30,7 +38,10 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <mutex>
 #include <string>
+#include <vector>
 
 #include "cluster/change_feed.h"
 #include "sources/postgres/source_target.h"
@@ -55,7 +66,9 @@ class ClusterSourceTarget final : public postgres::SourceTarget {
       std::string_view counter, std::span<const derived::SourceRowChange> rows) override;
   Status FinishBackfill(std::string_view name) override;
   Status ResetCounter(std::string_view name) override;
-  void WaitDurable(uint64_t) override {}
+  Status WaitDurable(uint64_t epoch) override;
+  void AddDurableListener(std::function<void(uint64_t)> listener) override;
+  uint64_t durable_epoch() const override;
   derived::HoldState hold_state() const override { return {}; }
   void MarkStreamAt(int64_t) override {}
   void Release() override {}
@@ -66,6 +79,8 @@ class ClusterSourceTarget final : public postgres::SourceTarget {
   // Publishes `rows` of `source` as "rows" messages for `counter` ("-": every counter).
   Result<derived::PushOutcome> PublishRows(std::string_view source, std::string_view counter,
                                            std::span<const derived::SourceRowChange> rows);
+  // Publishes the batch, if anything is in it.
+  Status Flush();
   // A Nats-Msg-Id used once by this consumer.
   std::string NextId(std::string_view kind);
 
@@ -76,6 +91,12 @@ class ClusterSourceTarget final : public postgres::SourceTarget {
   const size_t max_body_bytes_;
   const int64_t nonce_;  // this target's start, in the ids of its messages
   uint64_t next_id_ = 0;
+  std::string batch_;         // segments not published yet
+  uint64_t batch_epoch_ = 1;  // the epoch of the batch being filled
+
+  mutable std::mutex mutex_;  // guards what follows (listeners may read from any thread)
+  uint64_t durable_ = 0;      // the last epoch published
+  std::vector<std::function<void(uint64_t)>> listeners_;
 };
 
 }  // namespace tally::cluster

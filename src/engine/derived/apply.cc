@@ -384,7 +384,14 @@ enum class ShareStep : uint8_t { kDone, kPositionOnly, kDuplicate, kApply };
 
 ShareStep DecideShare(engine::View& view, const ShareRecords& records, const ShareOrder& order) {
   auto get = [&](const std::string& key) { return view.Get(engine::HashedKey(key)).value_or(0); };
-  if (get(records.position) >= order.position) return ShareStep::kDone;
+  // A message ordered by LSN may come in segments (one per transaction of a consumer's
+  // batch), all at its position: the fence tells them apart. Any other is done once its
+  // position is reached.
+  const bool segmented = order.fence && order.fence->lsn != 0;
+  const int64_t position = get(records.position);
+  if (segmented ? position > order.position : position >= order.position) {
+    return ShareStep::kDone;
+  }
   if (!order.fence) return ShareStep::kApply;
   const SourceFence& fence = *order.fence;
   if (fence.claim < get(records.claim)) return ShareStep::kPositionOnly;

@@ -142,10 +142,11 @@ class Applier {
   // increments of `changes`, those whose key falls in one of `shares` (`partition_of`
   // names a key's partition) that are due are written, all in one View. A share is due
   // when its position record is below order.position and, with a fence, the fence allows
-  // it (SourceFence); a due share's records are set (the position to order.position, the
-  // fence's to the fence), and a share whose position is below but whose fence refuses
-  // has its position set, and its claim when the message's is not older (a transaction
-  // counted before, sent again by a newer consumer). Counters whose start is at or past
+  // it (SourceFence; with a fence the position record may equal order.position: the
+  // segments of one message, each a transaction, share its position); a due share's records are set
+  // (the position to order.position, the fence's to the fence), and a share whose position is below
+  // but whose fence refuses has its position set, and its claim when the message's is not older (a
+  // transaction counted before, sent again by a newer consumer). Counters whose start is at or past
   // order.limit do not move.
   // Each partition's increments and records land in its stream together, as one commit's
   // share. A share whose sums would overflow is written without them (its records still

@@ -191,8 +191,15 @@ TEST_F(ClusterSharesTest, SourceFencesCountEachTransactionOnceWhateverTheInterle
   EXPECT_EQ(Value("blog_weight:2"), 1111);
   // A backfill chunk (lsn 0) is checked for its claim only.
   ApplySource(Like(4, 4, 1), 11, {9, 0, 0});
+  ApplySource(Like(4, 4, 1), 11, {9, 0, 0});  // read again (a partition gained): done
   ApplySource(Like(4, 4, 1), 12, {5, 0, 0});
   EXPECT_EQ(Value("blog_weight:4"), 1);
+  // The segments of one batch share its position: each counts once, read again or not.
+  ApplySource(Like(5, 5, 1), 13, {9, 140, 1});
+  ApplySource(Like(5, 5, 2), 13, {9, 150, 1});
+  ApplySource(Like(5, 5, 1), 13, {9, 140, 1});
+  ApplySource(Like(5, 5, 2), 13, {9, 150, 1});
+  EXPECT_EQ(Value("blog_weight:5"), 3);
 }
 
 // A source's reset in the stream deletes the groups of the due shares only, fenced alike.

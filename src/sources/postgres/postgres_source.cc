@@ -33,9 +33,8 @@ PostgresSource::PostgresSource(engine::Engine& engine, derived::DerivedCounters&
       options_(std::move(options)),
       applied_(std::make_shared<AppliedPosition>()) {
   session_conninfo_ = WithSessionSettings(options_.conninfo);
-  engine::Committer& committer = engine_.committer();
-  committer.AddDurableListener([applied = applied_](uint64_t epoch) { applied->Durable(epoch); });
-  applied_->Durable(committer.durable_epoch());  // those before the listener
+  target_.AddDurableListener([applied = applied_](uint64_t epoch) { applied->Durable(epoch); });
+  applied_->Durable(target_.durable_epoch());  // those before the listener
 }
 
 PostgresSource::~PostgresSource() { Stop(); }

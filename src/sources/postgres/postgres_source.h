@@ -190,11 +190,11 @@ class PostgresSource {
   Status Acknowledge(Session& session, uint64_t lsn);
   // Makes everything applied durable (session.pending_epoch) and reports the stream caught
   // up at `processed`: it had nothing more to send.
-  void Settle(Session& session, Lsn processed);
+  Status Settle(Session& session, Lsn processed);
   // Waits until everything applied (session.pending_epoch) is durable, committing on this
   // thread when nobody else is (what a reader waiting for one of its values would do); the
   // committer's listener then moves the applied position.
-  void MakeDurable(Session& session);
+  Status MakeDurable(Session& session);
   void SetState(const std::string& state, bool connected);
   void SetError(const std::string& error);
   bool stopping() const;

@@ -114,7 +114,7 @@ Status PostgresSource::Backfill(Session& session, bool slot_exists) {
     session.pending_epoch = std::max(session.pending_epoch, applied->required_epoch);
     table.position = consistent;
   }
-  MakeDurable(session);
+  if (auto s = MakeDurable(session); !s) return s;
   applied_->Add(0, created->consistent_point);
   const double seconds = std::chrono::duration<double>(Clock::now() - began).count();
   {
@@ -304,7 +304,7 @@ Status PostgresSource::BackfillCounter(Session& session, const Table& table,
     return OkStatus();  // the marker stays: the next start does it again
   }
   if (auto r = session.Sql("COMMIT"); !r) return undo(r.error());
-  target_.WaitDurable(epoch);
+  if (auto s = target_.WaitDurable(epoch); !s) return undo(s.error());
   if (auto s = target_.FinishBackfill(counter); !s) return undo(s.error());
   {
     std::lock_guard lock(mutex_);

@@ -48,7 +48,7 @@ Status PostgresSource::Acknowledge(Session& session, uint64_t lsn) {
     session.pending_epoch = std::max(session.pending_epoch, applied->required_epoch);
     table.position = target;
   }
-  MakeDurable(session);
+  if (auto s = MakeDurable(session); !s) return s;
   // Never past what every table has stored: the slot must not move beyond tally's position.
   const Lsn ack =
       std::max(session.acked, std::min<Lsn>(lsn, static_cast<Lsn>(session.MinPosition())));
@@ -66,16 +66,18 @@ Status PostgresSource::Acknowledge(Session& session, uint64_t lsn) {
   return OkStatus();
 }
 
-void PostgresSource::MakeDurable(Session& session) {
-  if (session.pending_epoch == 0) return;
-  target_.WaitDurable(session.pending_epoch);
+Status PostgresSource::MakeDurable(Session& session) {
+  if (session.pending_epoch == 0) return OkStatus();
+  if (auto s = target_.WaitDurable(session.pending_epoch); !s) return s;
   session.pending_epoch = 0;
+  return OkStatus();
 }
 
-void PostgresSource::Settle(Session& session, Lsn processed) {
-  MakeDurable(session);
+Status PostgresSource::Settle(Session& session, Lsn processed) {
+  if (auto s = MakeDurable(session); !s) return s;
   std::lock_guard lock(mutex_);
   caught_up_at_ = processed;
+  return OkStatus();
 }
 
 Status PostgresSource::Stream(Session& session, bool* fatal) {
@@ -153,7 +155,9 @@ Status PostgresSource::Stream(Session& session, bool* fatal) {
     auto next = stream.Next(std::chrono::milliseconds(unsettled ? 0 : 100));
     if (!next) return tl::unexpected(next.error());
     if (!next->has_value()) {
-      if (!in_transaction) Settle(session, processed);
+      if (!in_transaction) {
+        if (auto s = Settle(session, processed); !s) return s;
+      }
       continue;
     }
     frames.push_back(std::move(**next));

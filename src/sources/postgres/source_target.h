@@ -7,12 +7,14 @@
 //
 // Each method means what DerivedCounters' method of the same name does (derived_counters.h),
 // with one change of contract: a write is *durable* once its returned required_epoch is
-// (WaitDurable), which in a cluster is at once (the write returns once the stream took it).
+// (WaitDurable, or the durable listener). Epochs are the target's own: the committer's on a
+// single node; in a cluster, the batches of transactions the target puts in the stream.
 //
 // Threads: the source's own thread, except hold_state, MarkStreamAt and Release (any).
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <string_view>
 
@@ -41,8 +43,14 @@ class SourceTarget {
       std::string_view counter, std::span<const derived::SourceRowChange> rows) = 0;
   virtual Status FinishBackfill(std::string_view name) = 0;
   virtual Status ResetCounter(std::string_view name) = 0;
-  // Blocks until `epoch` (a required_epoch of the writes above) is durable; 0: at once.
-  virtual void WaitDurable(uint64_t epoch) = 0;
+  // Blocks until `epoch` (a required_epoch of the writes above) is durable; 0: at once. An
+  // error (a cluster's stream did not take it) leaves it not durable: nothing past it may
+  // be confirmed to PostgreSQL.
+  virtual Status WaitDurable(uint64_t epoch) = 0;
+  // Calls `listener` with each epoch once it and every one before it are durable, from then
+  // on (any thread); durable_epoch() is the last one so far.
+  virtual void AddDurableListener(std::function<void(uint64_t)> listener) = 0;
+  virtual uint64_t durable_epoch() const = 0;
   // Verification holds (tally verify).
   virtual derived::HoldState hold_state() const = 0;
   virtual void MarkStreamAt(int64_t position) = 0;
@@ -78,9 +86,14 @@ class LocalSourceTarget final : public SourceTarget {
   }
   Status FinishBackfill(std::string_view name) override { return derived_.FinishBackfill(name); }
   Status ResetCounter(std::string_view name) override { return derived_.ResetCounter(name); }
-  void WaitDurable(uint64_t epoch) override {
+  Status WaitDurable(uint64_t epoch) override {
     if (epoch != 0) engine_.committer().WaitDurable(epoch);
+    return OkStatus();
   }
+  void AddDurableListener(std::function<void(uint64_t)> listener) override {
+    engine_.committer().AddDurableListener(std::move(listener));
+  }
+  uint64_t durable_epoch() const override { return engine_.committer().durable_epoch(); }
   derived::HoldState hold_state() const override { return derived_.hold_state(); }
   void MarkStreamAt(int64_t position) override { derived_.MarkStreamAt(position); }
   void Release() override { derived_.Release(); }
