@@ -488,9 +488,9 @@ Result<PushOutcome> Applier::ApplyShares(
   return outcome;
 }
 
-uint64_t Applier::DeleteShares(std::span<Family* const> families, const ShareOrder& order,
-                               std::span<const PartitionShare> shares,
-                               const std::function<uint32_t(std::string_view key)>& partition_of) {
+void Applier::DeleteShares(std::span<Family* const> families, const ShareOrder& order,
+                           std::span<const PartitionShare> shares,
+                           const std::function<uint32_t(std::string_view key)>& partition_of) {
   std::vector<ShareRecords> records;
   records.reserve(shares.size());  // record_keys view its strings: no reallocation
   std::vector<engine::HashedKey> record_keys;
@@ -509,9 +509,9 @@ uint64_t Applier::DeleteShares(std::span<Family* const> families, const ShareOrd
     }
     return false;
   };
-  uint64_t epoch = 0;
   constexpr size_t kChunk = 4096;
   for (Family* family : families) {
+    if (family->start >= order.limit) continue;
     std::vector<std::string> doomed;
     {
       std::lock_guard lock(family->mutex);
@@ -530,14 +530,12 @@ uint64_t Applier::DeleteShares(std::span<Family* const> families, const ShareOrd
         family->RemoveKey(doomed[i]);
       }
       family->version.fetch_add(1, std::memory_order_relaxed);
-      epoch = std::max(epoch, view.required_epoch());
     }
   }
   engine::View view = keyspace_.Lock(record_keys);
   for (size_t s = 0; s < shares.size(); ++s) {
     if (steps[s] != ShareStep::kDone) SetShareRecords(view, records[s], order, steps[s]);
   }
-  return std::max(epoch, view.required_epoch());
 }
 
 Result<std::vector<std::string>> Applier::PlanKeys(const CatalogSnapshot& catalog,

@@ -160,15 +160,17 @@ class Applier {
                                   const std::function<uint32_t(std::string_view key)>& partition_of,
                                   std::vector<uint32_t>* overflowed);
 
-  // A reset in a cluster's change stream: in each due share (as ApplyShares decides), every
-  // group of `families` whose key falls in its partition is deleted (and leaves the
-  // family's index), then the share's records are set. The deletes go in chunks of Views,
-  // the records last, so a reset cut short is done again whole (deleting is idempotent).
-  // Returns the epoch to wait for. REQUIRES: plain families; the caller holds the apply lock
-  // and is the only writer of the shares' records.
-  uint64_t DeleteShares(std::span<Family* const> families, const ShareOrder& order,
-                        std::span<const PartitionShare> shares,
-                        const std::function<uint32_t(std::string_view key)>& partition_of);
+  // A reset or a TRUNCATE in a cluster's change stream: in each due share (as ApplyShares
+  // decides), every group of `families` whose key falls in its partition is deleted (and
+  // leaves the family's index), then the share's records are set. Families whose start is at
+  // or past order.limit are left alone, as a single node's TRUNCATE leaves them (a counter
+  // backfilling from a later snapshot, a pending one). The deletes go in chunks of Views,
+  // the records last, so a reset cut short is done again whole (deleting is idempotent); the
+  // caller has them committed. REQUIRES: plain families; the caller holds the apply lock and
+  // is the only writer of the shares' records.
+  void DeleteShares(std::span<Family* const> families, const ShareOrder& order,
+                    std::span<const PartitionShare> shares,
+                    const std::function<uint32_t(std::string_view key)>& partition_of);
 
   // The keys the formula would write for `changes` (each once, in no order), nothing
   // written: what a cluster node checks and waits for before it answers a push.

@@ -223,6 +223,18 @@ TEST_F(ClusterSharesTest, ResetSharesDeleteTheDueSharesGroups) {
                         partition_of);
   EXPECT_EQ(Value("post_likes:1"), 0);
   EXPECT_EQ(Value("blog_weight:1"), 5);
+  // A TRUNCATE at or below a counter's start (a counter backfilling from a later snapshot)
+  // leaves its groups, as on a single node; one past its start deletes them.
+  ASSERT_TRUE(derived_->ExecuteAt(
+      "CREATE COUNTER blog_rows AS SELECT blog_id, count(*) FROM likes GROUP BY blog_id;", 500));
+  ApplySource(Like(1, 1, 5), 6, {5, 0, 0});  // a backfill chunk: every counter moves
+  EXPECT_EQ(Value("blog_weight:1"), 10);
+  EXPECT_EQ(Value("blog_rows:1"), 1);
+  derived_->ResetShares("likes", {}, {7, 450, SourceFence{5, 450, 1}}, Shares(), partition_of);
+  EXPECT_EQ(Value("blog_weight:1"), 0);
+  EXPECT_EQ(Value("blog_rows:1"), 1);
+  derived_->ResetShares("likes", {}, {8, 600, SourceFence{5, 600, 1}}, Shares(), partition_of);
+  EXPECT_EQ(Value("blog_rows:1"), 0);
 }
 
 // A follower applies a group of records at once: a group deleted in one batch (it fell to

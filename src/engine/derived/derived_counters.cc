@@ -446,10 +446,9 @@ Result<PushOutcome> DerivedCounters::ApplyShares(
   return outcome;
 }
 
-uint64_t DerivedCounters::ResetShares(
-    std::string_view source, std::string_view counter, const ShareOrder& order,
-    std::span<const PartitionShare> shares,
-    const std::function<uint32_t(std::string_view)>& partition_of) {
+void DerivedCounters::ResetShares(std::string_view source, std::string_view counter,
+                                  const ShareOrder& order, std::span<const PartitionShare> shares,
+                                  const std::function<uint32_t(std::string_view)>& partition_of) {
   std::shared_lock apply(apply_mutex_);
   const std::shared_ptr<const CatalogSnapshot> catalog = catalog_.Snapshot();
   std::vector<Family*> families;
@@ -458,7 +457,13 @@ uint64_t DerivedCounters::ResetShares(
   } else if (const SourceEntry* entry = catalog->FindSource(source)) {
     for (const auto& family : entry->counters) families.push_back(family.get());
   }
-  return applier_.DeleteShares(families, order, shares, partition_of);
+  applier_.DeleteShares(families, order, shares, partition_of);
+}
+
+std::optional<std::string> DerivedCounters::SourceOf(std::string_view counter) const {
+  const Family* family = catalog_.Snapshot()->FindCounter(counter);
+  if (family == nullptr) return std::nullopt;
+  return family->counter.source().name;
 }
 
 Status DerivedCounters::ResetCounterState(std::string_view name) {

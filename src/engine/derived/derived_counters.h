@@ -294,13 +294,15 @@ class DerivedCounters {
                                   const ShareOrder& order, std::span<const PartitionShare> shares,
                                   const std::function<uint32_t(std::string_view)>& partition_of,
                                   ChangeDecoder& decoder, std::vector<uint32_t>* overflowed);
-  // A source's reset taken from the change stream (Applier::DeleteShares): every group of
-  // `counter` (or, when it is empty, of every counter on `source`) in this node's due shares
-  // is deleted. Nothing is deleted for a counter or source gone since; the shares' records
-  // move all the same. Returns the epoch to wait for.
-  uint64_t ResetShares(std::string_view source, std::string_view counter, const ShareOrder& order,
-                       std::span<const PartitionShare> shares,
-                       const std::function<uint32_t(std::string_view)>& partition_of);
+  // A reset or a TRUNCATE taken from the change stream (Applier::DeleteShares): every group
+  // of `counter` (or, when it is empty, of every counter on `source`) in this node's due
+  // shares is deleted, but for counters starting at or past order.limit. Nothing is deleted
+  // for a counter or source gone since; the shares' records move all the same.
+  void ResetShares(std::string_view source, std::string_view counter, const ShareOrder& order,
+                   std::span<const PartitionShare> shares,
+                   const std::function<uint32_t(std::string_view)>& partition_of);
+  // The source a counter reads; nullopt when there is no such counter.
+  std::optional<std::string> SourceOf(std::string_view counter) const;
   // The catalog's part of the same resets, run by every node at the reset's place in the
   // stream: ResetCounter's and ResetSource's changes of state (pending again, or counting
   // from 0; no backfill record), their groups left to ResetShares. A counter or source gone
