@@ -21,11 +21,8 @@
 // of partition 0 (cluster/source_runner.h), whose PostgresSource writes to the stream
 // through ClusterSourceTarget (cluster/source_target.h). Its messages carry its claim (its
 // term as partition 0's owner):
-//   "tally-change 1 batch <claim>\n<segments>"   transactions in order, each a segment:
-//        "#rows <lsn> <part> <sources>" then its rows (derived/change_writer.h; a transaction
-//        too large for one message is cut into parts, and at each TRUNCATE),
-//        "#truncate <lsn> <part> <source>", or "#at <lsn> <sources>" (positions alone);
-//        <sources> comma-separated
+//   "tally-change 1 batch <claim>\n<segments>"   transactions in order, a segment each
+//        (their rows, a TRUNCATE, or positions alone: cluster/source_batch.h)
 //   "tally-change 1 rows <claim> <source> <counter>\n<rows>"         a backfill chunk
 //        (<counter> "-": every counter of the source that is not pending)
 //   "tally-change 1 source-reset <claim> <source>"   a backfill starts over: its groups go

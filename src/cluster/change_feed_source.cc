@@ -4,35 +4,14 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
-#include <charconv>
-
 #include "cluster/change_feed.h"
+#include "cluster/source_batch.h"
 #include "core/integer.h"
 
 namespace tally::cluster {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-// The parts of `text` between `separator`s: a message head's fields (' '), a list of
-// sources (',').
-std::vector<std::string_view> Split(std::string_view text, char separator) {
-  std::vector<std::string_view> parts;
-  while (!text.empty()) {
-    const size_t at = text.find(separator);
-    parts.push_back(text.substr(0, at));
-    if (at == std::string_view::npos) break;
-    text.remove_prefix(at + 1);
-  }
-  return parts;
-}
-
-std::optional<int64_t> Number(std::string_view text) {
-  int64_t value = 0;
-  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (error != std::errc() || end != text.data() + text.size() || value < 0) return std::nullopt;
-  return value;
-}
 
 }  // namespace
 
@@ -48,7 +27,7 @@ void ChangeFeed::HandleSource(uint64_t seq, std::string_view head, std::string_v
   } else if (kind == "batch" || kind == "sourced") {
     wanted = 2;
   }
-  const std::optional<int64_t> claim = fields.size() > 1 ? Number(fields[1]) : std::nullopt;
+  const std::optional<int64_t> claim = fields.size() > 1 ? ParseInt64(fields[1]) : std::nullopt;
   if (wanted == 0 || fields.size() != wanted || !claim) {
     spdlog::warn("change feed: message {} of {} is of kind '{}': skipped", seq, options_.stream,
                  head.substr(0, 80));
@@ -84,7 +63,7 @@ void ChangeFeed::HandleSource(uint64_t seq, std::string_view head, std::string_v
   } else if (kind == "counter-reset") {
     status = derived_.ResetCounterState(fields[2]);
   } else if (kind == "activate") {
-    const std::optional<int64_t> lsn = Number(fields[3]);
+    const std::optional<int64_t> lsn = ParseInt64(fields[3]);
     if (!lsn) {
       status = InvalidArgument(fmt::format("bad position '{}'", fields[3]));
     } else if (auto activated = derived_.ActivateCounter(fields[2], *lsn); !activated) {
@@ -105,48 +84,32 @@ void ChangeFeed::HandleSource(uint64_t seq, std::string_view head, std::string_v
 }
 
 void ChangeFeed::ApplyBatch(uint64_t seq, int64_t claim, std::string_view body) {
+  auto segments = ParseBatch(body);
+  if (!segments) {
+    spdlog::error("change feed: message {} of {}: {}: skipped", seq, options_.stream,
+                  segments.error().message);
+    return;
+  }
   const auto position = static_cast<int64_t>(seq);
-  // The positions a segment moves, from a consumer not replaced yet.
-  auto advance = [&](std::string_view sources, int64_t lsn) {
-    std::lock_guard lock(mutex_);
-    if (claim < source_claim_) return;
-    source_claim_ = claim;
-    for (const std::string_view source : Split(sources, ',')) {
-      int64_t& stored = source_positions_[std::string(source)];
-      stored = std::max(stored, lsn);
-    }
-  };
-  // Segments: a "#<kind> ..." line, then (for rows) the rows up to the next such line.
-  while (!body.empty()) {
-    const size_t end = body.find('\n');
-    const std::string_view line = body.substr(0, end);
-    body.remove_prefix(end == std::string_view::npos ? body.size() : end + 1);
-    size_t rows_end = 0;
-    while (rows_end < body.size() && body[rows_end] != '#') {
-      const size_t next = body.find('\n', rows_end);
-      rows_end = next == std::string_view::npos ? body.size() : next + 1;
-    }
-    const std::string_view rows = body.substr(0, rows_end);
-    body.remove_prefix(rows_end);
-    const std::vector<std::string_view> fields = Split(line, ' ');
-    const bool ordered = (fields[0] == "#rows" || fields[0] == "#truncate") && fields.size() == 4;
-    const std::optional<int64_t> lsn = fields.size() > 1 ? Number(fields[1]) : std::nullopt;
-    const std::optional<int64_t> part = ordered ? Number(fields[2]) : std::optional<int64_t>(0);
-    if (!lsn || !part || (!ordered && (fields[0] != "#at" || fields.size() != 3))) {
-      spdlog::error("change feed: message {} of {} has a bad segment '{}': the rest is skipped",
-                    seq, options_.stream, line.substr(0, 80));
-      return;
-    }
-    const derived::ShareOrder order{position, *lsn, derived::SourceFence{claim, *lsn, *part}};
-    if (fields[0] == "#rows") {
-      ApplyShares(seq, "source transaction", {}, rows, order);
-    } else if (fields[0] == "#truncate") {
+  for (const BatchSegment& segment : *segments) {
+    const derived::ShareOrder order{position, segment.lsn,
+                                    derived::SourceFence{claim, segment.lsn, segment.part}};
+    if (segment.kind == BatchSegment::Kind::kRows) {
+      ApplyShares(seq, "source transaction", {}, segment.rows, order);
+    } else if (segment.kind == BatchSegment::Kind::kTruncate) {
       WithShares([&](std::span<const derived::PartitionShare> shares) {
-        derived_.ResetShares(fields[3], {}, order, shares,
+        derived_.ResetShares(segment.sources, {}, order, shares,
                              [this](std::string_view key) { return PartitionOf(key); });
       });
     }
-    advance(fields.back(), *lsn);
+    // The positions it moves, from a consumer not replaced yet.
+    std::lock_guard lock(mutex_);
+    if (claim < source_claim_) continue;
+    source_claim_ = claim;
+    for (const std::string_view source : Split(segment.sources, ',')) {
+      int64_t& stored = source_positions_[std::string(source)];
+      stored = std::max(stored, segment.lsn);
+    }
   }
 }
 

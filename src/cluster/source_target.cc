@@ -8,6 +8,7 @@
 #include <chrono>
 #include <thread>
 
+#include "cluster/source_batch.h"
 #include "engine/derived/change_writer.h"
 
 namespace tally::cluster {
@@ -101,8 +102,8 @@ Result<derived::PushOutcome> ClusterSourceTarget::ApplyTransaction(
   bool any = false;
   for (const auto& part : parts) any = any || !part.changes.empty();
   if (!any) {  // positions alone
-    fmt::format_to(std::back_inserter(batch_), "#at {} {}\n", position, sources);
-    outcome.required_epoch = batch_epoch_;
+    AppendAt(position, sources, &batch_);
+    outcome.required_epoch = open_epoch();
     return outcome;
   }
   // The transaction's segments, in its order: its rows, cut into parts of max_body_bytes of
@@ -119,8 +120,7 @@ Result<derived::PushOutcome> ClusterSourceTarget::ApplyTransaction(
     }
     for (const derived::SourceRowChange& change : part.changes) {
       if (change.truncate) {
-        fmt::format_to(std::back_inserter(batch_), "#truncate {} {} {}\n", position, ++part_number,
-                       part.source);
+        AppendTruncate(position, ++part_number, part.source, &batch_);
         rows_open = false;
         continue;
       }
@@ -128,8 +128,7 @@ Result<derived::PushOutcome> ClusterSourceTarget::ApplyTransaction(
         if (batch_.size() >= max_body_bytes_) {
           if (auto status = Flush(); !status) return tl::unexpected(status.error());
         }
-        fmt::format_to(std::back_inserter(batch_), "#rows {} {} {}\n", position, ++part_number,
-                       sources);
+        AppendRowsHead(position, ++part_number, sources, &batch_);
         rows_open = true;
         part_bytes = 0;
       }
@@ -146,9 +145,11 @@ Result<derived::PushOutcome> ClusterSourceTarget::ApplyTransaction(
   if (batch_.size() >= max_body_bytes_) {
     if (auto status = Flush(); !status) return tl::unexpected(status.error());
   }
-  outcome.required_epoch = batch_epoch_;
+  outcome.required_epoch = open_epoch();
   return outcome;
 }
+
+uint64_t ClusterSourceTarget::open_epoch() const { return durable_epoch() + 1; }
 
 Status ClusterSourceTarget::Flush() {
   if (batch_.empty()) return OkStatus();
@@ -158,13 +159,13 @@ Status ClusterSourceTarget::Flush() {
   if (!ack) return tl::unexpected(ack.error());
   batch_.clear();
   std::vector<std::function<void(uint64_t)>> listeners;
+  uint64_t durable = 0;
   {
     std::lock_guard lock(mutex_);
-    durable_ = batch_epoch_;
+    durable = ++durable_;
     listeners = listeners_;
   }
-  ++batch_epoch_;
-  for (const auto& listener : listeners) listener(durable_);
+  for (const auto& listener : listeners) listener(durable);
   return OkStatus();
 }
 
@@ -218,12 +219,7 @@ Status ClusterSourceTarget::ResetSource(std::string_view source) {
 }
 
 Result<bool> ClusterSourceTarget::ActivateCounter(std::string_view name, int64_t position) {
-  auto family_source = [&]() -> std::optional<std::string> {
-    for (const derived::CounterListing& counter : derived_.Counters()) {
-      if (counter.name == name) return counter.source;
-    }
-    return std::nullopt;
-  }();
+  const std::optional<std::string> family_source = derived_.SourceOf(name);
   if (!family_source) return MakeError(ErrorCode::kNotFound, fmt::format("no counter {}", name));
   // A transaction above `position` may be in the stream already without this counter.
   if (feed_.SourcePosition(*family_source) > position) return false;
@@ -241,10 +237,7 @@ Result<bool> ClusterSourceTarget::ActivateCounter(std::string_view name, int64_t
 
 Result<derived::PushOutcome> ClusterSourceTarget::ApplyBackfill(
     std::string_view counter, std::span<const derived::SourceRowChange> rows) {
-  std::optional<std::string> source;
-  for (const derived::CounterListing& listing : derived_.Counters()) {
-    if (listing.name == counter) source = listing.source;
-  }
+  const std::optional<std::string> source = derived_.SourceOf(counter);
   if (!source) return MakeError(ErrorCode::kNotFound, fmt::format("no counter {}", counter));
   return PublishRows(*source, counter, rows);
 }

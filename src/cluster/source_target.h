@@ -81,6 +81,8 @@ class ClusterSourceTarget final : public postgres::SourceTarget {
                                            std::span<const derived::SourceRowChange> rows);
   // Publishes the batch, if anything is in it.
   Status Flush();
+  // The epoch of the batch being filled: the one after the last published.
+  uint64_t open_epoch() const;
   // A Nats-Msg-Id used once by this consumer.
   std::string NextId(std::string_view kind);
 
@@ -91,8 +93,7 @@ class ClusterSourceTarget final : public postgres::SourceTarget {
   const size_t max_body_bytes_;
   const int64_t nonce_;  // this target's start, in the ids of its messages
   uint64_t next_id_ = 0;
-  std::string batch_;         // segments not published yet
-  uint64_t batch_epoch_ = 1;  // the epoch of the batch being filled
+  std::string batch_;  // segments not published yet (cluster/source_batch.h)
 
   mutable std::mutex mutex_;  // guards what follows (listeners may read from any thread)
   uint64_t durable_ = 0;      // the last epoch published

@@ -1,0 +1,72 @@
+#include "cluster/source_batch.h"
+
+#include <fmt/format.h>
+
+#include <iterator>
+
+#include "core/integer.h"
+
+namespace tally::cluster {
+
+void AppendRowsHead(int64_t lsn, int64_t part, std::string_view sources, std::string* out) {
+  fmt::format_to(std::back_inserter(*out), "#rows {} {} {}\n", lsn, part, sources);
+}
+
+void AppendTruncate(int64_t lsn, int64_t part, std::string_view source, std::string* out) {
+  fmt::format_to(std::back_inserter(*out), "#truncate {} {} {}\n", lsn, part, source);
+}
+
+void AppendAt(int64_t lsn, std::string_view sources, std::string* out) {
+  fmt::format_to(std::back_inserter(*out), "#at {} {}\n", lsn, sources);
+}
+
+std::vector<std::string_view> Split(std::string_view text, char separator) {
+  std::vector<std::string_view> parts;
+  for (size_t at = text.find(separator); at != std::string_view::npos; at = text.find(separator)) {
+    parts.push_back(text.substr(0, at));
+    text.remove_prefix(at + 1);
+  }
+  parts.push_back(text);
+  return parts;
+}
+
+Result<std::vector<BatchSegment>> ParseBatch(std::string_view body) {
+  std::vector<BatchSegment> segments;
+  while (!body.empty()) {
+    const size_t end = body.find('\n');
+    const std::string_view head = body.substr(0, end);
+    body.remove_prefix(end == std::string_view::npos ? body.size() : end + 1);
+    // The rows: every line up to the next head.
+    size_t rows_end = 0;
+    while (rows_end < body.size() && body[rows_end] != '#') {
+      const size_t next = body.find('\n', rows_end);
+      rows_end = next == std::string_view::npos ? body.size() : next + 1;
+    }
+    const std::string_view rows = body.substr(0, rows_end);
+    body.remove_prefix(rows_end);
+
+    const std::vector<std::string_view> fields = Split(head, ' ');
+    BatchSegment segment;
+    const std::string_view kind = fields[0];
+    const bool parted = kind == "#rows" || kind == "#truncate";
+    const size_t wanted = parted ? 4 : kind == "#at" ? 3 : 0;
+    const std::optional<int64_t> lsn =
+        fields.size() == wanted ? ParseInt64(fields[1]) : std::nullopt;
+    const std::optional<int64_t> part = parted && lsn ? ParseInt64(fields[2]) : 0;
+    if (!lsn || *lsn <= 0 || !part || *part < 0 || fields.back().empty() ||
+        (!rows.empty() && kind != "#rows")) {
+      return InvalidArgument(fmt::format("bad segment '{}'", head.substr(0, 80)));
+    }
+    segment.kind = kind == "#rows"       ? BatchSegment::Kind::kRows
+                   : kind == "#truncate" ? BatchSegment::Kind::kTruncate
+                                         : BatchSegment::Kind::kAt;
+    segment.lsn = *lsn;
+    segment.part = *part;
+    segment.sources = fields.back();
+    segment.rows = rows;
+    segments.push_back(segment);
+  }
+  return segments;
+}
+
+}  // namespace tally::cluster
