@@ -222,21 +222,31 @@ def marker_sql(i):
 # ----------------------------------------------------------------------------- tally side
 
 
+def source_args(pg, db, defs, tmp):
+    """tallyd's options to follow database `db` with the definitions `defs` (written to tmp)."""
+    path = os.path.join(tmp, "defs-%s.sql" % db)
+    with open(path, "w") as f:
+        f.write(bm.definitions_sql([dc.ALL[n] for n in defs]))
+    conninfo = "host=127.0.0.1 port=%d dbname=%s user=%s" % (pg.port, db, pg.user)
+    return ["--source", conninfo, "--source-slot", db, "--source-publication", db,
+            "--definitions", path]
+
+
 class Follower:
     """A tallyd following database `db`, and the marker machinery."""
 
     def __init__(self, pg, db, defs, tmp):
         self.pg, self.db, self.defs = pg, db, defs
-        path = os.path.join(tmp, "defs-%s.sql" % db)
-        with open(path, "w") as f:
-            f.write(bm.definitions_sql([dc.ALL[n] for n in defs]))
-        conninfo = "host=127.0.0.1 port=%d dbname=%s user=%s" % (pg.port, db, pg.user)
-        self.server = harness.TallyServer(
-            options={"durability": "sync"},
-            extra_args=["--source", conninfo, "--source-slot", db, "--source-publication", db,
-                        "--definitions", path],
-            target="tally")
+        self.server = harness.TallyServer(options={"durability": "sync"},
+                                          extra_args=source_args(pg, db, defs, tmp),
+                                          target="tally")
         self.marks = 0
+
+    def log_tail(self):
+        return self.server.log_tail()
+
+    def listing_port(self):
+        return self.server.port
 
     def start(self, wait_streaming=True):
         self.server.start()
@@ -270,7 +280,7 @@ class Follower:
                 return committed, now
             if now > deadline:
                 raise RuntimeError("marker %d not readable in tally after %.0f s\n%s" % (
-                    self.marks, timeout, self.server.log_tail()))
+                    self.marks, timeout, self.log_tail()))
             time.sleep(poll)
 
     def connections(self):
@@ -288,7 +298,7 @@ class Follower:
                 if value:
                     want[bm.counter_key(c.name, parts)] = value
         got = {}
-        with harness.RespConn(self.server.port, timeout=60) as conn:
+        with harness.RespConn(self.listing_port(), timeout=60) as conn:
             for name in self.defs:
                 items, _ = bm.redis_scan_all(conn, name, count=10000)
                 got.update(items)
@@ -306,15 +316,18 @@ class ClusterFollower(Follower):
     """A tally cluster following database `db`: 3 tallyd (--source on each) over 3
     nats-servers; markers are read on the owner of the marker's key."""
 
-    def __init__(self, pg, db, defs, tmp):
-        super().__init__(pg, db, defs, tmp)
-        self.server.cleanup()  # the single node the base class made is not used
+    def __init__(self, pg, db, defs, tmp):  # the cluster instead of the base class's node
         import tally_cluster
-        conninfo = "host=127.0.0.1 port=%d dbname=%s user=%s" % (pg.port, db, pg.user)
-        path = os.path.join(tmp, "defs-%s.sql" % db)
-        self.cluster = tally_cluster.TallyCluster(nodes=3, extra_args=[
-            "--source", conninfo, "--source-slot", db, "--source-publication", db,
-            "--definitions", path])
+        self.pg, self.db, self.defs = pg, db, defs
+        self.cluster = tally_cluster.TallyCluster(nodes=3,
+                                                  extra_args=source_args(pg, db, defs, tmp))
+        self.marks = 0
+
+    def log_tail(self):
+        return "\n".join(self.cluster.node(i).log_tail() for i in self.cluster.live_indexes())
+
+    def listing_port(self):
+        return self.cluster.node(0).port
 
     def start(self, wait_streaming=True):
         self.cluster.start()
@@ -347,10 +360,6 @@ class ClusterFollower(Follower):
                 for i in self.cluster.live_indexes()}
         pids.update({"nats %d" % i: p.pid for i, p in enumerate(self.cluster.nats._procs) if p})
         return pids
-
-    def check(self):
-        self.server = self.cluster.node(0)
-        return super().check()
 
     def cleanup(self):
         self.cluster.cleanup()

@@ -106,9 +106,11 @@ class ClusterPgSourceTest(pg_case.PgCase):
             time.sleep(rng.uniform(1.0, 3.0))
             victim = self.consumer(cluster)
             cluster.kill9(victim)
+            killed = time.monotonic()
             took_over = self.consumer(cluster)
-            log("kill %d: node %d killed, node %d consumes now (%d scripts so far)" % (
-                k + 1, victim, took_over, writers.scripts()))
+            log("kill %d: node %d killed, node %d streams from the slot %.1f s later "
+                "(%d scripts so far)" % (k + 1, victim, took_over, time.monotonic() - killed,
+                                         writers.scripts()))
             self.assertNotEqual(took_over, victim)
             cluster.restart(victim, hard=True)
         self.assertTrue(writers.pause(), "a writer did not stop")
