@@ -112,6 +112,9 @@ Result<std::unique_ptr<ClusterNode>> ClusterNode::Open(const ClusterOptions& opt
   // follower started again): the partition is not left changing hands for long.
   persistence.catch_up_timeout_ms = std::max<int64_t>(options.lease_ms * 5, 10000);
   persistence.follow_on_load = false;  // StartChanges starts the followers
+  persistence.snapshot_every_records = options.snapshot_every_records;
+  persistence.snapshot_stream = Upper(options.name) + "_SNAPSHOTS";
+  persistence.snapshot_subject_prefix = options.name + ".snap.";
   auto opened = ClusterPersistence::Open(*node->connection_, std::move(persistence));
   if (!opened) return tl::unexpected(opened.error());
   node->persistence_ = std::move(*opened);
@@ -192,6 +195,12 @@ Status ClusterNode::EnsureStreams() {
   changes.duplicate_window_ms = options_.idempotency_window_ms;
   changes.max_message_bytes = 64 << 20;
   configs.push_back(std::move(changes));
+  // The partitions' snapshots (snapshot_store.h): chunks of at most ~256 KB of counters.
+  StreamConfig snapshots;
+  snapshots.name = Upper(options_.name) + "_SNAPSHOTS";
+  snapshots.subjects = {options_.name + ".snap.>"};
+  snapshots.replicas = options_.replicas;
+  configs.push_back(std::move(snapshots));
   for (const StreamConfig& config : configs) {
     while (true) {
       auto state = connection_->EnsureStream(config);
@@ -214,6 +223,7 @@ MemberInfo ClusterNode::Describe() const {
   info.redis_address = redis_address_;
   info.http_address = http_address_;
   info.draining = routing_->drain_requested();
+  info.checkpointed = persistence_->Checkpointed();
   if (const Coordinator* coordinator = heartbeat_coordinator_.load(std::memory_order_acquire)) {
     info.owned = coordinator->Owned();
     info.releasing = coordinator->Releasing();
@@ -239,6 +249,15 @@ Status ClusterNode::Start(const std::string& redis_address, const std::string& h
   auto started = Membership::Start(*connection_, membership, [this] { return Describe(); });
   if (!started) return tl::unexpected(started.error());
   membership_ = std::move(*started);
+  persistence_->SetTrimFloor([membership = membership_.get()](uint32_t partition) {
+    // A live node that says nothing of the partition (not checkpointed yet) holds it all.
+    uint64_t floor = UINT64_MAX;
+    for (const Member& member : membership->Live()) {
+      const std::vector<uint64_t>& saved = member.info.checkpointed;
+      floor = std::min(floor, partition < saved.size() ? saved[partition] : 0);
+    }
+    return floor;
+  });
 
   CoordinatorOptions coordinator;
   coordinator.cluster_name = options_.name;

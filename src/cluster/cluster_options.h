@@ -48,6 +48,12 @@ struct ClusterOptions {
   // --cluster-lease-ms: an owner whose stream is silent this long is replaced by a standby.
   // Owners write a renewal every quarter of it when idle. Default 2000.
   int64_t lease_ms = 2000;
+  // --cluster-snapshot-records: after a checkpoint, a partition's owner writes a snapshot
+  // of it to the snapshot stream (<NAME>_SNAPSHOTS) once its stream has this many records
+  // past the previous snapshot, and trims the stream below what every live node saved and
+  // the snapshot (docs/cluster.md, "Snapshots and trimming"). 0: no snapshots, streams keep
+  // every record. Default 10000.
+  uint64_t snapshot_every_records = 10000;
   // How long the change stream remembers a push's id (its de-duplication window): tallyd's
   // --idempotency-window, set by the node.
   int64_t idempotency_window_ms = 24LL * 3600 * 1000;

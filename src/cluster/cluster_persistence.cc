@@ -7,6 +7,7 @@
 #include <chrono>
 
 #include "core/slot.h"
+#include "core/thread_name.h"
 #include "engine/keyspace.h"
 
 namespace tally::cluster {
@@ -97,12 +98,24 @@ ClusterPersistence::ClusterPersistence(NatsConnection& connection,
       cut_(options_.partition_count),
       cut_owned_(options_.partition_count, false) {
   identity_.node_name = options_.node_name;
+  if (options_.snapshot_every_records > 0) {
+    snapshots_ = std::make_unique<SnapshotStore>(
+        connection_, SnapshotStoreOptions{.stream = options_.snapshot_stream,
+                                          .subject_prefix = options_.snapshot_subject_prefix,
+                                          .chunk_bytes = options_.snapshot_chunk_bytes});
+  }
 }
 
 ClusterPersistence::~ClusterPersistence() { Close(); }
 
 void ClusterPersistence::Close() {
   renewer_.Stop();
+  {
+    std::lock_guard lock(mutex_);
+    snapshot_stop_ = true;
+  }
+  snapshot_wake_.notify_all();
+  if (snapshot_thread_.joinable()) snapshot_thread_.join();
   std::vector<std::unique_ptr<Follower>> followers;
   std::vector<std::shared_ptr<PartitionLog>> logs;
   {
@@ -189,6 +202,7 @@ Status ClusterPersistence::Load(engine::LoadVisitor& visitor) {
     std::lock_guard lock(mutex_);
     for (uint32_t p = 0; p < options_.partition_count; ++p) {
       partitions_[p].from = (*positions)[p];
+      partitions_[p].checkpointed = (*positions)[p].seq;
       partitions_[p].follower_wanted = true;
       cut_[p] = (*positions)[p];
     }
@@ -201,6 +215,9 @@ Status ClusterPersistence::Load(engine::LoadVisitor& visitor) {
     }
   }
   if (options_.renew_ms > 0) renewer_.Start();
+  if (snapshots_ && !snapshot_thread_.joinable()) {
+    snapshot_thread_ = NamedThread("snapshots", [this] { RunSnapshots(); });
+  }
   return OkStatus();
 }
 
@@ -484,6 +501,7 @@ Status ClusterPersistence::CheckpointWrite(const engine::CommitBatch& batch) {
 Status ClusterPersistence::FinishCheckpoint(uint64_t token) {
   std::vector<storage::StreamPosition> positions;
   std::vector<uint32_t> rebuild;
+  std::vector<uint32_t> saved_owned;  // owned partitions whose saved values all stand
   {
     std::lock_guard lock(mutex_);
     if (cut_token_ != token) {
@@ -503,7 +521,11 @@ Status ClusterPersistence::FinishCheckpoint(uint64_t token) {
            partition.log->progress().durable_seq >= cut_[p].seq) ||
           (partition.role == PartitionRole::kFollowing && partition.from.writer == cut_[p].writer &&
            partition.from.seq >= cut_[p].seq);
-      if (!durable) rebuild.push_back(p);
+      if (!durable) {
+        rebuild.push_back(p);
+      } else if (CommitsToStream(partition.role)) {
+        saved_owned.push_back(p);
+      }
     }
   }
   std::sort(rebuild.begin(), rebuild.end());
@@ -518,11 +540,27 @@ Status ClusterPersistence::FinishCheckpoint(uint64_t token) {
     positions[p] = {};
   }
   Status finished = tables_->FinishCheckpoint(positions);
+  // Before the next checkpoint may begin: the tables as this one left them.
+  std::shared_ptr<const storage::ClusterTablesView> view;
+  if (finished && snapshots_) view = tables_->Pin();
   {
     std::lock_guard lock(mutex_);
     checkpoint_open_ = false;
     lost_in_checkpoint_.clear();
+    if (finished) {
+      for (uint32_t p = 0; p < options_.partition_count; ++p) {
+        partitions_[p].checkpointed = positions[p].seq;
+      }
+      if (view) {
+        std::erase_if(saved_owned, [&](uint32_t p) {
+          return std::binary_search(rebuild.begin(), rebuild.end(), p);
+        });
+        snapshot_view_ = std::move(view);
+        snapshot_partitions_ = std::move(saved_owned);
+      }
+    }
   }
+  snapshot_wake_.notify_all();
   // The tables lost every counter of the rebuilt partitions, also those the keyspace holds
   // and will not change again: the next checkpoint writes every counter.
   if (!rebuild.empty() && keyspace_ != nullptr) keyspace_->RequireFullCheckpoint();
@@ -563,6 +601,11 @@ PartitionStatus ClusterPersistence::status(uint32_t partition) const {
       status.owner.last_record_seq = std::max(status.owner.last_record_seq, seen.last_record_seq);
     }
   }
+  status.snapshot_seq = p.snapshot_seq;
+  status.trimmed_below = p.trimmed_below;
+  status.restoring = p.restoring || p.restore_wanted;
+  status.restored_counters = p.restored_counters;
+  status.restore_counters = p.restore_counters;
   if (p.log) {
     const PartitionLogProgress progress = p.log->progress();
     status.log_state = progress.state;

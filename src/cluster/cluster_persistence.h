@@ -41,6 +41,20 @@
 // that to StartFollowers); the partitions in options.owned are claimed there (tests and
 // tools; tallyd leaves claims to the coordinator).
 //
+// Snapshots and trimming (issue 14, partition_snapshots.cc; options.snapshot_every_records).
+// After a checkpoint finishes, its tables are pinned (storage::ClusterTablesView) and, on a
+// thread of its own, each owned partition saved at least snapshot_every_records past its
+// newest snapshot is written to the snapshot stream (snapshot_store.h). Then its stream is
+// trimmed below min(the snapshot's position, the trim floor) + 1: the trim floor is the
+// lowest position any live node saved for it (their heartbeats say it: Checkpointed), so a
+// live node's restart always finds its records. A follower that finds its records gone
+// (Follower::lost_records: a new node, a node back after the stream was trimmed, a lost
+// partition read again from the start) is restored instead: the partition is dropped here
+// and in the tables, the newest snapshot is applied through the followers' path, and a
+// follower goes on from the snapshot's position. The snapshot's values may be newer than
+// its position (they are the tables'); records carry final values, so replaying the
+// stream from there makes them exact, as after a restart.
+//
 // Threads: as engine/persistence.h for the Persistence calls; BeginClaim, Step, FinishLoss,
 // BeginRelease, FinishRelease and AbortRelease from one thread (the coordinator's actor);
 // HoldOwnership from the change feed's; the accessors from any thread. Attach
@@ -60,11 +74,13 @@
 #include <shared_mutex>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 #include "cluster/follower.h"
 #include "cluster/nats_client.h"
 #include "cluster/partition_log.h"
+#include "cluster/snapshot_store.h"
 #include "core/periodic_thread.h"
 #include "engine/persistence.h"
 #include "storage/cluster_tables.h"
@@ -91,6 +107,13 @@ struct ClusterPersistenceOptions {
   int64_t renew_ms = 500;
   // Stopping (BeginShutdown): how long Sync still waits for records that are not durable.
   int64_t shutdown_wait_ms = 3000;
+  // Snapshots and trimming (see the top of this file): an owned partition saved at least
+  // this many stream records past its newest snapshot gets a new one after a checkpoint.
+  // 0: no snapshots, no trimming (the streams keep every record).
+  uint64_t snapshot_every_records = 0;
+  std::string snapshot_stream = "TALLY_SNAPSHOTS";  // must exist when snapshots are on
+  std::string snapshot_subject_prefix = "tally.snap.";
+  size_t snapshot_chunk_bytes = 256 * 1024;  // SnapshotStoreOptions::chunk_bytes
   // Load starts following every partition. A node sets it false and calls StartFollowers
   // once whatever watches the followers' writes (SetReplicationObserver) is in place: the
   // derived counters build their indexes from the loaded keyspace, and a group a follower
@@ -129,6 +152,22 @@ struct PartitionStatus {
   // seen yet), and the owner's latest record seen.
   PartitionOwner owner;
   std::string failure;  // kFailed: why
+  // The newest snapshot this node wrote or restored from (its position's sequence), and
+  // the sequence its stream was trimmed below by this node; 0: none.
+  uint64_t snapshot_seq = 0;
+  uint64_t trimmed_below = 0;
+  // Restoring from a snapshot: counters applied so far of how many (progress).
+  bool restoring = false;
+  uint64_t restored_counters = 0;
+  uint64_t restore_counters = 0;
+};
+
+// Counts since the start, for tests and INFO.
+struct SnapshotStats {
+  uint64_t written = 0;   // snapshots written
+  uint64_t trims = 0;     // purges of a partition stream
+  uint64_t restores = 0;  // partitions restored from a snapshot
+  uint64_t failures = 0;  // snapshot, trim or restore attempts that failed (retried)
 };
 
 class ClusterPersistence final : public engine::Persistence {
@@ -163,8 +202,14 @@ class ClusterPersistence final : public engine::Persistence {
   // Load and SetReplicationObserver, before the coordinator runs. Idempotent.
   void StartFollowers();
   // Called, on any thread and with no lock held, when a partition changes role by itself
-  // (fenced: kLost).
+  // (fenced: kLost) or a restore finished (the follower is to be started: Step).
   void SetOnChange(std::function<void()> on_change);
+  // The lowest sequence any live node saved for `partition` (from their heartbeats): no
+  // record above it is trimmed. Called on the snapshot thread. Unset: this node's own.
+  void SetTrimFloor(std::function<uint64_t(uint32_t partition)> floor);
+  // For each partition, the sequence this node's last finished checkpoint saved (what a
+  // restart follows on from; 0: none): what its heartbeats say. Any thread.
+  std::vector<uint64_t> Checkpointed() const;
 
   Status Commit(const engine::CommitBatch& batch, bool sync) override;
   Status Sync() override;
@@ -225,6 +270,7 @@ class ClusterPersistence final : public engine::Persistence {
   const Follower* follower(uint32_t partition) const;
   // The log of an owned partition (nullptr otherwise). Tests.
   const PartitionLog* log(uint32_t partition) const;
+  SnapshotStats snapshot_stats() const;
 
  private:
   // One partition on this node. Guarded by mutex_ (the pointers: what they point to is
@@ -245,6 +291,14 @@ class ClusterPersistence final : public engine::Persistence {
     std::chrono::steady_clock::time_point last_append;  // owned: for renewals
     PartitionOwner last_owner;  // the owner as last known (kept across role changes)
     std::string failure;        // kFailed
+    uint64_t checkpointed = 0;  // the sequence the last finished checkpoint saved
+    uint64_t snapshot_seq = 0;  // see PartitionStatus
+    uint64_t trimmed_below = 0;
+    bool snapshot_known = false;  // snapshot_seq asked of the snapshot stream once
+    bool restore_wanted = false;  // kFollowing without a follower: restore, then follow
+    bool restoring = false;
+    uint64_t restored_counters = 0;
+    uint64_t restore_counters = 0;
   };
 
   // The wall clock, for the records' owner_unix_ms.
@@ -277,6 +331,13 @@ class ClusterPersistence final : public engine::Persistence {
   Result<uint64_t> AppendShare(PartitionLog& log, const RecordHeader& header,
                                const engine::CommitBatch& batch, const BatchShare& share);
   void RenewIdle();
+  // Snapshots, trimming and restores (partition_snapshots.cc), on snapshot_thread_.
+  void RunSnapshots();
+  void SnapshotAndTrim(const storage::ClusterTablesView& view, uint32_t partition);
+  // False when it could not be done now (to be tried again later).
+  bool Restore(uint32_t partition);
+  // A follower stopped at a gap: restore the partition (REQUIRES: mutex_ held).
+  void WantRestoreLocked(Partition& partition);
   // The partitions that may hold writes not yet in their stream. REQUIRES: mutex_ held.
   std::vector<uint32_t> MayHoldUnstreamedLocked() const;
   void NotifyChange();
@@ -288,6 +349,7 @@ class ClusterPersistence final : public engine::Persistence {
   engine::Keyspace* keyspace_ = nullptr;
   std::string encoded_;  // Commit's
   PeriodicThread renewer_;
+  std::unique_ptr<SnapshotStore> snapshots_;  // null: snapshots off
 
   // Held shared by the change feed while it applies a push to the owned partitions, and
   // exclusively while a partition stops being owned for good (FinishRelease, FinishLoss).
@@ -317,6 +379,15 @@ class ClusterPersistence final : public engine::Persistence {
   std::vector<uint32_t> checkpoint_partitions_;
   std::vector<uint32_t> lost_in_checkpoint_;
   uint64_t next_token_ = 1;
+  // The snapshot thread's work: the tables as the last checkpoint left them, and the
+  // partitions it saved as their owner; partitions to restore are marked restore_wanted.
+  std::shared_ptr<const storage::ClusterTablesView> snapshot_view_;
+  std::vector<uint32_t> snapshot_partitions_;
+  std::function<uint64_t(uint32_t)> trim_floor_;
+  SnapshotStats snapshot_stats_;
+  bool snapshot_stop_ = false;
+  std::condition_variable snapshot_wake_;
+  std::thread snapshot_thread_;  // started by Load when snapshots are on
 };
 
 }  // namespace tally::cluster

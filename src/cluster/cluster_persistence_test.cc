@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -78,13 +79,18 @@ class ClusterPersistenceTest : public ::testing::Test {
     auto connected = cluster_->Connect();
     ASSERT_TRUE(connected) << connected.error().message;
     connection_b_ = std::move(*connected);
+    StreamConfig snapshots;
+    snapshots.name = "TALLY_SNAPSHOTS";
+    snapshots.subjects = {"tally.snap.>"};
+    auto third = NatsTestCluster::EnsureStream(*connection_a_, snapshots);
+    ASSERT_TRUE(third) << third.error().message;
   }
   void TearDown() override { std::filesystem::remove_all(dir_); }
 
   // Starts a node on data directory `name` owning `owned`, over `connection`.
   static void StartNode(Node* node, NatsConnection& connection, const std::filesystem::path& dir,
                         std::vector<uint32_t> owned, size_t max_record_bytes = 256 * 1024,
-                        bool follow_on_load = true) {
+                        bool follow_on_load = true, uint64_t snapshot_every_records = 0) {
     ClusterPersistenceOptions options;
     options.data_dir = dir.string();
     options.partition_count = kPartitions;
@@ -92,6 +98,8 @@ class ClusterPersistenceTest : public ::testing::Test {
     options.follow_on_load = follow_on_load;
     options.node_name = dir.filename().string();
     options.max_record_bytes = max_record_bytes;
+    options.snapshot_every_records = snapshot_every_records;
+    options.snapshot_chunk_bytes = 2000;  // snapshots of a few hundred keys in several chunks
     auto persistence = ClusterPersistence::Open(connection, options);
     ASSERT_TRUE(persistence) << persistence.error().message;
     node->persistence = std::move(*persistence);
@@ -116,6 +124,41 @@ class ClusterPersistenceTest : public ::testing::Test {
     const FollowerPosition reached =
         follower.persistence->follower(partition)->WaitApplied(durable, 20s);
     ASSERT_GE(reached.seq, durable);
+  }
+
+  // Calls Step as the coordinator would, until `done` (at most 20 s).
+  static bool StepUntil(Node& node, const std::function<bool()>& done) {
+    const auto deadline = std::chrono::steady_clock::now() + 20s;
+    while (std::chrono::steady_clock::now() < deadline) {
+      node.persistence->Step();
+      if (done()) return true;
+      std::this_thread::sleep_for(20ms);
+    }
+    return done();
+  }
+
+  // Checkpoints `node` and waits until its snapshot thread trimmed `trims` times in all.
+  static void CheckpointAndWaitTrims(Node& node, uint64_t trims) {
+    ASSERT_TRUE(node.engine->committer().CheckpointNow().has_value());
+    ASSERT_TRUE(StepUntil(node, [&] { return node.persistence->snapshot_stats().trims >= trims; }))
+        << "trims: " << node.persistence->snapshot_stats().trims
+        << ", failures: " << node.persistence->snapshot_stats().failures;
+  }
+
+  // Starts `node` on a fresh or stale data directory and waits until it restored `restores`
+  // partitions from snapshots and follows both.
+  static void StartAndRestore(Node* node, NatsConnection& connection,
+                              const std::filesystem::path& dir, uint64_t restores) {
+    ASSERT_NO_FATAL_FAILURE(StartNode(node, connection, dir, {}, 256 * 1024, true, 1));
+    ASSERT_TRUE(StepUntil(*node,
+                          [&] {
+                            return node->persistence->snapshot_stats().restores >= restores &&
+                                   node->persistence->follower(0) != nullptr &&
+                                   node->persistence->follower(1) != nullptr;
+                          }))
+        << "restores: " << node->persistence->snapshot_stats().restores
+        << ", role 0: " << PartitionRoleName(node->persistence->role(0))
+        << ", failure 0: " << node->persistence->status(0).failure;
   }
 
   std::filesystem::path dir_;
@@ -275,6 +318,66 @@ TEST_F(ClusterPersistenceTest, AShareTooLargeForOneRecordIsPublishedAndAppliedAs
   Snapshot expected;
   for (const std::string& key : keys) expected[key] = {9, 0};
   EXPECT_EQ(b.Values(), expected);
+}
+
+// Snapshots bound the streams: the owner trims each stream below its snapshot, a new node
+// restores both partitions from the snapshots (several chunks each) and follows the tail,
+// and a node that was down while the streams were trimmed past its checkpoint is restored
+// too. Values exact on both nodes throughout.
+TEST_F(ClusterPersistenceTest, ANodeWhoseRecordsWereTrimmedIsRestoredFromASnapshot) {
+  Node a, b;
+  ASSERT_NO_FATAL_FAILURE(StartNode(&a, *connection_a_, dir_ / "a", {0, 1}, 256 * 1024, true, 1));
+  const std::vector<std::string> keys_0 = KeysOf(0, 300);
+  const std::vector<std::string> keys_1 = KeysOf(1, 120);
+  ASSERT_NO_FATAL_FAILURE(Increment(a, keys_0, 3));
+  ASSERT_NO_FATAL_FAILURE(Increment(a, keys_1, 4));
+  ASSERT_NO_FATAL_FAILURE(Increment(a, {keys_0[1]}, 50));
+  ASSERT_NO_FATAL_FAILURE(CheckpointAndWaitTrims(a, 2));
+  EXPECT_EQ(a.persistence->snapshot_stats().written, 2u);
+  const uint64_t snapshot_0 = a.persistence->status(0).snapshot_seq;
+  EXPECT_EQ(snapshot_0, a.persistence->log(0)->progress().durable_seq);
+  auto trimmed = connection_a_->GetStreamState("TALLY_P0");
+  ASSERT_TRUE(trimmed);
+  EXPECT_EQ(trimmed->first_seq, snapshot_0 + 1);  // everything up to the snapshot is gone
+  // The tail after the snapshots.
+  ASSERT_NO_FATAL_FAILURE(Increment(a, {keys_0[0]}, 100));
+  ASSERT_NO_FATAL_FAILURE(Increment(a, {keys_1[0]}, 200));
+
+  ASSERT_NO_FATAL_FAILURE(StartAndRestore(&b, *connection_b_, dir_ / "b", 2));
+  ASSERT_NO_FATAL_FAILURE(WaitFollowed(b, a, 0));
+  ASSERT_NO_FATAL_FAILURE(WaitFollowed(b, a, 1));
+  EXPECT_EQ(b.Values(), a.Values());
+  EXPECT_EQ(b.Values().at(keys_0[0]), (std::pair<int64_t, int64_t>{103, 0}));
+  EXPECT_EQ(b.Values().at(keys_0[1]), (std::pair<int64_t, int64_t>{53, 0}));
+  // Restored from the first snapshot or a newer one (a's own checkpoints go on, and its
+  // renewals are records); only what followed it was read from the stream.
+  const uint64_t restored_0 = b.persistence->status(0).snapshot_seq;
+  EXPECT_GE(restored_0, snapshot_0);
+  const uint64_t tail_read = b.persistence->follower(0)->stats().records;
+  EXPECT_GE(tail_read, 1u);
+  EXPECT_LE(tail_read, a.persistence->log(0)->progress().durable_seq - restored_0);
+
+  // b saves its positions and stops; a writes on, snapshots and trims past them.
+  ASSERT_TRUE(b.engine->committer().CheckpointNow().has_value());
+  b.Stop();
+  ASSERT_NO_FATAL_FAILURE(Increment(a, keys_0, 1));
+  ASSERT_NO_FATAL_FAILURE(Increment(a, keys_1, 1));
+  ASSERT_NO_FATAL_FAILURE(CheckpointAndWaitTrims(a, 4));
+  ASSERT_NO_FATAL_FAILURE(StartAndRestore(&b, *connection_b_, dir_ / "b", 2));
+  ASSERT_NO_FATAL_FAILURE(WaitFollowed(b, a, 0));
+  ASSERT_NO_FATAL_FAILURE(WaitFollowed(b, a, 1));
+  EXPECT_EQ(b.Values(), a.Values());
+  EXPECT_EQ(b.Values().at(keys_0[0]), (std::pair<int64_t, int64_t>{104, 0}));
+
+  // A checkpoint of b after the restore, and a restart: the saved positions are past the
+  // trim, so b reads on from them without a snapshot.
+  ASSERT_TRUE(b.engine->committer().CheckpointNow().has_value());
+  b.Stop();
+  ASSERT_NO_FATAL_FAILURE(StartNode(&b, *connection_b_, dir_ / "b", {}, 256 * 1024, true, 1));
+  ASSERT_NO_FATAL_FAILURE(WaitFollowed(b, a, 0));
+  ASSERT_NO_FATAL_FAILURE(WaitFollowed(b, a, 1));
+  EXPECT_EQ(b.persistence->snapshot_stats().restores, 0u);
+  EXPECT_EQ(b.Values(), a.Values());
 }
 
 }  // namespace

@@ -511,6 +511,11 @@ void Coordinator::Publish(const std::vector<PartitionStatus>& statuses,
     }
     partition.route = route;
     partition.owner_silent_ms = status.role == PartitionRole::kOwned ? 0 : silent_ms;
+    partition.snapshot_seq = status.snapshot_seq;
+    partition.trimmed_below = status.trimmed_below;
+    partition.restoring = status.restoring;
+    partition.restored_counters = status.restored_counters;
+    partition.restore_counters = status.restore_counters;
     {
       // The statuses may be older than a loss the actor is finishing: serve only what is
       // still owned now, under the lock the actor takes to stop serving a lost partition.

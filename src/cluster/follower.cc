@@ -66,6 +66,11 @@ FollowerState Follower::state() const {
   return state_;
 }
 
+bool Follower::lost_records() const {
+  std::lock_guard lock(mutex_);
+  return lost_records_;
+}
+
 Status Follower::stop_reason() const {
   std::lock_guard lock(mutex_);
   return stop_reason_;
@@ -114,6 +119,10 @@ void Follower::Run() {
     if (!next->has_value()) continue;
     LogEntry& entry = **next;
     if (entry.kind == LogEntry::Kind::kGap) {
+      {
+        std::lock_guard lock(mutex_);
+        lost_records_ = true;
+      }
       return Halt(Error{ErrorCode::kCorruption,
                         "partition " + std::to_string(options_.partition) + ": stream " +
                             options_.stream + " no longer holds sequences " +

@@ -18,8 +18,8 @@
 // position's restart is read again whole.
 //
 // A follower stops for good when it cannot go on correctly: a gap (the stream no longer
-// holds records after its position: purged; issue 14's snapshots cover that) or a record
-// that does not decode. It then reports why (state() kStopped, stop_reason()).
+// holds records after its position: trimmed below a snapshot, see lost_records()) or a
+// record that does not decode. It then reports why (state() kStopped, stop_reason()).
 //
 // Threads: the follower reads and applies on a thread of its own; every accessor may be
 // called from any thread.
@@ -142,6 +142,9 @@ class Follower {
   FollowerState state() const;
   // Why the follower stopped (kStopped); OkStatus while it follows.
   Status stop_reason() const;
+  // Stopped at a gap: the stream no longer holds the records after its position (a node
+  // then restores the partition from a snapshot).
+  bool lost_records() const;
   PartitionOwner owner() const;
   FollowerStats stats() const;
   // Records buffered of a group not yet complete.
@@ -174,6 +177,7 @@ class Follower {
   FollowerPosition position_;
   FollowerState state_ = FollowerState::kFollowing;
   Status stop_reason_ = OkStatus();
+  bool lost_records_ = false;
   PartitionOwner owner_;
   FollowerStats stats_;
   size_t pending_parts_ = 0;

@@ -18,6 +18,7 @@ namespace {
 //   releasing <the same>
 //   leaving <0 or 1>
 //   draining <0 or 1>
+//   checkpointed <sequence,sequence,... one per partition, or nothing>
 //   seq <decimal>
 constexpr std::string_view kMagic = "tally-member 1";
 constexpr size_t kMaxField = 256;
@@ -36,6 +37,29 @@ bool ParseUint(std::string_view text, uint64_t* value) {
   if (text.empty() || text.size() > 20 || (text.size() > 1 && text[0] == '0')) return false;
   const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), *value);
   return error == std::errc() && end == text.data() + text.size();
+}
+
+std::string JoinSequences(const std::vector<uint64_t>& sequences) {
+  std::string out;
+  for (const uint64_t seq : sequences) {
+    if (!out.empty()) out += ',';
+    out += std::to_string(seq);
+  }
+  return out;
+}
+
+bool ParseSequences(std::string_view text, std::vector<uint64_t>* out) {
+  out->clear();
+  while (!text.empty()) {
+    const size_t comma = text.find(',');
+    uint64_t seq = 0;
+    if (!ParseUint(text.substr(0, comma), &seq) || out->size() >= (1u << 16)) return false;
+    out->push_back(seq);
+    if (comma == std::string_view::npos) break;
+    text.remove_prefix(comma + 1);
+    if (text.empty()) return false;
+  }
+  return true;
 }
 
 bool ParsePartitions(std::string_view text, std::vector<uint32_t>* out) {
@@ -68,15 +92,16 @@ bool IsNodeId(std::string_view text) {
 std::string EncodeMember(const MemberInfo& info) {
   return fmt::format(
       "{}\nid {}\nname {}\nredis {}\nhttp {}\nowned {}\nreleasing {}\nleaving {}\ndraining {}\n"
-      "seq {}",
+      "checkpointed {}\nseq {}",
       kMagic, info.node_id, info.node_name, info.redis_address, info.http_address,
       JoinPartitions(info.owned), JoinPartitions(info.releasing), info.leaving ? 1 : 0,
-      info.draining ? 1 : 0, info.sequence);
+      info.draining ? 1 : 0, JoinSequences(info.checkpointed), info.sequence);
 }
 
 Result<MemberInfo> DecodeMember(std::string_view bytes) {
-  static constexpr std::string_view kFields[] = {
-      "id", "name", "redis", "http", "owned", "releasing", "leaving", "draining", "seq"};
+  static constexpr std::string_view kFields[] = {"id",           "name",      "redis",   "http",
+                                                 "owned",        "releasing", "leaving", "draining",
+                                                 "checkpointed", "seq"};
   if (!bytes.starts_with(kMagic) || bytes.size() > 64 * 1024) {
     return Corruption("not a tally heartbeat");
   }
@@ -92,7 +117,8 @@ Result<MemberInfo> DecodeMember(std::string_view bytes) {
       return Corruption(fmt::format("heartbeat: expected field {}", name));
     }
     const std::string_view value = line.substr(name.size() + 1);
-    if (value.size() > kMaxField && name != "owned" && name != "releasing") {
+    if (value.size() > kMaxField && name != "owned" && name != "releasing" &&
+        name != "checkpointed") {
       return Corruption(fmt::format("heartbeat: field {} too long", name));
     }
     if (!value.empty() && !PrintableWord(value)) {
@@ -121,6 +147,8 @@ Result<MemberInfo> DecodeMember(std::string_view bytes) {
     } else if (name == "draining") {
       ok = value == "0" || value == "1";
       info.draining = value == "1";
+    } else if (name == "checkpointed") {
+      ok = ParseSequences(value, &info.checkpointed);
     } else {
       ok = ParseUint(value, &number);
       info.sequence = number;

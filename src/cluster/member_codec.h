@@ -23,7 +23,10 @@ struct MemberInfo {
   std::vector<uint32_t> releasing;  // partitions it is handing over: claim them now
   bool leaving = false;             // stopping: every partition it owned is released
   bool draining = false;            // handing every partition over, claiming none (a drain)
-  uint64_t sequence = 0;            // grows with every heartbeat, across restarts
+  // Per partition, the stream sequence its last finished checkpoint saved (what a restart
+  // reads on from): owners trim no record above the lowest a live node says. Empty: none.
+  std::vector<uint64_t> checkpointed;
+  uint64_t sequence = 0;  // grows with every heartbeat, across restarts
 };
 
 // The heartbeat's bytes, and back. DecodeMember refuses anything malformed.

@@ -170,8 +170,10 @@ class NatsConnection {
   // refused (js_code 10058), and left as it is.
   NatsResult<StreamState> EnsureStream(const StreamConfig& config);
   NatsResult<StreamState> GetStreamState(const std::string& stream);
-  // Removes the messages below `below_seq` (the last sequence stays).
-  NatsStatus PurgeStream(const std::string& stream, uint64_t below_seq);
+  // Removes the messages below `below_seq` (the last sequence stays); with a `subject`
+  // (wildcards allowed), only those on it. below_seq <= 1 removes nothing.
+  NatsStatus PurgeStream(const std::string& stream, uint64_t below_seq,
+                         const std::string& subject = "");
   NatsStatus DeleteStream(const std::string& stream);
 
   // Publishes and waits for the stream's answer, at most max_wait_ms (> 0).
@@ -180,6 +182,9 @@ class NatsConnection {
   // The message at `seq`, read through the stream's leader (so not from a lagging
   // replica); nullopt when the stream holds none there.
   NatsResult<std::optional<StoredMessage>> GetMessage(const std::string& stream, uint64_t seq);
+  // The stream's last message on `subject`, the same way; nullopt when it holds none.
+  NatsResult<std::optional<StoredMessage>> GetLastMessage(const std::string& stream,
+                                                          const std::string& subject);
 
   // Publishes a plain NATS message (no JetStream: no answer, at most once; buffered while
   // reconnecting).

@@ -42,6 +42,7 @@ Status ClusterPersistence::BeginClaim(uint32_t partition, const PartitionOwner& 
 
 std::vector<uint32_t> ClusterPersistence::Step() {
   std::vector<uint32_t> changed;
+  std::vector<std::unique_ptr<Follower>> stopped;  // destroyed outside mutex_
   // Starting a follower asks JetStream, which may take the connection's request timeout when
   // it cannot answer: one such wait a call, the rest next time.
   const auto began = Clock::now();
@@ -56,6 +57,15 @@ std::vector<uint32_t> ClusterPersistence::Step() {
       Partition& partition = partitions_[p];
       role = partition.role;
       start_follower = role == PartitionRole::kFollowing && partition.follower_wanted;
+      if ((role == PartitionRole::kFollowing || role == PartitionRole::kCatchingUp) &&
+          partition.follower && partition.follower->state() == FollowerState::kStopped &&
+          partition.follower->lost_records() && snapshots_) {
+        // Its stream was trimmed past what this node holds: a snapshot instead.
+        stopped.push_back(std::move(partition.follower));
+        WantRestoreLocked(partition);
+        changed.push_back(p);
+        continue;
+      }
       if ((role == PartitionRole::kFollowing || role == PartitionRole::kCatchingUp) &&
           partition.follower && partition.follower->state() == FollowerState::kStopped) {
         follower_stopped = true;

@@ -286,6 +286,10 @@ void AddTallydOptions(CLI::App& app, TallydOptions* options) {
                  "A partition's owner silent this long is replaced by a standby")
       ->check(CLI::Range(int64_t{200}, int64_t{600000}))
       ->capture_default_str();
+  app.add_option("--cluster-snapshot-records", cluster.snapshot_every_records,
+                 "An owned partition gets a snapshot once its stream has grown by this many "
+                 "records since the last one, and its stream is trimmed below it (0: never)")
+      ->capture_default_str();
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error or off")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "off"}))
       ->capture_default_str();

@@ -44,6 +44,10 @@ std::string EncodePosition(const StreamPosition& position) {
   return bytes;
 }
 
+// Partition p's saved position, {} when it has none.
+Result<StreamPosition> ReadPosition(rocksdb::DB& db, uint32_t partition,
+                                    const rocksdb::Snapshot* snapshot);
+
 std::string NewNodeId() {
   std::random_device random;
   std::string id;
@@ -52,9 +56,12 @@ std::string NewNodeId() {
 }
 
 // Reads `key`; nullopt when it is missing.
-Result<std::optional<std::string>> Get(rocksdb::DB& db, const std::string& key) {
+Result<std::optional<std::string>> Get(rocksdb::DB& db, const std::string& key,
+                                       const rocksdb::Snapshot* snapshot = nullptr) {
   std::string value;
-  const rocksdb::Status status = db.Get(rocksdb::ReadOptions(), key, &value);
+  rocksdb::ReadOptions read_options;
+  read_options.snapshot = snapshot;
+  const rocksdb::Status status = db.Get(read_options, key, &value);
   if (status.IsNotFound()) return std::nullopt;
   if (auto checked = FromRocks(status, "metadata read"); !checked) {
     return tl::unexpected(checked.error());
@@ -93,6 +100,22 @@ Result<std::string> Identify(rocksdb::DB& db, uint32_t partition_count, const st
   return id;
 }
 
+Result<StreamPosition> ReadPosition(rocksdb::DB& db, uint32_t partition,
+                                    const rocksdb::Snapshot* snapshot) {
+  auto stored = Get(db, PositionKey(partition), snapshot);
+  if (!stored) return tl::unexpected(stored.error());
+  StreamPosition position;
+  if (!*stored) return position;
+  if ((*stored)->size() != 24) {
+    return Corruption(
+        fmt::format("the position of partition {} has {} bytes", partition, (*stored)->size()));
+  }
+  std::memcpy(&position.seq, (*stored)->data(), 8);
+  std::memcpy(&position.term, (*stored)->data() + 8, 8);
+  std::memcpy(&position.writer, (*stored)->data() + 16, 8);
+  return position;
+}
+
 }  // namespace
 
 std::string ClusterCounterKey(std::string_view key) {
@@ -129,16 +152,9 @@ Status ClusterTables::LoadCounters(engine::LoadVisitor& visitor) {
 Result<std::vector<StreamPosition>> ClusterTables::ReadPositions() {
   std::vector<StreamPosition> positions(partition_count_);
   for (uint32_t p = 0; p < partition_count_; ++p) {
-    auto stored = Get(*db_, PositionKey(p));
-    if (!stored) return tl::unexpected(stored.error());
-    if (!*stored) continue;
-    if ((*stored)->size() != 24) {
-      return Corruption(
-          fmt::format("the position of partition {} has {} bytes", p, (*stored)->size()));
-    }
-    std::memcpy(&positions[p].seq, (*stored)->data(), 8);
-    std::memcpy(&positions[p].term, (*stored)->data() + 8, 8);
-    std::memcpy(&positions[p].writer, (*stored)->data() + 16, 8);
+    auto position = ReadPosition(*db_, p, nullptr);
+    if (!position) return tl::unexpected(position.error());
+    positions[p] = *position;
   }
   return positions;
 }
@@ -215,6 +231,28 @@ Status ClusterTables::CloseOpenCheckpoint() {
   rocksdb::WriteOptions write_options;
   write_options.sync = true;
   return FromRocks(db_->Delete(write_options, kOpenCheckpointKey), "checkpoint close");
+}
+
+std::unique_ptr<ClusterTablesView> ClusterTables::Pin() const {
+  return std::unique_ptr<ClusterTablesView>(new ClusterTablesView(*this, db_->GetSnapshot()));
+}
+
+ClusterTablesView::~ClusterTablesView() { tables_.db_->ReleaseSnapshot(snapshot_); }
+
+Result<StreamPosition> ClusterTablesView::Position(uint32_t partition) const {
+  if (partition >= tables_.partition_count_) {
+    return InvalidArgument(fmt::format("partition {} of {}", partition, tables_.partition_count_));
+  }
+  return ReadPosition(*tables_.db_, partition, snapshot_);
+}
+
+Status ClusterTablesView::ReadPartition(uint32_t partition, engine::LoadVisitor& visitor) const {
+  if (partition >= tables_.partition_count_) {
+    return InvalidArgument(fmt::format("partition {} of {}", partition, tables_.partition_count_));
+  }
+  const SlotRange slots = PartitionSlots(partition, tables_.partition_count_);
+  return LoadCounterRange(*tables_.db_, 3, SlotKey(slots.first), SlotKey(slots.last + 1), snapshot_,
+                          visitor);
 }
 
 uint64_t ClusterTables::disk_bytes() const {

@@ -44,7 +44,8 @@
 
 namespace rocksdb {
 class DB;
-}
+class Snapshot;
+}  // namespace rocksdb
 
 namespace tally::storage {
 
@@ -53,6 +54,32 @@ struct ClusterTablesOptions {
   uint32_t partition_count = 0;  // fixed when the store is created
   size_t write_buffer_bytes = 8 << 20;
   size_t block_cache_bytes = 4 << 20;
+};
+
+class ClusterTables;
+
+// The tables as they were at one moment (a RocksDB snapshot), read while checkpoints go on:
+// taken right after a checkpoint finished, each partition's counters and the position
+// they were saved with (the counters may be newer than the position for a partition only
+// followed, as after a restart; replaying the stream from the position makes them exact).
+// Any thread. REQUIRES: the tables outlive the view.
+class ClusterTablesView {
+ public:
+  ~ClusterTablesView();
+  ClusterTablesView(const ClusterTablesView&) = delete;
+  ClusterTablesView& operator=(const ClusterTablesView&) = delete;
+
+  Result<StreamPosition> Position(uint32_t partition) const;
+  // Calls visitor.Put for every counter of the partition, in key order.
+  Status ReadPartition(uint32_t partition, engine::LoadVisitor& visitor) const;
+
+ private:
+  friend class ClusterTables;
+  ClusterTablesView(const ClusterTables& tables, const rocksdb::Snapshot* snapshot)
+      : tables_(tables), snapshot_(snapshot) {}
+
+  const ClusterTables& tables_;
+  const rocksdb::Snapshot* snapshot_;
 };
 
 class ClusterTables {
@@ -92,6 +119,9 @@ class ClusterTables {
   // Forgets the open checkpoint (synced), once every partition it named was rebuilt.
   Status CloseOpenCheckpoint();
 
+  // The tables as they are now, to read later (see ClusterTablesView).
+  std::unique_ptr<ClusterTablesView> Pin() const;
+
   // Bytes of the tables on disk.
   uint64_t disk_bytes() const;
 
@@ -99,6 +129,7 @@ class ClusterTables {
   Result<std::vector<std::pair<std::string, std::string>>> ReadCatalog();
 
  private:
+  friend class ClusterTablesView;
   ClusterTables(std::unique_ptr<rocksdb::DB> db, uint32_t partition_count, std::string node_id);
 
   std::unique_ptr<rocksdb::DB> db_;

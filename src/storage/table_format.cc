@@ -109,13 +109,20 @@ Result<engine::CounterRecord> DecodeCounterValue(const rocksdb::Slice& value,
 }
 
 Status LoadCounterTables(rocksdb::DB& db, size_t key_prefix_bytes, engine::LoadVisitor& visitor) {
+  return LoadCounterRange(db, key_prefix_bytes, std::string(1, kCounterPrefix),
+                          std::string(1, kCounterPrefixEnd), nullptr, visitor);
+}
+
+Status LoadCounterRange(rocksdb::DB& db, size_t key_prefix_bytes, const std::string& begin,
+                        const std::string& end, const rocksdb::Snapshot* snapshot,
+                        engine::LoadVisitor& visitor) {
   rocksdb::ReadOptions read_options;
   read_options.fill_cache = false;
-  const std::string upper(1, kCounterPrefixEnd);
-  rocksdb::Slice upper_bound(upper);
+  read_options.snapshot = snapshot;
+  rocksdb::Slice upper_bound(end);
   read_options.iterate_upper_bound = &upper_bound;
   std::unique_ptr<rocksdb::Iterator> it(db.NewIterator(read_options));
-  for (it->Seek(std::string(1, kCounterPrefix)); it->Valid(); it->Next()) {
+  for (it->Seek(begin); it->Valid(); it->Next()) {
     const rocksdb::Slice key = it->key();
     if (key.size() < key_prefix_bytes) {
       return Corruption(fmt::format("counter key '{}'", key.ToString(true)));

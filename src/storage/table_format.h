@@ -31,6 +31,7 @@
 namespace rocksdb {
 class DB;
 class Slice;
+class Snapshot;
 class Status;
 }  // namespace rocksdb
 
@@ -66,6 +67,11 @@ Result<engine::CounterRecord> DecodeCounterValue(const rocksdb::Slice& value,
 // Calls visitor.Put (LoadSource::kTables) for every counter, in key order, with its key
 // less the first `key_prefix_bytes` bytes (the 'c' and whatever the layout adds).
 Status LoadCounterTables(rocksdb::DB& db, size_t key_prefix_bytes, engine::LoadVisitor& visitor);
+// The same for the counters whose stored keys lie in [begin, end), read from `snapshot`
+// (nullptr: the latest state).
+Status LoadCounterRange(rocksdb::DB& db, size_t key_prefix_bytes, const std::string& begin,
+                        const std::string& end, const rocksdb::Snapshot* snapshot,
+                        engine::LoadVisitor& visitor);
 
 // Writes a checkpoint's batch without RocksDB's WAL (a store makes it durable by a flush):
 // clear_all() deletes every counter, then the deletes and the puts, each counter under

@@ -84,6 +84,17 @@ std::string ClusterJson(const cluster::Topology& topology) {
                              : 0);
     json.Key("owner_silent_ms").Int(partition.owner_silent_ms);
     json.Key("detail").String(partition.detail);
+    json.Key("snapshot_seq").UInt(partition.snapshot_seq);
+    json.Key("trimmed_below").UInt(partition.trimmed_below);
+    json.Key("restore");
+    if (partition.restoring) {
+      json.BeginObject();
+      json.Key("counters").UInt(partition.restored_counters);
+      json.Key("of").UInt(partition.restore_counters);
+      json.EndObject();
+    } else {
+      json.Null();
+    }
     json.EndObject();
   }
   json.EndArray();

@@ -288,10 +288,16 @@ void ClusterSection(CommandContext& ctx, std::string& out) {
                              : 0;
     fmt::format_to(std::back_inserter(out),
                    "partition{}:slots={}-{},role={},owner={},owner_address={},term={},applied={},"
-                   "owner_seq={},lag={},owner_silent_ms={}\r\n",
+                   "owner_seq={},lag={},owner_silent_ms={},snapshot_seq={},trimmed_below={}",
                    p, partition.slots.first, partition.slots.last, partition.role,
                    partition.owner_name, partition.owner_address, partition.term,
-                   partition.applied_seq, partition.owner_seq, lag, partition.owner_silent_ms);
+                   partition.applied_seq, partition.owner_seq, lag, partition.owner_silent_ms,
+                   partition.snapshot_seq, partition.trimmed_below);
+    if (partition.restoring) {
+      fmt::format_to(std::back_inserter(out), ",restoring={}/{}", partition.restored_counters,
+                     partition.restore_counters);
+    }
+    out += "\r\n";
   }
 }
 

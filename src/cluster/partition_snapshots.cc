@@ -1,0 +1,225 @@
+// ClusterPersistence's snapshots, trimming and restores (the top of cluster_persistence.h
+// says what they are for), on the snapshot thread.
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+
+#include "cluster/cluster_persistence.h"
+#include "core/slot.h"
+#include "engine/keyspace.h"
+
+namespace tally::cluster {
+namespace {
+
+// How long the snapshot thread waits before trying a failed restore again.
+constexpr std::chrono::seconds kRetryAfter(1);
+
+}  // namespace
+
+void ClusterPersistence::SetTrimFloor(std::function<uint64_t(uint32_t partition)> floor) {
+  std::lock_guard lock(mutex_);
+  trim_floor_ = std::move(floor);
+}
+
+std::vector<uint64_t> ClusterPersistence::Checkpointed() const {
+  std::lock_guard lock(mutex_);
+  std::vector<uint64_t> saved;
+  saved.reserve(partitions_.size());
+  for (const Partition& partition : partitions_) saved.push_back(partition.checkpointed);
+  return saved;
+}
+
+SnapshotStats ClusterPersistence::snapshot_stats() const {
+  std::lock_guard lock(mutex_);
+  return snapshot_stats_;
+}
+
+void ClusterPersistence::WantRestoreLocked(Partition& partition) {
+  partition.role = PartitionRole::kFollowing;
+  partition.follower_wanted = false;
+  partition.restore_wanted = true;
+  snapshot_wake_.notify_all();
+}
+
+void ClusterPersistence::RunSnapshots() {
+  std::unique_lock lock(mutex_);
+  while (!snapshot_stop_) {
+    const auto restorable = [&](const Partition& p) {
+      return p.restore_wanted && p.role == PartitionRole::kFollowing && !p.follower;
+    };
+    const auto to_restore = std::find_if(partitions_.begin(), partitions_.end(), restorable);
+    if (to_restore != partitions_.end() && !closed_) {
+      const auto partition = static_cast<uint32_t>(to_restore - partitions_.begin());
+      to_restore->restore_wanted = false;
+      to_restore->restoring = true;
+      lock.unlock();
+      const bool restored = Restore(partition);
+      lock.lock();
+      // Not now (no snapshot yet, NATS trouble): again after a while, not in a tight loop.
+      if (!restored) snapshot_wake_.wait_for(lock, kRetryAfter, [&] { return snapshot_stop_; });
+      continue;
+    }
+    if (snapshot_view_) {
+      const std::shared_ptr<const storage::ClusterTablesView> view = std::move(snapshot_view_);
+      const std::vector<uint32_t> owned = std::move(snapshot_partitions_);
+      snapshot_view_.reset();
+      lock.unlock();
+      for (uint32_t p : owned) SnapshotAndTrim(*view, p);
+      lock.lock();
+      continue;
+    }
+    snapshot_wake_.wait(lock);
+  }
+}
+
+void ClusterPersistence::SnapshotAndTrim(const storage::ClusterTablesView& view,
+                                         uint32_t partition) {
+  const auto failed = [&](const Error& error, std::string_view what) {
+    spdlog::warn("partition {}: {}: {}", partition, what, error.message);
+    std::lock_guard lock(mutex_);
+    ++snapshot_stats_.failures;
+  };
+  auto saved = view.Position(partition);
+  if (!saved) return failed(saved.error(), "cannot read its saved position");
+  uint64_t snapshot_seq;
+  bool known;
+  {
+    std::lock_guard lock(mutex_);
+    snapshot_seq = partitions_[partition].snapshot_seq;
+    known = partitions_[partition].snapshot_known;
+  }
+  if (!known) {
+    // After a start: the newest snapshot an earlier owner (or this node) wrote.
+    auto latest = snapshots_->Latest(partition);
+    if (!latest) return failed(latest.error(), "cannot read its newest snapshot");
+    if (*latest) snapshot_seq = std::max(snapshot_seq, (*latest)->position.seq);
+    std::lock_guard lock(mutex_);
+    partitions_[partition].snapshot_seq = snapshot_seq;
+    partitions_[partition].snapshot_known = true;
+  }
+  if (saved->seq >= snapshot_seq + options_.snapshot_every_records) {
+    const auto began = std::chrono::steady_clock::now();
+    auto written = snapshots_->Write(view, partition);
+    if (!written) return failed(written.error(), "cannot write a snapshot");
+    spdlog::info("partition {}: snapshot at sequence {}: {} counters in {} chunks, {} ms",
+                 partition, written->position.seq, written->counters, written->chunks,
+                 std::chrono::duration_cast<std::chrono::milliseconds>(
+                     std::chrono::steady_clock::now() - began)
+                     .count());
+    snapshot_seq = written->position.seq;
+    std::lock_guard lock(mutex_);
+    partitions_[partition].snapshot_seq =
+        std::max(partitions_[partition].snapshot_seq, snapshot_seq);
+    ++snapshot_stats_.written;
+  }
+  if (snapshot_seq == 0) return;
+  // Keep what a live node's restart reads, and what follows the snapshot.
+  uint64_t floor;
+  std::function<uint64_t(uint32_t)> trim_floor;
+  uint64_t trimmed;
+  {
+    std::lock_guard lock(mutex_);
+    floor = partitions_[partition].checkpointed;
+    trim_floor = trim_floor_;
+    trimmed = partitions_[partition].trimmed_below;
+  }
+  if (trim_floor) floor = std::min(floor, trim_floor(partition));
+  const uint64_t below = std::min(floor, snapshot_seq) + 1;
+  if (below <= std::max<uint64_t>(trimmed, 1)) return;
+  if (auto purged = connection_.PurgeStream(PartitionStream(options_, partition), below); !purged) {
+    return failed(purged.error().ToError(), "cannot trim its stream");
+  }
+  spdlog::info("partition {}: stream trimmed below sequence {}", partition, below);
+  std::lock_guard lock(mutex_);
+  partitions_[partition].trimmed_below = below;
+  ++snapshot_stats_.trims;
+}
+
+bool ClusterPersistence::Restore(uint32_t partition) {
+  const std::string stream = PartitionStream(options_, partition);
+  const auto retry = [&](std::string_view why) {
+    spdlog::warn("partition {}: cannot restore it from a snapshot yet: {}", partition, why);
+    std::lock_guard lock(mutex_);
+    Partition& p = partitions_[partition];
+    p.restoring = false;
+    if (p.role == PartitionRole::kFollowing && !p.follower) p.restore_wanted = true;
+    ++snapshot_stats_.failures;
+    return false;
+  };
+  auto latest = snapshots_->Latest(partition);
+  if (!latest) return retry(latest.error().message);
+  if (!*latest) return retry("its stream was trimmed and no snapshot is found");
+  const SnapshotManifest manifest = **latest;
+  // The stream must still hold every record after the snapshot (a newer one is on its way
+  // otherwise).
+  auto state = connection_.GetStreamState(stream);
+  if (!state) return retry(state.error().ToError().message);
+  if (state->first_seq > manifest.position.seq + 1 && state->messages > 0) {
+    return retry(fmt::format("the newest snapshot is at sequence {}, its stream begins at {}",
+                             manifest.position.seq, state->first_seq));
+  }
+  spdlog::info("partition {}: restoring from the snapshot at sequence {} ({} counters, {} chunks)",
+               partition, manifest.position.seq, manifest.counters, manifest.chunks);
+  const auto began = std::chrono::steady_clock::now();
+  {
+    std::lock_guard lock(mutex_);
+    partitions_[partition].restore_counters = manifest.counters;
+    partitions_[partition].restored_counters = 0;
+  }
+  std::vector<engine::CommitBatch> chunks;
+  chunks.reserve(manifest.chunks);
+  Status read = snapshots_->Read(manifest, [&](engine::CommitBatch& batch) {
+    std::lock_guard lock(mutex_);
+    partitions_[partition].restored_counters += batch.put_count();
+    chunks.push_back(std::move(batch));
+    return snapshot_stop_ ? MakeError(ErrorCode::kUnavailable, "stopping") : OkStatus();
+  });
+  if (!read) return retry(read.error().message);
+
+  std::function<void(SlotRange)> forgotten;
+  {
+    std::lock_guard lock(mutex_);
+    const Partition& p = partitions_[partition];
+    if (closed_ || p.role != PartitionRole::kFollowing || p.follower) return retry("it changed");
+    forgotten = on_forgotten_;
+  }
+  // What this node holds of the partition goes, here and in the tables, as in FinishLoss;
+  // a checkpoint under way may have read some of it: it rebuilds the partition when it
+  // finishes.
+  const SlotRange slots = PartitionSlots(partition, options_.partition_count);
+  keyspace_->DropSlots(slots);
+  if (forgotten) forgotten(slots);
+  if (auto rebuilt = tables_->RebuildPartition(partition); !rebuilt) {
+    return retry(rebuilt.error().message);
+  }
+  std::vector<const engine::CommitBatch*> batches;
+  batches.reserve(chunks.size());
+  for (const engine::CommitBatch& chunk : chunks) batches.push_back(&chunk);
+  {
+    std::lock_guard lock(mutex_);
+    if (checkpoint_open_) lost_in_checkpoint_.push_back(partition);
+  }
+  applier_->Apply(partition, batches, [&] {
+    std::lock_guard lock(mutex_);
+    partitions_[partition].from = manifest.position;
+  });
+  {
+    std::lock_guard lock(mutex_);
+    Partition& p = partitions_[partition];
+    p.restoring = false;
+    p.follower_wanted = true;
+    p.snapshot_seq = std::max(p.snapshot_seq, manifest.position.seq);
+    ++snapshot_stats_.restores;
+  }
+  spdlog::info("partition {}: restored {} counters in {} ms; following its stream from {}",
+               partition, manifest.counters,
+               std::chrono::duration_cast<std::chrono::milliseconds>(
+                   std::chrono::steady_clock::now() - began)
+                   .count(),
+               manifest.position.seq + 1);
+  NotifyChange();
+  return true;
+}
+
+}  // namespace tally::cluster

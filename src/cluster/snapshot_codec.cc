@@ -1,0 +1,87 @@
+#include "cluster/snapshot_codec.h"
+
+#include <fmt/format.h>
+
+#include <array>
+
+#include "core/integer.h"
+
+namespace tally::cluster {
+namespace {
+
+constexpr std::string_view kManifestMagic = "tally-snapshot 1";
+constexpr std::string_view kChunkMagic = "tally-snapshot-chunk 1 ";
+
+// The manifest's fields, one "name value" line each, in this order, after its magic line.
+constexpr std::array<std::string_view, 9> kFields = {
+    "partition", "id", "seq", "term", "writer", "first", "last", "chunks", "counters"};
+
+}  // namespace
+
+std::string EncodeManifest(const SnapshotManifest& manifest) {
+  return fmt::format(
+      "{}\npartition {}\nid {}\nseq {}\nterm {}\nwriter {}\nfirst {}\nlast {}\nchunks {}\n"
+      "counters {}",
+      kManifestMagic, manifest.partition, manifest.id, manifest.position.seq,
+      manifest.position.term, manifest.position.writer, manifest.first_seq, manifest.last_seq,
+      manifest.chunks, manifest.counters);
+}
+
+Result<SnapshotManifest> DecodeManifest(std::string_view bytes) {
+  if (!bytes.starts_with(kManifestMagic) || bytes.size() > 4096) {
+    return Corruption("not a tally snapshot manifest");
+  }
+  bytes.remove_prefix(kManifestMagic.size());
+  std::array<uint64_t, kFields.size()> values{};
+  for (size_t i = 0; i < kFields.size(); ++i) {
+    const std::string_view name = kFields[i];
+    if (!bytes.starts_with('\n')) return Corruption(fmt::format("manifest: no field {}", name));
+    bytes.remove_prefix(1);
+    const size_t end = std::min(bytes.find('\n'), bytes.size());
+    const std::string_view line = bytes.substr(0, end);
+    bytes.remove_prefix(end);
+    if (!line.starts_with(name) || line.size() < name.size() + 1 || line[name.size()] != ' ') {
+      return Corruption(fmt::format("manifest: expected field {}", name));
+    }
+    const std::optional<uint64_t> value = ParseUint64(line.substr(name.size() + 1));
+    if (!value) return Corruption(fmt::format("manifest: bad {}", name));
+    values[i] = *value;
+  }
+  if (!bytes.empty()) return Corruption("manifest: trailing bytes");
+  SnapshotManifest manifest;
+  if (values[0] >= (1u << 16)) return Corruption("manifest: bad partition");
+  manifest.partition = static_cast<uint32_t>(values[0]);
+  manifest.id = values[1];
+  manifest.position = {values[2], values[3], values[4]};
+  manifest.first_seq = values[5];
+  manifest.last_seq = values[6];
+  manifest.chunks = values[7];
+  manifest.counters = values[8];
+  if (manifest.chunks == 0 || manifest.first_seq == 0 || manifest.last_seq < manifest.first_seq ||
+      manifest.last_seq - manifest.first_seq + 1 < manifest.chunks) {
+    return Corruption("manifest: its chunks do not fit its sequences");
+  }
+  return manifest;
+}
+
+std::string EncodeChunkPrefix(uint64_t id, uint64_t index) {
+  return fmt::format("{}{} {}\n", kChunkMagic, id, index);
+}
+
+Result<SnapshotChunk> DecodeChunk(std::string_view bytes) {
+  if (!bytes.starts_with(kChunkMagic)) return Corruption("not a tally snapshot chunk");
+  bytes.remove_prefix(kChunkMagic.size());
+  const size_t line_end = bytes.find('\n');
+  if (line_end == std::string_view::npos || line_end > 41) {
+    return Corruption("snapshot chunk: no header line");
+  }
+  const std::string_view line = bytes.substr(0, line_end);
+  const size_t space = line.find(' ');
+  if (space == std::string_view::npos) return Corruption("snapshot chunk: no index");
+  const std::optional<uint64_t> id = ParseUint64(line.substr(0, space));
+  const std::optional<uint64_t> index = ParseUint64(line.substr(space + 1));
+  if (!id || !index) return Corruption("snapshot chunk: bad id or index");
+  return SnapshotChunk{*id, *index, bytes.substr(line_end + 1)};
+}
+
+}  // namespace tally::cluster
