@@ -478,8 +478,10 @@ void ClusterPersistence::CheckpointCut(uint64_t token) {
       case PartitionRole::kOwned:
       case PartitionRole::kReleasing:
       case PartitionRole::kLost:
-        // The last record of a commit: renewals appended since hold no value.
-        cut_[p] = {partition.committed_seq, partition.header.term, partition.header.writer};
+        // The last record of a commit: renewals appended since hold no value. Those already
+        // durable (no commit lies between) let the saved position, and trimming, pass them.
+        cut_[p] = {std::max(partition.committed_seq, partition.log->progress().durable_seq),
+                   partition.header.term, partition.header.writer};
         cut_owned_[p] = true;
         break;
       case PartitionRole::kFollowing:
@@ -570,6 +572,22 @@ Status ClusterPersistence::FinishCheckpoint(uint64_t token) {
 engine::PersistenceStats ClusterPersistence::stats() const {
   engine::PersistenceStats stats;
   stats.disk_bytes = tables_->disk_bytes();
+  if (snapshots_) {
+    // Idle partitions grow by renewals only, which change no counter: save their positions
+    // now and then all the same, or their streams could never be trimmed.
+    std::lock_guard lock(mutex_);
+    for (const Partition& partition : partitions_) {
+      uint64_t seq = partition.from.seq;
+      if (partition.follower) seq = partition.follower->position().seq;
+      if (partition.log && CommitsToStream(partition.role)) {
+        seq = partition.log->progress().durable_seq;
+      }
+      if (seq >= partition.checkpointed + options_.snapshot_every_records) {
+        stats.checkpoint_wanted = true;
+        break;
+      }
+    }
+  }
   return stats;
 }
 

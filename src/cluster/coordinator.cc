@@ -409,6 +409,11 @@ void Coordinator::Publish(const std::vector<PartitionStatus>& statuses,
   topology->nats_connected = connection_.connected();
   topology->nats_url = connection_.connected_url();
   topology->nats_reconnects = connection_.reconnects();
+  const SnapshotStats snapshots = persistence_.snapshot_stats();
+  topology->snapshots_written = snapshots.written;
+  topology->snapshot_restores = snapshots.restores;
+  topology->stream_trims = snapshots.trims;
+  topology->snapshot_failures = snapshots.failures;
 
   std::vector<uint32_t> owned;
   bool owners_changed = false;

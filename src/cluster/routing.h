@@ -93,6 +93,11 @@ struct Topology {
   std::string nats_url;
   uint64_t nats_reconnects = 0;
   uint64_t epoch = 0;  // grows with every change of owners (CLUSTER INFO's current_epoch)
+  // Snapshots and trimming on this node since it started (cluster_persistence.h).
+  uint64_t snapshots_written = 0;
+  uint64_t snapshot_restores = 0;
+  uint64_t stream_trims = 0;
+  uint64_t snapshot_failures = 0;
 
   // The node of `node_id`, or nullptr.
   const TopologyNode* Node(std::string_view node_id) const;

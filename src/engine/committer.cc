@@ -183,7 +183,7 @@ void Committer::Run() {
 
 bool Committer::CheckpointDue(Clock::time_point last) const {
   const size_t changed = keyspace_->checkpoint_backlog();
-  if (changed == 0) return false;
+  if (changed == 0) return persistence_->stats().checkpoint_wanted;
   return changed >= options_.checkpoint_max_changed ||
          persistence_->stats().log_bytes >= options_.checkpoint_max_log_bytes ||
          Clock::now() - last >= std::chrono::milliseconds(options_.checkpoint_interval_ms);

@@ -20,6 +20,9 @@ namespace tally::engine {
 struct PersistenceStats {
   uint64_t log_bytes = 0;   // bytes of log written since the last checkpoint began
   uint64_t disk_bytes = 0;  // bytes of the store's tables
+  // A checkpoint is due although no counter changed: the positions it would save moved far
+  // enough (a cluster node's streams grow by renewals; saving lets them be trimmed).
+  bool checkpoint_wanted = false;
 };
 
 // Where a loaded operation comes from: the store's tables (as of the last checkpoint), or

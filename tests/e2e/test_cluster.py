@@ -892,6 +892,99 @@ class FreshNodeTest(ClusterCase):
             self.assertEqual(out.value, expected[key] + 1, key)
 
 
+def owner_trims(cluster):
+    """{partition: trimmed_below} as each partition's owner says in its INFO cluster (0 for a
+    partition whose owner has not trimmed, or is not known)."""
+    trims = {p: 0 for p in range(PARTITIONS)}
+    for i in cluster.live_indexes():
+        info = cluster_info(cluster.node(i).port)
+        for p in range(PARTITIONS):
+            line = info.get("partition%d" % p)
+            if isinstance(line, dict) and line.get("role") == "owned":
+                trims[p] = int(line.get("trimmed_below", 0))
+    return trims
+
+
+def stream_tails(cluster, i):
+    """{partition: the owner's latest sequence} as node i sees it."""
+    info = cluster_info(cluster.node(i).port)
+    return {p: max(int(info["partition%d" % p]["applied"]), int(info["partition%d" % p]["owner_seq"]))
+            for p in range(PARTITIONS)}
+
+
+def wait_trimmed_past(cluster, floor, timeout=WAIT):
+    """Waits until every partition's owner trimmed its stream past floor[p]; returns the
+    trims."""
+    deadline = time.monotonic() + timeout
+    trims = None
+    while time.monotonic() < deadline:
+        trims = owner_trims(cluster)
+        if all(trims[p] > floor.get(p, 0) for p in range(PARTITIONS)):
+            return trims
+        time.sleep(0.2)
+    raise AssertionError("streams not trimmed past %r within %.0fs: %r\n%s" % (
+        floor, timeout, trims, all_logs(cluster)))
+
+
+class SnapshotTest(ClusterCase):
+    """Snapshots bound the streams (issue 14): with a snapshot every 20 records and a
+    checkpoint every 300 ms, owners trim every partition's stream; a node killed -9 while the
+    streams are trimmed past what it saved comes back through the snapshots; a fresh node
+    (empty data dir) joins through them; every copy exact."""
+
+    def test_trimmed_streams_restore_a_returning_and_a_fresh_node(self):
+        cluster = self.start_cluster(extra_args=["--cluster-snapshot-records", "20",
+                                                 "--checkpoint-interval-ms", "300"])
+        rng = random.Random(SEED + 400)
+        keys = sorted(k for ks in keys_per_partition("snap:", 3).values() for k in ks)
+        router = Router(self.ports(cluster))
+        self.addCleanup(router.close)
+        expected = {key: 0 for key in keys}
+
+        def write_round():
+            for key in keys:
+                amount = rng.randint(1, 1000)
+                out = router.incrby(key, amount)
+                self.assertEqual(out.kind, ACK, out)
+                expected[key] += amount
+
+        for _ in range(3):
+            write_round()
+        first = wait_trimmed_past(cluster, {})
+        log("every stream trimmed: %r" % first)
+
+        victim = 2
+        tails = stream_tails(cluster, victim)  # at least what the victim saved
+        cluster.kill9(victim)
+        write_round()
+        trims = wait_trimmed_past(cluster, tails)
+        log("node %d killed at %r; the streams trimmed past it: %r" % (victim, tails, trims))
+        cluster.restart(victim)
+        wait_node_following(cluster, victim)
+        self.assertEqual(wait_readonly_values(cluster, victim, expected), {},
+                         cluster.node(victim).log_tail(40))
+        info = cluster_info(cluster.node(victim).port)
+        self.assertEqual(info["tally_snapshot_restores"], PARTITIONS,
+                         "every partition restored\n%s" % cluster.node(victim).log_tail(40))
+
+        fresh = cluster.add_node()
+        wait_node_following(cluster, fresh)
+        self.assertEqual(wait_readonly_values(cluster, fresh, expected), {},
+                         cluster.node(fresh).log_tail(40))
+        info = cluster_info(cluster.node(fresh).port)
+        self.assertEqual(info["tally_snapshot_restores"], PARTITIONS)
+        self.assertGreater(sum(cluster_info(cluster.node(i).port)["tally_snapshots_written"]
+                               for i in cluster.live_indexes()), 0)
+
+        # Every node, the restored ones among them, takes writes and agrees.
+        router.close()
+        router = Router(self.ports(cluster))
+        self.addCleanup(router.close)
+        write_round()
+        for i in cluster.live_indexes():
+            self.assertEqual(wait_readonly_values(cluster, i, expected), {}, "node %d" % i)
+
+
 class DerivedCountersTest(ClusterCase):
     """Derived counters in a cluster: the blog model's counters defined on one node; batches
     of random changes pushed with ids to the nodes in turn, each resent (same id, to the next

@@ -34,6 +34,12 @@ std::string ClusterJson(const cluster::Topology& topology) {
   json.Key("url").String(topology.nats_url);
   json.Key("reconnects").UInt(topology.nats_reconnects);
   json.EndObject();
+  json.Key("snapshots").BeginObject();
+  json.Key("written").UInt(topology.snapshots_written);
+  json.Key("restores").UInt(topology.snapshot_restores);
+  json.Key("trims").UInt(topology.stream_trims);
+  json.Key("failures").UInt(topology.snapshot_failures);
+  json.EndObject();
   json.Key("nodes").BeginArray();
   for (const cluster::TopologyNode& node : topology.nodes) {
     json.BeginObject();

@@ -269,11 +269,13 @@ void ClusterSection(CommandContext& ctx, std::string& out) {
                  "# Cluster\r\ncluster_enabled:1\r\ntally_cluster_name:{}\r\ntally_node_id:{}\r\n"
                  "tally_node_name:{}\r\ntally_nats_connected:{}\r\ntally_nats_url:{}\r\n"
                  "tally_nats_reconnects:{}\r\ntally_partitions:{}\r\ntally_partitions_owned:{}\r\n"
-                 "tally_draining:{}\r\n",
+                 "tally_draining:{}\r\ntally_snapshots_written:{}\r\ntally_snapshot_restores:{}\r\n"
+                 "tally_stream_trims:{}\r\ntally_snapshot_failures:{}\r\n",
                  topology->cluster_name, topology->self_id, self != nullptr ? self->name : "",
                  topology->nats_connected ? 1 : 0, topology->nats_url, topology->nats_reconnects,
                  topology->partition_count, self != nullptr ? self->owned.size() : 0,
-                 routing->drain_requested() ? 1 : 0);
+                 routing->drain_requested() ? 1 : 0, topology->snapshots_written,
+                 topology->snapshot_restores, topology->stream_trims, topology->snapshot_failures);
   for (size_t i = 0; i < topology->nodes.size(); ++i) {
     const cluster::TopologyNode& node = topology->nodes[i];
     fmt::format_to(std::back_inserter(out),
