@@ -94,7 +94,7 @@ FUZZ_DIR     ?= build-fuzz
 FUZZ_SECONDS ?= 600
 FUZZ_ARGS    ?=
 FUZZ_TARGETS ?= resp_parser timestamp sql_definitions key_spelling change_json pgoutput pg_text \
-	http_request websocket tallyd_config cluster_record cluster_member
+	http_request websocket tallyd_config cluster_record cluster_member cluster_stream
 
 # make soak: SOAK_SECONDS of mixed load with a kill -9 and restart every SOAK_KILL_EVERY
 # seconds, samples of tallyd's RSS, fds and threads every SOAK_SAMPLE_EVERY seconds; the plot,
