@@ -16,6 +16,12 @@ constexpr std::string_view kChunkMagic = "tally-snapshot-chunk 1 ";
 constexpr std::array<std::string_view, 9> kFields = {
     "partition", "id", "seq", "term", "writer", "first", "last", "chunks", "counters"};
 
+// A decimal without leading zeros: one spelling for every number.
+std::optional<uint64_t> Decimal(std::string_view text) {
+  if (text.size() > 1 && text[0] == '0') return std::nullopt;
+  return ParseUint64(text);
+}
+
 }  // namespace
 
 std::string EncodeManifest(const SnapshotManifest& manifest) {
@@ -43,7 +49,7 @@ Result<SnapshotManifest> DecodeManifest(std::string_view bytes) {
     if (!line.starts_with(name) || line.size() < name.size() + 1 || line[name.size()] != ' ') {
       return Corruption(fmt::format("manifest: expected field {}", name));
     }
-    const std::optional<uint64_t> value = ParseUint64(line.substr(name.size() + 1));
+    const std::optional<uint64_t> value = Decimal(line.substr(name.size() + 1));
     if (!value) return Corruption(fmt::format("manifest: bad {}", name));
     values[i] = *value;
   }
@@ -78,8 +84,8 @@ Result<SnapshotChunk> DecodeChunk(std::string_view bytes) {
   const std::string_view line = bytes.substr(0, line_end);
   const size_t space = line.find(' ');
   if (space == std::string_view::npos) return Corruption("snapshot chunk: no index");
-  const std::optional<uint64_t> id = ParseUint64(line.substr(0, space));
-  const std::optional<uint64_t> index = ParseUint64(line.substr(space + 1));
+  const std::optional<uint64_t> id = Decimal(line.substr(0, space));
+  const std::optional<uint64_t> index = Decimal(line.substr(space + 1));
   if (!id || !index) return Corruption("snapshot chunk: bad id or index");
   return SnapshotChunk{*id, *index, bytes.substr(line_end + 1)};
 }

@@ -38,6 +38,9 @@ TEST(SnapshotCodecTest, AnythingButAManifestIsRefused) {
   EXPECT_FALSE(DecodeManifest(good + "\n"));
   EXPECT_FALSE(DecodeManifest(good.substr(0, good.size() - 1) + "x"));
   EXPECT_FALSE(DecodeManifest(good.substr(0, good.rfind('\n'))));  // no counters line
+  std::string zero = good;
+  zero.replace(zero.find("seq 1200"), 8, "seq 01200");
+  EXPECT_FALSE(DecodeManifest(zero));  // one spelling per number
   std::string swapped = good;
   swapped.replace(swapped.find("term"), 4, "mret");
   EXPECT_FALSE(DecodeManifest(swapped));
