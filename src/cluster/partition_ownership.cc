@@ -239,6 +239,17 @@ bool ClusterPersistence::StepClaiming(uint32_t partition) {
 
 Status ClusterPersistence::ClaimNow(uint32_t partition, std::chrono::milliseconds timeout) {
   const auto deadline = Clock::now() + timeout;
+  // The owner the claim replaces is the stream's latest: let the follower read up to the
+  // tail first (a restarted node's own renewals may follow its saved position), or the
+  // claim would be given up when it reads them.
+  // (Followers are replaced only on this thread: the one found stays while it is waited for.)
+  if (auto state = connection_.GetStreamState(PartitionStream(options_, partition)); state) {
+    if (const Follower* reading = follower(partition)) {
+      reading->WaitApplied(state->last_seq,
+                           std::chrono::duration_cast<std::chrono::milliseconds>(
+                               std::max(deadline - Clock::now(), Clock::duration::zero())));
+    }
+  }
   // A stream without a leader (just created, or electing one) does not answer: ask again.
   Status begun = BeginClaim(partition, status(partition).owner);
   while (!begun && Clock::now() < deadline) {

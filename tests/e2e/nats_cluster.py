@@ -96,10 +96,11 @@ class NatsCluster(StartedInWith):
     routes between the servers stay plain. Not thread-safe: one test drives it. Indexes are
     0-based."""
 
-    def __init__(self, servers=3, cluster_name="tally", tls=None):
+    def __init__(self, servers=3, cluster_name="tally", tls=None, max_file_store="1GB"):
         self.count = servers
         self.cluster_name = cluster_name
         self.tls = tls
+        self.max_file_store = max_file_store  # each server's JetStream disk limit
         self.dir = None
         self.servers = []  # NatsServer, set by start()
         self._procs = []   # subprocess.Popen or None (not running), one per server
@@ -130,7 +131,7 @@ class NatsCluster(StartedInWith):
         self.servers = [NatsServer("n%d" % (i + 1), *ports[3 * i:3 * i + 3], self.dir,
                                    self.tls) for i in range(self.count)]
         for server in self.servers:
-            write_config(server, self.servers, self.cluster_name)
+            write_config(server, self.servers, self.cluster_name, self.max_file_store)
         self._procs = [spawn(command_line(s), s.log_path, die_with_parent=True)
                        for s in self.servers]
         deadline = time.monotonic() + timeout
@@ -202,16 +203,16 @@ class NatsCluster(StartedInWith):
 # One server: its configuration, its process, its health.
 
 
-def config_text(server, peers, cluster_name="tally"):
+def config_text(server, peers, cluster_name="tally", max_file_store="1GB"):
     """The configuration of `server` in a cluster of `peers` (which includes it). A single
     server gets no cluster block: JetStream then runs without a meta group (streams of one
     replica)."""
     text = ("server_name: %s\n"
             "listen: %s:%d\n"
             "http: %s:%d\n"
-            "jetstream {\n  store_dir: \"%s\"\n  max_memory_store: 64MB\n  max_file_store: 1GB\n}\n") % (
+            "jetstream {\n  store_dir: \"%s\"\n  max_memory_store: 64MB\n  max_file_store: %s\n}\n") % (
                 server.name, HOST, server.client_port, HOST, server.monitor_port,
-                server.store_dir)
+                server.store_dir, max_file_store)
     if server.tls:
         text += ("tls {\n  cert_file: \"%s\"\n  key_file: \"%s\"\n  ca_file: \"%s\"\n"
                  "  verify: true\n  timeout: 5\n}\n") % (
@@ -224,10 +225,10 @@ def config_text(server, peers, cluster_name="tally"):
         cluster_name, HOST, server.route_port, routes)
 
 
-def write_config(server, peers, cluster_name="tally"):
+def write_config(server, peers, cluster_name="tally", max_file_store="1GB"):
     os.makedirs(server.dir, exist_ok=True)
     with open(server.conf_path, "w") as f:
-        f.write(config_text(server, peers, cluster_name))
+        f.write(config_text(server, peers, cluster_name, max_file_store))
 
 
 def command_line(server):

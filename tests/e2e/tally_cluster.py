@@ -117,9 +117,9 @@ class TallyCluster(StartedInWith):
     client certificate client.crt. Not thread-safe: one test drives it."""
 
     def __init__(self, nodes=3, nats_servers=3, partitions=None, replicas=None, lease_ms=None,
-                 name=None, extra_args=(), nats_tls=None):
+                 name=None, extra_args=(), nats_tls=None, nats_max_file_store="1GB"):
         self.initial_nodes = nodes
-        self.nats = NatsCluster(nats_servers, tls=nats_tls)
+        self.nats = NatsCluster(nats_servers, tls=nats_tls, max_file_store=nats_max_file_store)
         self.options = [(flag, value) for flag, value in (
             ("--cluster-partitions", partitions), ("--cluster-replicas", replicas),
             ("--cluster-lease-ms", lease_ms), ("--cluster-name", name)) if value is not None]
