@@ -14,7 +14,9 @@ REPEATS rounds:
 Both checkpoint every 10 s (tallyd's default) and, before the kill, once more (a quiet
 period longer than the interval). Then node 3 is killed with -9 and measured twice:
 
-  restart      started again on its data directory: its checkpoint plus the streams' tails;
+  restart      started again on its data directory: its checkpoint plus the streams' tails
+               (a partition it owned whose checkpoint the kill cut short is rebuilt: from
+               its snapshot, or from its stream's start; "restores" counts the former);
   empty disk   killed again, its data directory emptied (a lost disk, or a new machine), and
                started: every partition from the newest snapshot plus the tail (snapshots),
                or every stream from its start (full replay).
@@ -320,19 +322,21 @@ def main():
             datetime.date.today().isoformat(), os.cpu_count(), os.getloadavg()[0], args.rounds,
             args.repeats),
         "",
-        "| | restart (checkpoint + tail) | restart CPU | empty data dir | empty-disk CPU |"
+        "| | load | restart (checkpoint + tail) | its CPU | restores | empty data dir | its CPU |"
         " restores | JetStream bytes (3 servers) | stream records |",
-        "| --- | --: | --: | --: | --: | --: | --: | --: |",
+        "| --- | --: | --: | --: | --: | --: | --: | --: | --: | --: |",
     ]
     for name, _ in variants:
         rs = results[name]
-        lines.append("| %s | %s s | %s s | %s s | %s s | %d | %s | %s |" % (
+        lines.append("| %s | %s s | %s s | %s s | %s | %s s | %s s | %s | %s | %s |" % (
             name,
+            spread([r["load_s"] for r in rs], "%.0f"),
             spread([r["restart"][0] for r in rs], "%.2f"),
             spread([r["restart"][1] for r in rs], "%.2f"),
+            "/".join(str(r["restart"][2]) for r in rs),
             spread([r["empty"][0] for r in rs], "%.2f"),
             spread([r["empty"][1] for r in rs], "%.2f"),
-            rs[-1]["empty"][2],
+            "/".join(str(r["empty"][2]) for r in rs),
             "{:,}".format(int(statistics.median(r["stored"] for r in rs))),
             "{:,}".format(int(statistics.median(r["history"] for r in rs)))))
     lines.append("")

@@ -51,9 +51,9 @@
 // (Follower::lost_records: a new node, a node back after the stream was trimmed, a lost
 // partition read again from the start) is restored instead: the partition is dropped here
 // and in the tables, the newest snapshot is applied through the followers' path, and a
-// follower goes on from the snapshot's position. The snapshot's values may be newer than
-// its position (they are the tables'); records carry final values, so replaying the
-// stream from there makes them exact, as after a restart.
+// follower goes on from the snapshot's position (a few partitions at once). The snapshot's
+// values may be newer than its position (they are the tables'); records carry final values,
+// so replaying the stream from there makes them exact, as after a restart.
 //
 // Threads: as engine/persistence.h for the Persistence calls; BeginClaim, Step, FinishLoss,
 // BeginRelease, FinishRelease and AbortRelease from one thread (the coordinator's actor);
@@ -334,8 +334,10 @@ class ClusterPersistence final : public engine::Persistence {
   // Snapshots, trimming and restores (partition_snapshots.cc), on snapshot_thread_.
   void RunSnapshots();
   void SnapshotAndTrim(const storage::ClusterTablesView& view, uint32_t partition);
-  // False when it could not be done now (to be tried again later).
+  // False when it could not be done now (to be tried again later). RestoreAll runs a few
+  // at once; false when any failed.
   bool Restore(uint32_t partition);
+  bool RestoreAll(const std::vector<uint32_t>& partitions);
   // A follower stopped at a gap: restore the partition (REQUIRES: mutex_ held).
   void WantRestoreLocked(Partition& partition);
   // The partitions that may hold writes not yet in their stream. REQUIRES: mutex_ held.

@@ -4,9 +4,12 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <atomic>
+#include <thread>
 
 #include "cluster/cluster_persistence.h"
 #include "core/slot.h"
+#include "core/thread_name.h"
 #include "engine/keyspace.h"
 
 namespace tally::cluster {
@@ -14,6 +17,8 @@ namespace {
 
 // How long the snapshot thread waits before trying a failed restore again.
 constexpr std::chrono::seconds kRetryAfter(1);
+// Partitions restored at once.
+constexpr size_t kRestoreThreads = 4;
 
 }  // namespace
 
@@ -45,19 +50,22 @@ void ClusterPersistence::WantRestoreLocked(Partition& partition) {
 void ClusterPersistence::RunSnapshots() {
   std::unique_lock lock(mutex_);
   while (!snapshot_stop_) {
-    const auto restorable = [&](const Partition& p) {
-      return p.restore_wanted && p.role == PartitionRole::kFollowing && !p.follower;
-    };
-    const auto to_restore = std::find_if(partitions_.begin(), partitions_.end(), restorable);
-    if (to_restore != partitions_.end() && !closed_) {
-      const auto partition = static_cast<uint32_t>(to_restore - partitions_.begin());
-      to_restore->restore_wanted = false;
-      to_restore->restoring = true;
+    std::vector<uint32_t> to_restore;
+    for (uint32_t p = 0; p < partitions_.size(); ++p) {
+      Partition& partition = partitions_[p];
+      if (partition.restore_wanted && partition.role == PartitionRole::kFollowing &&
+          !partition.follower && !closed_) {
+        partition.restore_wanted = false;
+        partition.restoring = true;
+        to_restore.push_back(p);
+      }
+    }
+    if (!to_restore.empty()) {
       lock.unlock();
-      const bool restored = Restore(partition);
+      const bool all = RestoreAll(to_restore);
       lock.lock();
       // Not now (no snapshot yet, NATS trouble): again after a while, not in a tight loop.
-      if (!restored) snapshot_wake_.wait_for(lock, kRetryAfter, [&] { return snapshot_stop_; });
+      if (!all) snapshot_wake_.wait_for(lock, kRetryAfter, [&] { return snapshot_stop_; });
       continue;
     }
     if (snapshot_view_) {
@@ -71,6 +79,23 @@ void ClusterPersistence::RunSnapshots() {
     }
     snapshot_wake_.wait(lock);
   }
+}
+
+bool ClusterPersistence::RestoreAll(const std::vector<uint32_t>& partitions) {
+  // A few at once: each mostly waits for its chunks (a new node restores every partition).
+  std::atomic<size_t> next{0};
+  std::atomic<bool> all{true};
+  const auto work = [&] {
+    for (size_t i = next++; i < partitions.size(); i = next++) {
+      if (!Restore(partitions[i])) all = false;
+    }
+  };
+  std::vector<std::thread> helpers;
+  const size_t threads = std::min<size_t>(kRestoreThreads, partitions.size());
+  for (size_t t = 1; t < threads; ++t) helpers.push_back(NamedThread("restore", work));
+  work();
+  for (std::thread& helper : helpers) helper.join();
+  return all;
 }
 
 void ClusterPersistence::SnapshotAndTrim(const storage::ClusterTablesView& view,

@@ -7,8 +7,8 @@
 // The stream holds, per partition, the newest complete snapshot (older ones and unfinished
 // ones are purged once a newer manifest is in), replicated like the partition streams.
 //
-// Threads: any; calls block on JetStream (one request per chunk). Not synchronised: one
-// caller at a time (ClusterPersistence's snapshot thread).
+// Threads: any; calls block on JetStream (Write waits for each chunk's acknowledgement, Read
+// streams them). Independent calls may run at once (the connection is thread-safe).
 #pragma once
 
 #include <cstdint>
@@ -47,8 +47,8 @@ class SnapshotStore {
 
   // Reads the chunks `manifest` names, in order, and hands each one's batch to `chunk` (the
   // first one clears the partition); stops at the first error `chunk` returns. kUnavailable
-  // when a chunk is gone (a newer snapshot replaced it meanwhile: ask Latest again),
-  // kCorruption when one does not decode or does not belong.
+  // when a chunk is gone (a newer snapshot replaced it meanwhile: ask Latest again) or none
+  // arrives for publish_timeout_ms, kCorruption when one does not decode or does not belong.
   Status Read(const SnapshotManifest& manifest,
               const std::function<Status(engine::CommitBatch& batch)>& chunk);
 
