@@ -73,6 +73,9 @@ ENGINE_BENCH_ARGS ?= --benchmark_min_time=1
 
 # make bench: CLUSTER_BENCH_ARGS go to bench/cluster_compare.py (e.g. --quick, --no-failover).
 CLUSTER_BENCH_ARGS ?=
+# make bench: RECOVERY_BENCH_ARGS go to bench/cluster_recovery.py (a node's recovery with
+# snapshots against full replay; 10M counters by default, about 25 minutes).
+RECOVERY_BENCH_ARGS ?=
 
 # make cluster: a local cluster in the background (tools/cluster.py): 3 nats-servers and
 # CLUSTER_NODES tallyd in cluster mode on 127.0.0.1 (Redis ports from 7001, HTTP from 7101,
@@ -217,6 +220,7 @@ bench: build
 	$(PYTHON) bench/source_compare.py --tally-binary $(BUILD_DIR)/bin/tallyd $(SOURCE_BENCH_ARGS)
 	$(PYTHON) bench/subscribers_cost.py --tally-binary $(BUILD_DIR)/bin/tallyd $(SUBSCRIBERS_BENCH_ARGS)
 	$(PYTHON) bench/cluster_compare.py --tally-binary $(BUILD_DIR)/bin/tallyd $(CLUSTER_BENCH_ARGS)
+	$(PYTHON) bench/cluster_recovery.py --tally-binary $(BUILD_DIR)/bin/tallyd $(RECOVERY_BENCH_ARGS)
 	@if [ -x $(BUILD_DIR)/bin/engine_bench ]; then \
 	  echo "+ $(BUILD_DIR)/bin/engine_bench $(ENGINE_BENCH_ARGS)"; \
 	  $(BUILD_DIR)/bin/engine_bench $(ENGINE_BENCH_ARGS); \

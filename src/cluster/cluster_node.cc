@@ -249,10 +249,17 @@ Status ClusterNode::Start(const std::string& redis_address, const std::string& h
   auto started = Membership::Start(*connection_, membership, [this] { return Describe(); });
   if (!started) return tl::unexpected(started.error());
   membership_ = std::move(*started);
-  persistence_->SetTrimFloor([membership = membership_.get()](uint32_t partition) {
-    // A live node that says nothing of the partition (not checkpointed yet) holds it all.
+  // Trimming keeps what any node heard from lately will read: not only the live ones, so that
+  // a node whose heartbeats are late (a busy machine) or that restarts at once keeps its
+  // tail; a node silent for longer, or that said it leaves, restores from snapshots.
+  const auto remembered =
+      std::chrono::milliseconds(std::max<int64_t>(30000, 10 * options_.lease_ms));
+  persistence_->SetTrimFloor([membership = membership_.get(), remembered](uint32_t partition) {
+    // A node that says nothing of the partition (not checkpointed yet) holds it all.
     uint64_t floor = UINT64_MAX;
-    for (const Member& member : membership->Live()) {
+    const auto now = std::chrono::steady_clock::now();
+    for (const Member& member : membership->All()) {
+      if (member.info.leaving || now - member.last_seen > remembered) continue;
       const std::vector<uint64_t>& saved = member.info.checkpointed;
       floor = std::min(floor, partition < saved.size() ? saved[partition] : 0);
     }

@@ -46,11 +46,11 @@
 // thread of its own, each owned partition saved at least snapshot_every_records past its
 // newest snapshot is written to the snapshot stream (snapshot_store.h). Then its stream is
 // trimmed below min(the snapshot's position, the trim floor) + 1: the trim floor is the
-// lowest position any live node saved for it (their heartbeats say it: Checkpointed), so a
-// live node's restart always finds its records. A follower that finds its records gone
-// (Follower::lost_records: a new node, a node back after the stream was trimmed, a lost
-// partition read again from the start) is restored instead: the partition is dropped here
-// and in the tables, the newest snapshot is applied through the followers' path, and a
+// lowest position any node heard from lately saved for it (their heartbeats say it:
+// Checkpointed; ClusterNode decides who counts), so a node's restart finds its records. A follower
+// that finds its records gone (Follower::lost_records: a new node, a node back after the stream was
+// trimmed, a lost partition read again from the start) is restored instead: the partition is
+// dropped here and in the tables, the newest snapshot is applied through the followers' path, and a
 // follower goes on from the snapshot's position (a few partitions at once). The snapshot's
 // values may be newer than its position (they are the tables'); records carry final values,
 // so replaying the stream from there makes them exact, as after a restart.

@@ -23,15 +23,6 @@ namespace {
 constexpr std::string_view kMagic = "tally-member 1";
 constexpr size_t kMaxField = 256;
 
-std::string JoinPartitions(const std::vector<uint32_t>& partitions) {
-  std::string out;
-  for (const uint32_t p : partitions) {
-    if (!out.empty()) out += ',';
-    out += std::to_string(p);
-  }
-  return out;
-}
-
 // A decimal without a sign or leading zeros (one spelling for every number).
 bool ParseUint(std::string_view text, uint64_t* value) {
   if (text.empty() || text.size() > 20 || (text.size() > 1 && text[0] == '0')) return false;
@@ -39,22 +30,29 @@ bool ParseUint(std::string_view text, uint64_t* value) {
   return error == std::errc() && end == text.data() + text.size();
 }
 
-std::string JoinSequences(const std::vector<uint64_t>& sequences) {
+// Comma-separated decimals; nothing for none.
+template <typename Number>
+std::string JoinNumbers(const std::vector<Number>& numbers) {
   std::string out;
-  for (const uint64_t seq : sequences) {
+  for (const Number number : numbers) {
     if (!out.empty()) out += ',';
-    out += std::to_string(seq);
+    out += std::to_string(number);
   }
   return out;
 }
 
-bool ParseSequences(std::string_view text, std::vector<uint64_t>* out) {
+// The same back, each number taken only when accept(number, *out) says so (at most 65,536).
+template <typename Number, typename Accept>
+bool ParseNumbers(std::string_view text, std::vector<Number>* out, Accept accept) {
   out->clear();
   while (!text.empty()) {
     const size_t comma = text.find(',');
-    uint64_t seq = 0;
-    if (!ParseUint(text.substr(0, comma), &seq) || out->size() >= (1u << 16)) return false;
-    out->push_back(seq);
+    uint64_t number = 0;
+    if (!ParseUint(text.substr(0, comma), &number) || out->size() >= (1u << 16) ||
+        !accept(number, *out)) {
+      return false;
+    }
+    out->push_back(static_cast<Number>(number));
     if (comma == std::string_view::npos) break;
     text.remove_prefix(comma + 1);
     if (text.empty()) return false;
@@ -62,19 +60,11 @@ bool ParseSequences(std::string_view text, std::vector<uint64_t>* out) {
   return true;
 }
 
+// Partitions: below 65,536, ascending.
 bool ParsePartitions(std::string_view text, std::vector<uint32_t>* out) {
-  out->clear();
-  while (!text.empty()) {
-    const size_t comma = text.find(',');
-    uint64_t p = 0;
-    if (!ParseUint(text.substr(0, comma), &p) || p >= (1u << 16)) return false;
-    if (!out->empty() && p <= out->back()) return false;
-    out->push_back(static_cast<uint32_t>(p));
-    if (comma == std::string_view::npos) break;
-    text.remove_prefix(comma + 1);
-    if (text.empty()) return false;
-  }
-  return true;
+  return ParseNumbers(text, out, [](uint64_t p, const std::vector<uint32_t>& before) {
+    return p < (1u << 16) && (before.empty() || p > before.back());
+  });
 }
 
 bool PrintableWord(std::string_view text) {
@@ -94,8 +84,8 @@ std::string EncodeMember(const MemberInfo& info) {
       "{}\nid {}\nname {}\nredis {}\nhttp {}\nowned {}\nreleasing {}\nleaving {}\ndraining {}\n"
       "checkpointed {}\nseq {}",
       kMagic, info.node_id, info.node_name, info.redis_address, info.http_address,
-      JoinPartitions(info.owned), JoinPartitions(info.releasing), info.leaving ? 1 : 0,
-      info.draining ? 1 : 0, JoinSequences(info.checkpointed), info.sequence);
+      JoinNumbers(info.owned), JoinNumbers(info.releasing), info.leaving ? 1 : 0,
+      info.draining ? 1 : 0, JoinNumbers(info.checkpointed), info.sequence);
 }
 
 Result<MemberInfo> DecodeMember(std::string_view bytes) {
@@ -148,7 +138,8 @@ Result<MemberInfo> DecodeMember(std::string_view bytes) {
       ok = value == "0" || value == "1";
       info.draining = value == "1";
     } else if (name == "checkpointed") {
-      ok = ParseSequences(value, &info.checkpointed);
+      ok = ParseNumbers(value, &info.checkpointed,
+                        [](uint64_t, const std::vector<uint64_t>&) { return true; });
     } else {
       ok = ParseUint(value, &number);
       info.sequence = number;

@@ -192,16 +192,6 @@ bool ClusterPersistence::Restore(uint32_t partition) {
     partitions_[partition].restore_counters = manifest.counters;
     partitions_[partition].restored_counters = 0;
   }
-  std::vector<engine::CommitBatch> chunks;
-  chunks.reserve(manifest.chunks);
-  Status read = snapshots_->Read(manifest, [&](engine::CommitBatch& batch) {
-    std::lock_guard lock(mutex_);
-    partitions_[partition].restored_counters += batch.put_count();
-    chunks.push_back(std::move(batch));
-    return snapshot_stop_ ? MakeError(ErrorCode::kUnavailable, "stopping") : OkStatus();
-  });
-  if (!read) return retry(read.error().message);
-
   std::function<void(SlotRange)> forgotten;
   {
     std::lock_guard lock(mutex_);
@@ -218,17 +208,28 @@ bool ClusterPersistence::Restore(uint32_t partition) {
   if (auto rebuilt = tables_->RebuildPartition(partition); !rebuilt) {
     return retry(rebuilt.error().message);
   }
-  std::vector<const engine::CommitBatch*> batches;
-  batches.reserve(chunks.size());
-  for (const engine::CommitBatch& chunk : chunks) batches.push_back(&chunk);
   {
     std::lock_guard lock(mutex_);
     if (checkpoint_open_) lost_in_checkpoint_.push_back(partition);
   }
-  applier_->Apply(partition, batches, [&] {
+  // Each chunk applied as it arrives, through the followers' path: the keyspace's stripes
+  // are held a chunk at a time, not for the whole partition, and nothing is buffered. The
+  // position moves with the last one; until then a checkpoint saves the old one (whatever
+  // it saves of the values, a restart from there restores again), and a restore cut short
+  // is started again from the drop.
+  uint64_t applied = 0;
+  Status read = snapshots_->Read(manifest, [&](engine::CommitBatch& batch) {
+    const engine::CommitBatch* chunk = &batch;
+    const bool last = ++applied == manifest.chunks;
+    applier_->Apply(partition, std::span(&chunk, 1), [&] {
+      std::lock_guard lock(mutex_);
+      partitions_[partition].restored_counters += batch.put_count();
+      if (last) partitions_[partition].from = manifest.position;
+    });
     std::lock_guard lock(mutex_);
-    partitions_[partition].from = manifest.position;
+    return snapshot_stop_ ? MakeError(ErrorCode::kUnavailable, "stopping") : OkStatus();
   });
+  if (!read) return retry(read.error().message);
   {
     std::lock_guard lock(mutex_);
     Partition& p = partitions_[partition];
