@@ -46,14 +46,15 @@
 // thread of its own, each owned partition saved at least snapshot_every_records past its
 // newest snapshot is written to the snapshot stream (snapshot_store.h). Then its stream is
 // trimmed below min(the snapshot's position, the trim floor) + 1: the trim floor is the
-// lowest position any node heard from lately saved for it (their heartbeats say it:
-// Checkpointed; ClusterNode decides who counts), so a node's restart finds its records. A follower
-// that finds its records gone (Follower::lost_records: a new node, a node back after the stream was
-// trimmed, a lost partition read again from the start) is restored instead: the partition is
-// dropped here and in the tables, the newest snapshot is applied through the followers' path, and a
-// follower goes on from the snapshot's position (a few partitions at once). The snapshot's
-// values may be newer than its position (they are the tables'); records carry final values,
-// so replaying the stream from there makes them exact, as after a restart.
+// lowest position saved for it by any node that counts (their heartbeats say it:
+// Checkpointed; ClusterNode decides who counts), so that such a node's restart finds its
+// records. A follower that finds its records gone (Follower::lost_records: a new node, a
+// node back after the stream was trimmed, a lost partition read again from the start) is
+// restored instead: the partition is dropped here and in the tables, the newest snapshot is
+// applied through the followers' path chunk by chunk, and a follower goes on from the
+// snapshot's position (a few partitions at once). The snapshot's values may be newer than
+// its position (they are the tables'); records carry final values, so replaying the stream
+// from there makes them exact, as after a restart.
 //
 // Threads: as engine/persistence.h for the Persistence calls; BeginClaim, Step, FinishLoss,
 // BeginRelease, FinishRelease and AbortRelease from one thread (the coordinator's actor);
@@ -204,8 +205,9 @@ class ClusterPersistence final : public engine::Persistence {
   // Called, on any thread and with no lock held, when a partition changes role by itself
   // (fenced: kLost) or a restore finished (the follower is to be started: Step).
   void SetOnChange(std::function<void()> on_change);
-  // The lowest sequence any live node saved for `partition` (from their heartbeats): no
-  // record above it is trimmed. Called on the snapshot thread. Unset: this node's own.
+  // The lowest sequence saved for `partition` by the nodes that count (from their
+  // heartbeats): no record above it is trimmed. Called on the snapshot thread. Unset: this
+  // node's own only.
   void SetTrimFloor(std::function<uint64_t(uint32_t partition)> floor);
   // For each partition, the sequence this node's last finished checkpoint saved (what a
   // restart follows on from; 0: none): what its heartbeats say. Any thread.
