@@ -252,8 +252,7 @@ Status ClusterNode::Start(const std::string& redis_address, const std::string& h
   // Trimming keeps what any node heard from lately will read: not only the live ones, so that
   // a node whose heartbeats are late (a busy machine) or that restarts at once keeps its
   // tail; a node silent for longer, or that said it leaves, restores from snapshots.
-  const auto remembered =
-      std::chrono::milliseconds(std::max<int64_t>(30000, 10 * options_.lease_ms));
+  const auto remembered = std::chrono::milliseconds(10 * options_.lease_ms);
   persistence_->SetTrimFloor([membership = membership_.get(), remembered](uint32_t partition) {
     // A node that says nothing of the partition (not checkpointed yet) holds it all.
     uint64_t floor = UINT64_MAX;

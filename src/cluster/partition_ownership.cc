@@ -57,18 +57,17 @@ std::vector<uint32_t> ClusterPersistence::Step() {
       Partition& partition = partitions_[p];
       role = partition.role;
       start_follower = role == PartitionRole::kFollowing && partition.follower_wanted;
-      if ((role == PartitionRole::kFollowing || role == PartitionRole::kCatchingUp) &&
-          partition.follower && partition.follower->state() == FollowerState::kStopped &&
-          partition.follower->lost_records() && snapshots_) {
+      follower_stopped =
+          (role == PartitionRole::kFollowing || role == PartitionRole::kCatchingUp) &&
+          partition.follower && partition.follower->state() == FollowerState::kStopped;
+      if (follower_stopped && snapshots_ && partition.follower->lost_records()) {
         // Its stream was trimmed past what this node holds: a snapshot instead.
         stopped.push_back(std::move(partition.follower));
         WantRestoreLocked(partition);
         changed.push_back(p);
         continue;
       }
-      if ((role == PartitionRole::kFollowing || role == PartitionRole::kCatchingUp) &&
-          partition.follower && partition.follower->state() == FollowerState::kStopped) {
-        follower_stopped = true;
+      if (follower_stopped) {
         const Status reason = partition.follower->stop_reason();
         partition.failure = reason ? "stopped" : reason.error().message;
         partition.from = partition.follower->position();
