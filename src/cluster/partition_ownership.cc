@@ -366,8 +366,7 @@ Status ClusterPersistence::FinishRelease(uint32_t partition, std::chrono::millis
   const auto deadline = Clock::now() + timeout;
   // The writes made before now: those of the epochs before the open one, and of the open
   // one when anything was written in it.
-  const uint64_t open = keyspace_->open_epoch();
-  const uint64_t last_written = keyspace_->OpenEpochWritten() ? open : open - 1;
+  const uint64_t last_written = keyspace_->LastWrittenEpoch();
   std::shared_ptr<PartitionLog> log;
   uint64_t seq = 0;
   while (true) {
@@ -392,26 +391,37 @@ Status ClusterPersistence::FinishRelease(uint32_t partition, std::chrono::millis
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
-  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-  const PartitionLogProgress progress =
-      log->WaitDurable(seq, std::max(left, std::chrono::milliseconds(1)));
-  if (progress.durable_seq < seq) {
-    return MakeError(ErrorCode::kUnavailable,
-                     fmt::format("partition {}: record {} not durable in time ({})", partition, seq,
-                                 PartitionLogStateName(progress.state)));
-  }
-  {
+  // Followed from the last record waited for: were another commit to have appended one
+  // meanwhile (none should: no write reaches the partition now), that one is waited for
+  // too, never followed from before it is in the stream.
+  while (true) {
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    const PartitionLogProgress progress =
+        log->WaitDurable(seq, std::max(left, std::chrono::milliseconds(1)));
+    if (progress.durable_seq < seq) {
+      return MakeError(ErrorCode::kUnavailable,
+                       fmt::format("partition {}: record {} not durable in time ({})", partition,
+                                   seq, PartitionLogStateName(progress.state)));
+    }
     std::lock_guard lock(mutex_);
     Partition& p = partitions_[partition];
     if (p.role != PartitionRole::kReleasing) {
       return MakeError(ErrorCode::kUnavailable, "the partition changed while released");
     }
-    // Everything the keyspace holds of it is in the stream up to committed_seq: follow on
-    // from there (later renewals are read again, harmlessly).
-    p.from = {p.committed_seq, p.header.term, p.header.writer};
+    if (p.committed_seq > seq) {
+      spdlog::warn("partition {}: record {} appended while it was handed over", partition,
+                   p.committed_seq);
+      seq = p.committed_seq;
+      continue;
+    }
+    // Everything the keyspace holds of it is in the stream up to seq: follow on from there
+    // (later renewals are read again, harmlessly).
+    p.from = {seq, p.header.term, p.header.writer};
     p.role = PartitionRole::kFollowing;
     p.follower_wanted = true;
     log = std::move(p.log);
+    break;
   }
   log.reset();
   spdlog::info("partition {}: released at sequence {}", partition, seq);

@@ -626,9 +626,10 @@ bool Keyspace::OpenEpochWrittenLocked() {
   return touched;
 }
 
-bool Keyspace::OpenEpochWritten() {
+uint64_t Keyspace::LastWrittenEpoch() {
   View all = LockAll();
-  return OpenEpochWrittenLocked();
+  const uint64_t open = open_epoch_.load(std::memory_order_relaxed);
+  return OpenEpochWrittenLocked() ? open : open - 1;
 }
 
 bool Keyspace::Drain(CommitBatch* batch) {

@@ -249,10 +249,12 @@ class Keyspace {
   // sets; the batch may be empty when writes changed nothing). Returns false when nothing
   // was written in the epoch (it then stays open).
   bool Drain(CommitBatch* batch);
-  // Whether anything was written in the open epoch (what Drain would close). Takes every
-  // stripe. Epochs close in order and each closed one held writes: when this is false,
-  // every write so far belongs to an epoch before open_epoch().
-  bool OpenEpochWritten();
+  // The newest epoch holding a write made so far: the open one when anything was written
+  // in it (what Drain would close), else the one before (epochs close in order, and each
+  // closed one held writes). Takes every stripe, so the open epoch and whether it was
+  // written are read together: reading open_epoch() first and asking afterwards could miss
+  // an epoch Drain closed in between.
+  uint64_t LastWrittenEpoch();
 
   // Appends every stripe's sampled writes since the last call (WriteSketch::Drain). The
   // HotKeys thread's, about once a second.

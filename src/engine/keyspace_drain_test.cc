@@ -128,6 +128,17 @@ TEST_F(KeyspaceTest, AWriteThatChangedNothingStillClosesTheEpoch) {
   EXPECT_EQ(keyspace_.open_epoch(), 4u);
 }
 
+TEST_F(KeyspaceTest, LastWrittenEpochIsTheOpenOneOnlyOnceWritten) {
+  EXPECT_EQ(keyspace_.open_epoch(), 1u);
+  EXPECT_EQ(keyspace_.LastWrittenEpoch(), 0u);
+  ASSERT_TRUE(Set("k", 1).applied);
+  EXPECT_EQ(keyspace_.LastWrittenEpoch(), 1u);
+  Drain();
+  EXPECT_EQ(keyspace_.LastWrittenEpoch(), 1u);  // epoch 2 is open and empty
+  ASSERT_TRUE(Set("k", 2).applied);
+  EXPECT_EQ(keyspace_.LastWrittenEpoch(), 2u);
+}
+
 TEST_F(KeyspaceTest, RequiredEpochFollowsWritesOfTheStripe) {
   const HashedKey key("r");
   {

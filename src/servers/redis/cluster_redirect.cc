@@ -43,8 +43,10 @@ std::string ClusterRefusal(const cluster::Routing& routing, uint32_t slot, bool 
   const auto topology = routing.topology();
   const cluster::TopologyPartition* part =
       partition < topology->partitions.size() ? &topology->partitions[partition] : nullptr;
-  // A standby holds the slot's values as far as it has applied its stream.
-  if (readonly && !write && part != nullptr && part->role == "following" &&
+  // A standby holds the slot's values as far as it has applied its stream; not while it
+  // restores the partition from a snapshot (some counters are back, others not yet): the
+  // read goes to the owner.
+  if (readonly && !write && part != nullptr && part->role == "following" && !part->restoring &&
       (route == cluster::Route::kMoved || route == cluster::Route::kTryAgain)) {
     return {};
   }

@@ -198,6 +198,17 @@ TEST_F(ClusterSessionTest, AReadOnlyConnectionReadsWhatThisNodeFollows) {
   EXPECT_EQ(Call({"GET", theirs}), fmt::format("-MOVED {} 127.0.0.1:7002\r\n", KeySlot(theirs)));
 }
 
+TEST_F(ClusterSessionTest, AReadOnlyReadOfAPartitionBeingRestoredGoesToItsOwner) {
+  const std::string theirs = KeyIn(2);
+  topology_.partitions[2].restoring = true;
+  routing_.SetTopology(std::make_shared<cluster::Topology>(topology_));
+  EXPECT_EQ(Call({"READONLY"}), "+OK\r\n");
+  EXPECT_EQ(Call({"GET", theirs}), fmt::format("-MOVED {} 127.0.0.1:7002\r\n", KeySlot(theirs)));
+  topology_.partitions[2].restoring = false;
+  routing_.SetTopology(std::make_shared<cluster::Topology>(topology_));
+  EXPECT_EQ(Call({"GET", theirs}), "$-1\r\n");
+}
+
 TEST_F(ClusterSessionTest, TheClusterCommandsDescribeTheTopology) {
   EXPECT_EQ(Call({"CLUSTER", "KEYSLOT", "{user1000}.following"}), ":3443\r\n");
   EXPECT_EQ(Call({"CLUSTER", "MYID"}), fmt::format("${}\r\n{}\r\n", kSelf.size(), kSelf));
