@@ -90,6 +90,13 @@ Result<std::unique_ptr<ClusterNode>> ClusterNode::Open(const ClusterOptions& opt
   // Each JetStream request (a stream's state, a consumer, a message) waits at most this: the
   // coordinator's actor and a stopping node wait no longer for a NATS that cannot answer.
   connect->request_timeout_ms = 2000;
+  // Said in the log: a node that stops hearing its NATS server is otherwise only seen by
+  // what times out.
+  connect->on_disconnected = [] { spdlog::warn("NATS: disconnected from its server"); };
+  connect->on_reconnected = [](const std::string& url) {
+    spdlog::info("NATS: reconnected to {}", url);
+  };
+  connect->on_error = [](const std::string& text) { spdlog::warn("NATS: {}", text); };
   const bool secure = connect->tls.any();
   auto connection = NatsConnection::Connect(std::move(*connect));
   if (!connection) {
