@@ -535,8 +535,8 @@ Status ClusterPersistence::FinishCheckpoint(uint64_t token) {
   // Rebuilt before the open checkpoint's record goes: a crash in between rebuilds them again.
   for (uint32_t p : rebuild) {
     spdlog::warn(
-        "partition {}: not all of its checkpointed values are in its stream; it will "
-        "be read again from the stream's start",
+        "partition {}: this checkpoint may hold values of it that its stream lacks, or that "
+        "were dropped meanwhile: its tables are emptied and its position reset",
         p);
     if (auto status = tables_->RebuildPartition(p); !status) return status;
     positions[p] = {};
@@ -564,8 +564,13 @@ Status ClusterPersistence::FinishCheckpoint(uint64_t token) {
   }
   snapshot_wake_.notify_all();
   // The tables lost every counter of the rebuilt partitions, also those the keyspace holds
-  // and will not change again: the next checkpoint writes every counter.
-  if (!rebuild.empty() && keyspace_ != nullptr) keyspace_->RequireFullCheckpoint();
+  // and will not change again: the next checkpoint writes those partitions' counters (not
+  // every counter: restores overlap checkpoints all the time on a node that restores many).
+  if (!rebuild.empty() && keyspace_ != nullptr) {
+    std::vector<SlotRange> ranges;
+    for (uint32_t p : rebuild) ranges.push_back(PartitionSlots(p, options_.partition_count));
+    keyspace_->RequireCheckpointOf(ranges);
+  }
   return finished;
 }
 

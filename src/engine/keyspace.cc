@@ -580,6 +580,26 @@ void Keyspace::RequireFullCheckpoint() {
   checkpoint_full_ = true;
 }
 
+void Keyspace::RequireCheckpointOf(std::span<const SlotRange> ranges) {
+  if (ranges.empty()) return;
+  size_t marked = 0;
+  for (auto& s : stripes_) {
+    std::lock_guard lock(s->mutex);
+    for (EntryId id = 0; id < s->map.entry_limit(); ++id) {
+      if (!s->map.IsLive(id) || s->map.HasFlag(id, CounterMap::kCheckpointDirty)) continue;
+      const uint32_t slot = KeySlot(s->map.key(id));
+      if (std::none_of(ranges.begin(), ranges.end(),
+                       [slot](SlotRange range) { return range.Contains(slot); })) {
+        continue;
+      }
+      s->map.SetFlag(id, CounterMap::kCheckpointDirty);
+      s->checkpoint_dirty.push_back(id);
+      ++marked;
+    }
+  }
+  checkpoint_backlog_.fetch_add(marked, std::memory_order_relaxed);
+}
+
 void Keyspace::ApplyReplicated(SlotRange slots, std::span<const CommitBatch* const> batches,
                                const std::function<void()>& while_held) {
   std::vector<HashedKey> keys;

@@ -227,6 +227,9 @@ class Keyspace {
   bool ReadCheckpoint(CheckpointCursor& cursor, size_t max_operations, CommitBatch* batch);
   // After a failed checkpoint: the next one writes every counter.
   void RequireFullCheckpoint();
+  // The next checkpoint writes every counter in `ranges` (after their tables were emptied
+  // behind a checkpoint's back). One stripe at a time: writers wait for one stripe's walk.
+  void RequireCheckpointOf(std::span<const SlotRange> ranges);
   // Counters marked for the next checkpoint (approximate, may count one twice).
   size_t checkpoint_backlog() const { return checkpoint_backlog_.load(std::memory_order_relaxed); }
 

@@ -163,6 +163,29 @@ TEST_F(KeyspaceSlotsTest, DropSlotsForgetsAPartitionWithoutTellingTheStore) {
   EXPECT_EQ(batch.put_count(), others.size() - 1);
 }
 
+TEST_F(KeyspaceSlotsTest, RequireCheckpointOfMarksOnlyThosePartitionsCounters) {
+  const auto [mine, others] = SetTwoPartitions(1, 2, 4, 25);
+  const auto read_all = [&] {
+    Keyspace::CheckpointCursor cursor = keyspace_.TakeCheckpoint();
+    EXPECT_FALSE(cursor.clear_all);
+    CommitBatch batch;
+    while (keyspace_.ReadCheckpoint(cursor, 1000, &batch)) {
+    }
+    return batch;
+  };
+  EXPECT_EQ(read_all().put_count(), mine.size() + others.size());
+  EXPECT_EQ(read_all().put_count(), 0u);  // nothing marked since
+
+  const SlotRange ranges[] = {PartitionSlots(1, 4)};
+  keyspace_.RequireCheckpointOf(ranges);
+  const CommitBatch batch = read_all();
+  ASSERT_EQ(batch.put_count(), mine.size());
+  for (size_t i = 0; i < batch.put_count(); ++i) {
+    EXPECT_EQ(SlotPartition(KeySlot(batch.put_key(i)), 4), 1u) << batch.put_key(i);
+    EXPECT_EQ(batch.put_record(i).value, 1);
+  }
+}
+
 // Readers that take a group's keys together never see part of a group: each group sets every
 // key to its number.
 TEST_F(KeyspaceTest, ReadersNeverSeePartOfAReplicatedGroup) {
