@@ -76,6 +76,9 @@ CLUSTER_BENCH_ARGS ?=
 # make bench: RECOVERY_BENCH_ARGS go to bench/cluster_recovery.py (a node's recovery with
 # snapshots against full replay; 10M counters by default, about 25 minutes).
 RECOVERY_BENCH_ARGS ?=
+# make bench: REBALANCE_BENCH_ARGS go to bench/cluster_rebalance.py (a partition of 1M
+# counters handed over under writes, against one of 1,000; about 6 minutes).
+REBALANCE_BENCH_ARGS ?=
 
 # make cluster: a local cluster in the background (tools/cluster.py): 3 nats-servers and
 # CLUSTER_NODES tallyd in cluster mode on 127.0.0.1 (Redis ports from 7001, HTTP from 7101,
@@ -221,6 +224,7 @@ bench: build
 	$(PYTHON) bench/subscribers_cost.py --tally-binary $(BUILD_DIR)/bin/tallyd $(SUBSCRIBERS_BENCH_ARGS)
 	$(PYTHON) bench/cluster_compare.py --tally-binary $(BUILD_DIR)/bin/tallyd $(CLUSTER_BENCH_ARGS)
 	$(PYTHON) bench/cluster_recovery.py --tally-binary $(BUILD_DIR)/bin/tallyd $(RECOVERY_BENCH_ARGS)
+	$(PYTHON) bench/cluster_rebalance.py --tally-binary $(BUILD_DIR)/bin/tallyd $(REBALANCE_BENCH_ARGS)
 	@if [ -x $(BUILD_DIR)/bin/engine_bench ]; then \
 	  echo "+ $(BUILD_DIR)/bin/engine_bench $(ENGINE_BENCH_ARGS)"; \
 	  $(BUILD_DIR)/bin/engine_bench $(ENGINE_BENCH_ARGS); \

@@ -524,6 +524,10 @@ Status ClusterPersistence::FinishCheckpoint(uint64_t token) {
           (partition.role == PartitionRole::kFollowing && partition.from.writer == cut_[p].writer &&
            partition.from.seq >= cut_[p].seq);
       if (!durable) {
+        spdlog::warn(
+            "partition {}: not all of its checkpointed values are in its stream: its tables "
+            "are emptied and its saved position reset",
+            p);
         rebuild.push_back(p);
       } else if (CommitsToStream(partition.role)) {
         saved_owned.push_back(p);
@@ -532,12 +536,10 @@ Status ClusterPersistence::FinishCheckpoint(uint64_t token) {
   }
   std::sort(rebuild.begin(), rebuild.end());
   rebuild.erase(std::unique(rebuild.begin(), rebuild.end()), rebuild.end());
-  // Rebuilt before the open checkpoint's record goes: a crash in between rebuilds them again.
+  // Rebuilt: those, and those dropped while the checkpoint ran (a loss, a restore), of which
+  // it may have read some values. Before the open checkpoint's record goes: a crash in
+  // between rebuilds them again.
   for (uint32_t p : rebuild) {
-    spdlog::warn(
-        "partition {}: this checkpoint may hold values of it that its stream lacks, or that "
-        "were dropped meanwhile: its tables are emptied and its position reset",
-        p);
     if (auto status = tables_->RebuildPartition(p); !status) return status;
     positions[p] = {};
   }

@@ -73,6 +73,7 @@
 #include <mutex>
 #include <optional>
 #include <shared_mutex>
+#include <span>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -340,6 +341,12 @@ class ClusterPersistence final : public engine::Persistence {
   // at once; false when any failed.
   bool Restore(uint32_t partition);
   bool RestoreAll(const std::vector<uint32_t>& partitions);
+  // One attempt from the newest snapshot; kNotFound when it was replaced while read.
+  // REQUIRES: the partition dropped from the keyspace (DropPartitions).
+  Status RestoreFromLatest(uint32_t partition);
+  // Forgets, in one walk of the keyspace, what it holds of those of `partitions` still
+  // followed without a follower (to be restored).
+  void DropPartitions(std::span<const uint32_t> partitions);
   // A follower stopped at a gap: restore the partition (REQUIRES: mutex_ held).
   void WantRestoreLocked(Partition& partition);
   // The partitions that may hold writes not yet in their stream. REQUIRES: mutex_ held.

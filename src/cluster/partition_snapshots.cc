@@ -17,8 +17,15 @@ namespace {
 
 // How long the snapshot thread waits before trying a failed restore again.
 constexpr std::chrono::seconds kRetryAfter(1);
-// Partitions restored at once.
-constexpr size_t kRestoreThreads = 4;
+// Partitions restored at once: one per two cores, at most 4. A restore is CPU-bound once
+// its chunks stream from JetStream (one alone: 625,000 counters in 0.15-0.3 s on this
+// machine), and its chunks' keys fall in every stripe of the keyspace, so restores in
+// parallel mostly wait for each other's stripes.
+size_t RestoreThreads() {
+  return std::clamp<size_t>(std::thread::hardware_concurrency() / 2, 1, 4);
+}
+// Attempts at reading a partition's newest snapshot when a newer one replaces it meanwhile.
+constexpr int kReadAttempts = 3;
 
 }  // namespace
 
@@ -82,7 +89,12 @@ void ClusterPersistence::RunSnapshots() {
 }
 
 bool ClusterPersistence::RestoreAll(const std::vector<uint32_t>& partitions) {
-  // A few at once: each mostly waits for its chunks (a new node restores every partition).
+  // What this node holds of them goes first, in one walk of the keyspace: one walk per
+  // partition grew with every partition restored (a node restoring 16 partitions of 10M
+  // counters spent most of its time there).
+  DropPartitions(partitions);
+  // As many at once as the cores allow (RestoreThreads; a new node restores every
+  // partition).
   std::atomic<size_t> next{0};
   std::atomic<bool> all{true};
   const auto work = [&] {
@@ -91,7 +103,7 @@ bool ClusterPersistence::RestoreAll(const std::vector<uint32_t>& partitions) {
     }
   };
   std::vector<std::thread> helpers;
-  const size_t threads = std::min<size_t>(kRestoreThreads, partitions.size());
+  const size_t threads = std::min(RestoreThreads(), partitions.size());
   for (size_t t = 1; t < threads; ++t) helpers.push_back(NamedThread("restore", work));
   work();
   for (std::thread& helper : helpers) helper.join();
@@ -161,53 +173,84 @@ void ClusterPersistence::SnapshotAndTrim(const storage::ClusterTablesView& view,
   ++snapshot_stats_.trims;
 }
 
+void ClusterPersistence::DropPartitions(std::span<const uint32_t> partitions) {
+  std::vector<SlotRange> ranges;
+  std::function<void(SlotRange)> forgotten;
+  {
+    std::lock_guard lock(mutex_);
+    for (uint32_t p : partitions) {
+      const Partition& partition = partitions_[p];
+      if (!closed_ && partition.role == PartitionRole::kFollowing && !partition.follower) {
+        ranges.push_back(PartitionSlots(p, options_.partition_count));
+      }
+    }
+    forgotten = on_forgotten_;
+  }
+  keyspace_->DropSlots(ranges);
+  if (forgotten) {
+    for (SlotRange range : ranges) forgotten(range);
+  }
+}
+
 bool ClusterPersistence::Restore(uint32_t partition) {
-  const std::string stream = PartitionStream(options_, partition);
-  const auto retry = [&](std::string_view why) {
-    spdlog::warn("partition {}: cannot restore it from a snapshot yet: {}", partition, why);
+  for (int attempt = 1;; ++attempt) {
+    // Dropped by RestoreAll for the first attempt; again for another, whose chunks may
+    // lack counters the first one's had.
+    if (attempt > 1) DropPartitions(std::span(&partition, 1));
+    Status restored = RestoreFromLatest(partition);
+    if (restored) return true;
+    // An owner snapshotting meanwhile purges the older snapshot's chunks: read the newer
+    // one at once rather than after the retry's wait (its first chunk clears the partition
+    // again).
+    if (restored.error().code == ErrorCode::kNotFound && attempt < kReadAttempts) {
+      spdlog::info("partition {}: {}; restoring from the newer one", partition,
+                   restored.error().message);
+      continue;
+    }
+    spdlog::warn("partition {}: cannot restore it from a snapshot yet: {}", partition,
+                 restored.error().message);
     std::lock_guard lock(mutex_);
     Partition& p = partitions_[partition];
     p.restoring = false;
     if (p.role == PartitionRole::kFollowing && !p.follower) p.restore_wanted = true;
     ++snapshot_stats_.failures;
     return false;
-  };
+  }
+}
+
+Status ClusterPersistence::RestoreFromLatest(uint32_t partition) {
+  const std::string stream = PartitionStream(options_, partition);
   auto latest = snapshots_->Latest(partition);
-  if (!latest) return retry(latest.error().message);
-  if (!*latest) return retry("its stream was trimmed and no snapshot is found");
+  if (!latest) return tl::unexpected(latest.error());
+  if (!*latest) {
+    return MakeError(ErrorCode::kUnavailable, "its stream was trimmed and no snapshot is found");
+  }
   const SnapshotManifest manifest = **latest;
   // The stream must still hold every record after the snapshot (a newer one is on its way
   // otherwise).
   auto state = connection_.GetStreamState(stream);
-  if (!state) return retry(state.error().ToError().message);
+  if (!state) return tl::unexpected(state.error().ToError());
   if (state->first_seq > manifest.position.seq + 1 && state->messages > 0) {
-    return retry(fmt::format("the newest snapshot is at sequence {}, its stream begins at {}",
-                             manifest.position.seq, state->first_seq));
+    return MakeError(ErrorCode::kUnavailable,
+                     fmt::format("the newest snapshot is at sequence {}, its stream begins at {}",
+                                 manifest.position.seq, state->first_seq));
   }
   spdlog::info("partition {}: restoring from the snapshot at sequence {} ({} counters, {} chunks)",
                partition, manifest.position.seq, manifest.counters, manifest.chunks);
   const auto began = std::chrono::steady_clock::now();
   {
     std::lock_guard lock(mutex_);
-    partitions_[partition].restore_counters = manifest.counters;
-    partitions_[partition].restored_counters = 0;
+    Partition& p = partitions_[partition];
+    if (closed_ || p.role != PartitionRole::kFollowing || p.follower) {
+      return MakeError(ErrorCode::kUnavailable, "it changed");
+    }
+    p.restore_counters = manifest.counters;
+    p.restored_counters = 0;
   }
-  std::function<void(SlotRange)> forgotten;
-  {
-    std::lock_guard lock(mutex_);
-    const Partition& p = partitions_[partition];
-    if (closed_ || p.role != PartitionRole::kFollowing || p.follower) return retry("it changed");
-    forgotten = on_forgotten_;
-  }
-  // What this node holds of the partition goes, here and in the tables, as in FinishLoss;
-  // a checkpoint under way may have read some of it: it rebuilds the partition when it
-  // finishes.
-  const SlotRange slots = PartitionSlots(partition, options_.partition_count);
-  keyspace_->DropSlots(slots);
-  if (forgotten) forgotten(slots);
-  if (auto rebuilt = tables_->RebuildPartition(partition); !rebuilt) {
-    return retry(rebuilt.error().message);
-  }
+  // Dropped from the keyspace already (DropPartitions); from the tables too, as in
+  // FinishLoss. A checkpoint under way may have read some of it: it rebuilds the partition
+  // when it finishes.
+  if (auto rebuilt = tables_->RebuildPartition(partition); !rebuilt) return rebuilt;
   {
     std::lock_guard lock(mutex_);
     if (checkpoint_open_) lost_in_checkpoint_.push_back(partition);
@@ -219,6 +262,8 @@ bool ClusterPersistence::Restore(uint32_t partition) {
   // is started again from the drop.
   uint64_t applied = 0;
   Status read = snapshots_->Read(manifest, [&](engine::CommitBatch& batch) {
+    // The first chunk's clear: the partition is empty here already.
+    batch.CancelClearAll();
     const engine::CommitBatch* chunk = &batch;
     const bool last = ++applied == manifest.chunks;
     applier_->Apply(partition, std::span(&chunk, 1), [&] {
@@ -229,7 +274,7 @@ bool ClusterPersistence::Restore(uint32_t partition) {
     std::lock_guard lock(mutex_);
     return snapshot_stop_ ? MakeError(ErrorCode::kUnavailable, "stopping") : OkStatus();
   });
-  if (!read) return retry(read.error().message);
+  if (!read) return read;
   {
     std::lock_guard lock(mutex_);
     Partition& p = partitions_[partition];
@@ -245,7 +290,7 @@ bool ClusterPersistence::Restore(uint32_t partition) {
                    .count(),
                manifest.position.seq + 1);
   NotifyChange();
-  return true;
+  return OkStatus();
 }
 
 }  // namespace tally::cluster

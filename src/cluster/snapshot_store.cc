@@ -151,7 +151,7 @@ Status SnapshotStore::Read(const SnapshotManifest& manifest,
   auto consumer = OrderedConsumer::Start(connection_, options_.stream, subject, manifest.first_seq);
   if (!consumer) return tl::unexpected(consumer.error().ToError());
   const auto gone = [&] {
-    return MakeError(ErrorCode::kUnavailable,
+    return MakeError(ErrorCode::kNotFound,
                      fmt::format("snapshot of partition {}: its chunks are gone (replaced by a "
                                  "newer snapshot)",
                                  manifest.partition));

@@ -46,9 +46,10 @@ class SnapshotStore {
   Result<std::optional<SnapshotManifest>> Latest(uint32_t partition);
 
   // Reads the chunks `manifest` names, in order, and hands each one's batch to `chunk` (the
-  // first one clears the partition); stops at the first error `chunk` returns. kUnavailable
-  // when a chunk is gone (a newer snapshot replaced it meanwhile: ask Latest again) or none
-  // arrives for publish_timeout_ms, kCorruption when one does not decode or does not belong.
+  // first one clears the partition); stops at the first error `chunk` returns. kNotFound
+  // when a chunk is gone (a newer snapshot replaced it meanwhile: ask Latest again),
+  // kUnavailable when none arrives for publish_timeout_ms, kCorruption when one does not
+  // decode or does not belong.
   Status Read(const SnapshotManifest& manifest,
               const std::function<Status(engine::CommitBatch& batch)>& chunk);
 

@@ -10,7 +10,9 @@
 // one key range per partition in a store whose keys begin with their slot.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -34,6 +36,12 @@ struct SlotRange {
 
   bool Contains(uint32_t slot) const { return slot >= first && slot <= last; }
 };
+
+// Whether any of `ranges` holds `slot`.
+inline bool AnyContains(std::span<const SlotRange> ranges, uint32_t slot) {
+  return std::any_of(ranges.begin(), ranges.end(),
+                     [slot](SlotRange range) { return range.Contains(slot); });
+}
 
 // REQUIRES: 0 < partition_count <= kMaxPartitions, partition < partition_count.
 SlotRange PartitionSlots(uint32_t partition, uint32_t partition_count);

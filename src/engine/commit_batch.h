@@ -36,6 +36,8 @@ class CommitBatch {
   bool empty() const { return !clear_all_ && deletes_.empty() && puts_.empty(); }
 
   void ClearAll() { clear_all_ = true; }
+  // For a caller that emptied what the clear would: applying it again is a walk for nothing.
+  void CancelClearAll() { clear_all_ = false; }
   void AddDelete(std::string_view key) { deletes_.push_back(Store(key)); }
   void AddPut(std::string_view key, CounterRecord record) {
     const auto [offset, length] = Store(key);

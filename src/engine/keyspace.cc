@@ -587,11 +587,7 @@ void Keyspace::RequireCheckpointOf(std::span<const SlotRange> ranges) {
     std::lock_guard lock(s->mutex);
     for (EntryId id = 0; id < s->map.entry_limit(); ++id) {
       if (!s->map.IsLive(id) || s->map.HasFlag(id, CounterMap::kCheckpointDirty)) continue;
-      const uint32_t slot = KeySlot(s->map.key(id));
-      if (std::none_of(ranges.begin(), ranges.end(),
-                       [slot](SlotRange range) { return range.Contains(slot); })) {
-        continue;
-      }
+      if (!AnyContains(ranges, KeySlot(s->map.key(id)))) continue;
       s->map.SetFlag(id, CounterMap::kCheckpointDirty);
       s->checkpoint_dirty.push_back(id);
       ++marked;
@@ -619,17 +615,23 @@ void Keyspace::ApplyReplicated(SlotRange slots, std::span<const CommitBatch* con
   if (while_held) while_held();
 }
 
-size_t Keyspace::DropSlots(SlotRange slots) {
+size_t Keyspace::DropSlots(SlotRange slots) { return DropSlots(std::span(&slots, 1)); }
+
+size_t Keyspace::DropSlots(std::span<const SlotRange> ranges) {
+  if (ranges.empty()) return 0;
+  const auto key_in_ranges = [ranges](std::string_view key) {
+    return AnyContains(ranges, KeySlot(key));
+  };
   View all = LockAll();
-  const auto in_range = [&](std::string_view key) { return slots.Contains(KeySlot(key)); };
   size_t dropped = 0;
   for (auto& s : stripes_) {
-    s->ForEachInSlots(slots, [&](EntryId id) {
+    for (EntryId id = 0; id < s->map.entry_limit(); ++id) {
+      if (!s->map.IsLive(id) || !key_in_ranges(s->map.key(id))) continue;
       s->Erase(id);
       ++dropped;
-    });
-    std::erase_if(s->deleted, in_range);
-    std::erase_if(s->checkpoint_deleted, in_range);
+    }
+    std::erase_if(s->deleted, key_in_ranges);
+    std::erase_if(s->checkpoint_deleted, key_in_ranges);
   }
   return dropped;
 }

@@ -247,6 +247,9 @@ class Keyspace {
   // cluster node rebuilding a partition from its stream, which deletes the partition's key
   // range in the store itself. Returns how many counters it forgot.
   size_t DropSlots(SlotRange slots);
+  // The same for several ranges, in one walk of the keyspace (each walk visits every
+  // counter, under every stripe).
+  size_t DropSlots(std::span<const SlotRange> ranges);
 
   // Closes the open epoch and moves every change made in it into `batch` (whose epoch it
   // sets; the batch may be empty when writes changed nothing). Returns false when nothing

@@ -163,6 +163,17 @@ TEST_F(KeyspaceSlotsTest, DropSlotsForgetsAPartitionWithoutTellingTheStore) {
   EXPECT_EQ(batch.put_count(), others.size() - 1);
 }
 
+TEST_F(KeyspaceSlotsTest, DropSlotsOfSeveralRangesForgetsThemAllAndNothingElse) {
+  const auto [first, second] = SetTwoPartitions(0, 2, 4, 20);
+  const std::vector<std::string> kept = KeysInPartition(3, 4, 20, "k");
+  for (const std::string& key : kept) ASSERT_TRUE(Set(key, 3).applied);
+  const SlotRange ranges[] = {PartitionSlots(0, 4), PartitionSlots(2, 4)};
+  EXPECT_EQ(keyspace_.DropSlots(ranges), first.size() + second.size());
+  for (const std::string& key : first) EXPECT_EQ(Get(key), std::nullopt) << key;
+  for (const std::string& key : second) EXPECT_EQ(Get(key), std::nullopt) << key;
+  for (const std::string& key : kept) EXPECT_EQ(Get(key), 3) << key;
+}
+
 TEST_F(KeyspaceSlotsTest, RequireCheckpointOfMarksOnlyThosePartitionsCounters) {
   const auto [mine, others] = SetTwoPartitions(1, 2, 4, 25);
   const auto read_all = [&] {
