@@ -27,21 +27,15 @@ partition's size — the small partition is the control.
 Written to bench/results/cluster_rebalance.md.
 """
 
-import argparse
 import datetime
 import os
 import random
 import socket
-import statistics
-import subprocess
-import sys
 import threading
 import time
 
 import cluster_recovery as recovery
 
-REPO = recovery.REPO
-tally_cluster = None  # imported once TALLYD is set
 
 
 def log(msg):
@@ -134,7 +128,7 @@ def hand_over_window(events):
 
 
 def run_once(counters, args, rng):
-    cluster = tally_cluster.TallyCluster(nodes=3)
+    cluster = recovery.tally_cluster.TallyCluster(nodes=3)
     try:
         cluster.start()
         partition = rng.randrange(recovery.PARTITIONS)
@@ -160,7 +154,7 @@ def run_once(counters, args, rng):
         writer = ClusterWriter(port, tag, counters, random.Random(rng.random()))
         writer.thread.start()
         time.sleep(2)
-        with tally_cluster.harness.RespConn(port, timeout=30) as conn:
+        with recovery.harness.RespConn(port, timeout=30) as conn:
             assert conn.call("CLUSTER.DRAIN") == "OK"
         deadline = time.monotonic() + args.timeout
         while time.monotonic() < deadline and owner_of(cluster, partition)[0] == owner:
@@ -180,7 +174,7 @@ def run_once(counters, args, rng):
         gap = max(b - a for a, b in zip(oks, oks[1:]))
         # Every counter written: within [acknowledged, acknowledged + unknown].
         _, new_port = owner_of(cluster, partition)
-        with tally_cluster.harness.RespConn(new_port, timeout=30) as conn:
+        with recovery.harness.RespConn(new_port, timeout=30) as conn:
             for key in set(writer.acknowledged) | set(writer.unknown):
                 got = int(conn.call("GET", key) or 0)
                 low = writer.acknowledged.get(key, 0)
@@ -199,22 +193,13 @@ def run_once(counters, args, rng):
 
 
 def main():
-    global tally_cluster
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = recovery.arguments(__doc__, "cluster_rebalance.md")
     parser.add_argument("--counters", type=int, default=1_000_000)
     parser.add_argument("--control", type=int, default=1_000)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--timeout", type=int, default=120)
-    parser.add_argument("--tally-binary", default=os.path.join(REPO, "build", "bin", "tallyd"))
-    parser.add_argument("--out", default=os.path.join(REPO, "bench", "results",
-                                                      "cluster_rebalance.md"))
     args = parser.parse_args()
-    os.environ["TALLYD"] = os.path.abspath(args.tally_binary)
-    import harness  # noqa: E402
-    import tally_cluster as tally_cluster_module  # noqa: E402
-    tally_cluster = tally_cluster_module
-    tally_cluster.harness = harness
-    recovery.tally_cluster = tally_cluster_module
+    recovery.use_tally(args.tally_binary)
     rng = random.Random(1416)
     sizes = [args.counters, args.control]
     results = {size: [] for size in sizes}
@@ -223,8 +208,7 @@ def main():
         for size in (sizes if repeat % 2 == 0 else sizes[::-1]):
             results[size].append(run_once(size, args, rng))
 
-    commit = subprocess.run(["git", "-C", REPO, "rev-parse", "--short", "HEAD"],
-                            capture_output=True, text=True).stdout.strip()
+    commit = recovery.head_commit()
     lines = [
         "# Cluster rebalance: one partition handed over under writes",
         "",
@@ -250,11 +234,7 @@ def main():
             recovery.spread([r["p99"] * 1000 for r in rs], "%.2f"),
             recovery.spread([r["max"] * 1000 for r in rs], "%.1f"),
             sum(r["writes"] for r in rs)))
-    lines.append("")
-    text = "\n".join(lines)
-    print(text)
-    with open(args.out, "w") as f:
-        f.write(text + "\n")
+    recovery.write_result(lines, args.out)
 
 
 if __name__ == "__main__":

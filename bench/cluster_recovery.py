@@ -288,21 +288,45 @@ def spread(values, fmt):
                                                    max(values))
 
 
-def main():
+def arguments(doc, result_name):
+    """A parser with the cluster benchmarks' common options: --tally-binary, and --out
+    (bench/results/`result_name` by default)."""
+    parser = argparse.ArgumentParser(description=doc.split("\n")[0])
+    parser.add_argument("--tally-binary", default=os.path.join(REPO, "build", "bin", "tallyd"))
+    parser.add_argument("--out", default=os.path.join(REPO, "bench", "results", result_name))
+    return parser
+
+
+def use_tally(binary):
+    """Points the e2e harness at `binary` and imports it (harness, tally_cluster)."""
     global harness, tally_cluster
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    os.environ["TALLYD"] = os.path.abspath(binary)
+    import harness as harness_module  # noqa: E402
+    import tally_cluster as tally_cluster_module  # noqa: E402
+    harness, tally_cluster = harness_module, tally_cluster_module
+
+
+def head_commit():
+    return subprocess.run(["git", "-C", REPO, "rev-parse", "--short", "HEAD"],
+                          capture_output=True, text=True).stdout.strip()
+
+
+def write_result(lines, out):
+    """Prints the result's lines and writes them to `out`."""
+    text = "\n".join(lines + [""])
+    print(text)
+    with open(out, "w") as f:
+        f.write(text + "\n")
+
+
+def main():
+    parser = arguments(__doc__, "cluster_recovery.md")
     parser.add_argument("--counters", type=int, default=10_000_000)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--timeout", type=int, default=1800)
-    parser.add_argument("--tally-binary", default=os.path.join(REPO, "build", "bin", "tallyd"))
-    parser.add_argument("--out", default=os.path.join(REPO, "bench", "results",
-                                                      "cluster_recovery.md"))
     args = parser.parse_args()
-    os.environ["TALLYD"] = os.path.abspath(args.tally_binary)
-    import harness as harness_module  # noqa: E402
-    import tally_cluster as tally_cluster_module  # noqa: E402
-    harness, tally_cluster = harness_module, tally_cluster_module
+    use_tally(args.tally_binary)
     rng = random.Random(14)
     variants = [("snapshots", 50), ("full replay", 0)]
     results = {name: [] for name, _ in variants}
@@ -310,8 +334,7 @@ def main():
         for name, records in (variants if repeat % 2 == 0 else variants[::-1]):
             results[name].append(run_variant(name, records, args, rng))
 
-    commit = subprocess.run(["git", "-C", REPO, "rev-parse", "--short", "HEAD"],
-                            capture_output=True, text=True).stdout.strip()
+    commit = head_commit()
     lines = [
         "# Cluster recovery: snapshots against full replay",
         "",
@@ -339,11 +362,7 @@ def main():
             "/".join(str(r["empty"][2]) for r in rs),
             "{:,}".format(int(statistics.median(r["stored"] for r in rs))),
             "{:,}".format(int(statistics.median(r["history"] for r in rs)))))
-    lines.append("")
-    text = "\n".join(lines)
-    print(text)
-    with open(args.out, "w") as f:
-        f.write(text + "\n")
+    write_result(lines, args.out)
 
 
 if __name__ == "__main__":

@@ -50,9 +50,10 @@
 // Checkpointed; ClusterNode decides who counts), so that such a node's restart finds its
 // records. A follower that finds its records gone (Follower::lost_records: a new node, a
 // node back after the stream was trimmed, a lost partition read again from the start) is
-// restored instead: the partition is dropped here and in the tables, the newest snapshot is
-// applied through the followers' path chunk by chunk, and a follower goes on from the
-// snapshot's position (a few partitions at once). The snapshot's values may be newer than
+// restored instead: the partitions to restore are dropped here (in one walk of the
+// keyspace) and each in the tables, the newest snapshot is applied through the followers'
+// path chunk by chunk, and a follower goes on from the snapshot's position (one partition
+// at a time per two cores). The snapshot's values may be newer than
 // its position (they are the tables'); records carry final values, so replaying the stream
 // from there makes them exact, as after a restart.
 //

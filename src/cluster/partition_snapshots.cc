@@ -200,8 +200,8 @@ bool ClusterPersistence::Restore(uint32_t partition) {
     Status restored = RestoreFromLatest(partition);
     if (restored) return true;
     // An owner snapshotting meanwhile purges the older snapshot's chunks: read the newer
-    // one at once rather than after the retry's wait (its first chunk clears the partition
-    // again).
+    // one at once rather than after the retry's wait (what the first one applied is
+    // dropped again).
     if (restored.error().code == ErrorCode::kNotFound && attempt < kReadAttempts) {
       spdlog::info("partition {}: {}; restoring from the newer one", partition,
                    restored.error().message);
