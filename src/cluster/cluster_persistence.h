@@ -250,8 +250,9 @@ class ClusterPersistence final : public engine::Persistence {
   // up to the one before when nothing was written in it, appended and acknowledged), then
   // follows the partition from its last record. REQUIRES: no write can reach the partition
   // any more (its route has been TRYAGAIN and every worker has folded its increments since).
-  // Waits at most `timeout`; on kUnavailable (a timeout, a fence) the partition is left as
-  // it is: the caller makes it kOwned again (AbortRelease), or it is lost.
+  // Waits at most `timeout`; on an error (kUnavailable: a timeout, a fence; kInternal: a
+  // record appended meanwhile, which no write should have) the partition is left as it is:
+  // the caller makes it kOwned again (AbortRelease), or it is lost.
   Status FinishRelease(uint32_t partition, std::chrono::milliseconds timeout);
   // kReleasing -> kOwned.
   void AbortRelease(uint32_t partition);

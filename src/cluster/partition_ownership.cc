@@ -391,29 +391,27 @@ Status ClusterPersistence::FinishRelease(uint32_t partition, std::chrono::millis
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
-  // Followed from the last record waited for: were another commit to have appended one
-  // meanwhile (none should: no write reaches the partition now), that one is waited for
-  // too, never followed from before it is in the stream.
-  while (true) {
-    const auto left =
-        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-    const PartitionLogProgress progress =
-        log->WaitDurable(seq, std::max(left, std::chrono::milliseconds(1)));
-    if (progress.durable_seq < seq) {
-      return MakeError(ErrorCode::kUnavailable,
-                       fmt::format("partition {}: record {} not durable in time ({})", partition,
-                                   seq, PartitionLogStateName(progress.state)));
-    }
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+  const PartitionLogProgress progress =
+      log->WaitDurable(seq, std::max(left, std::chrono::milliseconds(1)));
+  if (progress.durable_seq < seq) {
+    return MakeError(ErrorCode::kUnavailable,
+                     fmt::format("partition {}: record {} not durable in time ({})", partition, seq,
+                                 PartitionLogStateName(progress.state)));
+  }
+  {
     std::lock_guard lock(mutex_);
     Partition& p = partitions_[partition];
     if (p.role != PartitionRole::kReleasing) {
       return MakeError(ErrorCode::kUnavailable, "the partition changed while released");
     }
-    if (p.committed_seq > seq) {
-      spdlog::warn("partition {}: record {} appended while it was handed over", partition,
-                   p.committed_seq);
-      seq = p.committed_seq;
-      continue;
+    // No write reaches the partition now: a record appended after seq would be one that did
+    // (the caller keeps the partition, AbortRelease), never one to follow from before it is
+    // in the stream.
+    if (p.committed_seq != seq) {
+      return MakeError(ErrorCode::kInternal,
+                       fmt::format("partition {}: record {} appended while it was handed over",
+                                   partition, p.committed_seq));
     }
     // Everything the keyspace holds of it is in the stream up to seq: follow on from there
     // (later renewals are read again, harmlessly).
@@ -421,7 +419,6 @@ Status ClusterPersistence::FinishRelease(uint32_t partition, std::chrono::millis
     p.role = PartitionRole::kFollowing;
     p.follower_wanted = true;
     log = std::move(p.log);
-    break;
   }
   log.reset();
   spdlog::info("partition {}: released at sequence {}", partition, seq);

@@ -120,13 +120,12 @@ struct alignas(64) StripeState {
     return id;
   }
 
-  // Calls `f(id)` for every live entry whose key's slot lies in `slots`; `f` may erase it.
+  // Calls `f(id)` for every live entry whose key's slot lies in one of `ranges`; `f` may
+  // erase it.
   template <typename F>
-  void ForEachInSlots(SlotRange slots, F f) {
+  void ForEachInSlots(std::span<const SlotRange> ranges, F f) {
     for (EntryId id = 0; id < map.entry_limit(); ++id) {
-      if (!map.IsLive(id)) continue;
-      const uint32_t slot = KeySlot(map.key(id));
-      if (slots.Contains(slot)) f(id);
+      if (map.IsLive(id) && AnyContains(ranges, KeySlot(map.key(id)))) f(id);
     }
   }
 
@@ -416,7 +415,7 @@ void View::ClearSlots(SlotRange slots) {
   const uint64_t epoch = keyspace_->open_epoch();
   for (size_t i = 0; i < kStripeCount; ++i) {
     StripeState& stripe = keyspace_->stripe(i);
-    stripe.ForEachInSlots(slots, [&](EntryId id) { stripe.Remove(id); });
+    stripe.ForEachInSlots(std::span(&slots, 1), [&](EntryId id) { stripe.Remove(id); });
     stripe.last_write_epoch = epoch;
   }
   required_epoch_ = std::max(required_epoch_, epoch);
@@ -585,13 +584,12 @@ void Keyspace::RequireCheckpointOf(std::span<const SlotRange> ranges) {
   size_t marked = 0;
   for (auto& s : stripes_) {
     std::lock_guard lock(s->mutex);
-    for (EntryId id = 0; id < s->map.entry_limit(); ++id) {
-      if (!s->map.IsLive(id) || s->map.HasFlag(id, CounterMap::kCheckpointDirty)) continue;
-      if (!AnyContains(ranges, KeySlot(s->map.key(id)))) continue;
+    s->ForEachInSlots(ranges, [&](EntryId id) {
+      if (s->map.HasFlag(id, CounterMap::kCheckpointDirty)) return;
       s->map.SetFlag(id, CounterMap::kCheckpointDirty);
       s->checkpoint_dirty.push_back(id);
       ++marked;
-    }
+    });
   }
   checkpoint_backlog_.fetch_add(marked, std::memory_order_relaxed);
 }
@@ -625,11 +623,10 @@ size_t Keyspace::DropSlots(std::span<const SlotRange> ranges) {
   View all = LockAll();
   size_t dropped = 0;
   for (auto& s : stripes_) {
-    for (EntryId id = 0; id < s->map.entry_limit(); ++id) {
-      if (!s->map.IsLive(id) || !key_in_ranges(s->map.key(id))) continue;
+    s->ForEachInSlots(ranges, [&](EntryId id) {
       s->Erase(id);
       ++dropped;
-    }
+    });
     std::erase_if(s->deleted, key_in_ranges);
     std::erase_if(s->checkpoint_deleted, key_in_ranges);
   }
