@@ -1,5 +1,7 @@
 #include "cluster/follower.h"
 
+#include <spdlog/spdlog.h>
+
 #include <utility>
 
 #include "core/slot.h"
@@ -141,6 +143,17 @@ void Follower::Run() {
 
 void Follower::OnRecord(LogEntry& entry) {
   if (!entry.counts) {
+    // The writers' fencing (partition_log.h) keeps such records out of a stream: one read
+    // here says this reader's view of the stream differs from the one its writers saw.
+    // Said once per writer, so that a run of them is one line.
+    if (entry.record.header.writer != last_skipped_writer_) {
+      last_skipped_writer_ = entry.record.header.writer;
+      spdlog::warn(
+          "partition {}: record {} (term {}, writer {:016x}) is not of the ownership in force "
+          "(term {}, writer {:016x}): skipped",
+          options_.partition, entry.seq, entry.record.header.term, entry.record.header.writer,
+          reader_->ownership().term(), reader_->ownership().writer());
+    }
     std::lock_guard lock(mutex_);
     ++stats_.records;
     ++stats_.skipped;

@@ -169,7 +169,8 @@ class Follower {
   const FollowerOptions options_;
   std::unique_ptr<PartitionReader> reader_;  // the follower's thread only
   BatchApplier& applier_;
-  std::vector<LogEntry> parts_;  // the follower's thread only: a group being read
+  std::vector<LogEntry> parts_;       // the follower's thread only: a group being read
+  uint64_t last_skipped_writer_ = 0;  // the follower's thread only: the last one warned of
 
   mutable std::mutex mutex_;
   mutable std::condition_variable advanced_;

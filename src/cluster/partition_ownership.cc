@@ -28,6 +28,11 @@ Status ClusterPersistence::BeginClaim(uint32_t partition, const PartitionOwner& 
   }
   auto state = connection_.GetStreamState(PartitionStream(options_, partition));
   if (!state) return tl::unexpected(state.error().ToError());
+  if (state->leaderless) {
+    // Answered by one replica, which may be behind: its tail is no tail to claim after.
+    return MakeError(ErrorCode::kUnavailable,
+                     fmt::format("partition {}: its stream has no leader now", partition));
+  }
   std::lock_guard lock(mutex_);
   Partition& p = partitions_[partition];
   if (p.role != PartitionRole::kFollowing || !p.follower) {
@@ -62,6 +67,9 @@ std::vector<uint32_t> ClusterPersistence::Step() {
           partition.follower && partition.follower->state() == FollowerState::kStopped;
       if (follower_stopped && snapshots_ && partition.follower->lost_records()) {
         // Its stream was trimmed past what this node holds: a snapshot instead.
+        const Status reason = partition.follower->stop_reason();
+        spdlog::info("partition {}: {}; restoring it from a snapshot", p,
+                     reason ? "its follower stopped" : reason.error().message);
         stopped.push_back(std::move(partition.follower));
         WantRestoreLocked(partition);
         changed.push_back(p);
@@ -165,6 +173,10 @@ bool ClusterPersistence::StepCatchingUp(uint32_t partition) {
   if (!log || closed_) {
     // The stream grew past the tail meanwhile (another writer is alive), or NATS failed:
     // follow on.
+    if (reached.seq > tail) {
+      spdlog::info("partition {}: its stream grew past {} (read up to {}); claim given up",
+                   partition, tail, reached.seq);
+    }
     p.role = PartitionRole::kFollowing;
     p.follower_wanted = true;
     return true;
@@ -177,6 +189,7 @@ bool ClusterPersistence::StepCatchingUp(uint32_t partition) {
   EncodeClaim(header, claim, &bytes);
   auto seq = log->Append(RecordKind::kClaim, std::move(bytes));
   if (!seq) {
+    spdlog::warn("partition {}: cannot append its claim: {}", partition, seq.error().message);
     p.role = PartitionRole::kFollowing;
     p.follower_wanted = true;
     return true;

@@ -451,6 +451,24 @@ def wait_readonly_values(cluster, i, expected, timeout=WAIT):
     return diff
 
 
+def partition_history(cluster, partitions, lines=60):
+    """Every node's log lines about `partitions` (their last `lines` each), for failure
+    messages: who claimed, lost and followed them, and when."""
+    marks = tuple("partition %d:" % p for p in partitions)
+    out = []
+    for i in range(len(cluster)):
+        try:
+            with open(cluster.node(i).log_path, "rb") as f:
+                text = f.read().decode("utf-8", "replace").splitlines()
+        except OSError as e:
+            out.append("--- node %d: %r" % (i, e))
+            continue
+        found = [line for line in text if any(m in line for m in marks)]
+        out.append("--- node %d, partitions %s ---\n%s" % (i, sorted(partitions),
+                                                          "\n".join(found[-lines:])))
+    return "\n".join(out)
+
+
 def all_logs(cluster, lines=25):
     tails = [cluster.node(i).log_tail(lines) for i in range(len(cluster))]
     tails += [cluster.nats.log_tail(i, 10) for i in range(len(cluster.nats))]
@@ -490,10 +508,12 @@ class ClusterCase(unittest.TestCase):
             "\n".join(bad[:40]), all_logs(cluster)))
         for i in cluster.live_indexes():
             diff = wait_readonly_values(cluster, i, values)
+            partitions = {partition_of_slot(slot_of(k)) for k in diff if k != "error"}
             self.assertEqual(diff, {}, "node %d's copy differs from the owners' (got, owner):"
-                             " %s\n%s\n%s" % (i, dict(list(diff.items())[:20]),
-                                              partition_lines(cluster, i),
-                                              cluster.node(i).log_tail(30)))
+                             " %s\n%s\n%s\n%s" % (i, dict(list(diff.items())[:20]),
+                                                  partition_lines(cluster, i),
+                                                  cluster.node(i).log_tail(30),
+                                                  partition_history(cluster, partitions)))
         return values
 
 
