@@ -123,4 +123,16 @@ StatusReport SourceRunner::Report() const {
   return report;
 }
 
+std::optional<postgres::PostgresSource::Stats> SourceRunner::ConsumerStats() const {
+  std::lock_guard lock(mutex_);
+  if (source_ != nullptr) return source_->stats();
+  if (last_error_.empty() || persistence_.status(0).role != PartitionRole::kOwned) {
+    return std::nullopt;
+  }
+  postgres::PostgresSource::Stats failed;
+  failed.state = "failed";
+  failed.error = last_error_;
+  return failed;
+}
+
 }  // namespace tally::cluster

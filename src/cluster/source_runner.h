@@ -18,6 +18,7 @@
 #include <condition_variable>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -46,6 +47,10 @@ class SourceRunner {
   // runs; elsewhere state "elsewhere" and the consumer as the stream says (partition 0's
   // owner).
   StatusReport Report() const;
+  // The consumer's figures (PostgresSource::stats) where it runs; where this node owns
+  // partition 0 but its consumer could not start, state "failed" and the error; elsewhere
+  // nullopt. For the metrics and GET /readyz.
+  std::optional<postgres::PostgresSource::Stats> ConsumerStats() const;
 
  private:
   void Run();

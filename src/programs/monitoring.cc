@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <chrono>
+#include <memory>
 
 #include "core/process_stats.h"
 
@@ -39,14 +40,22 @@ void RegisterDerivedMetrics(derived::DerivedCounters& derived, metrics::Registry
                         [&derived](SampleWriter& out) { out.Add(derived.pushes_refused()); });
 }
 
-void RegisterSourceMetrics(const postgres::PostgresSource& source, std::string slot,
-                           metrics::Registry& registry) {
+void RegisterSourceMetrics(SourceStatsReader read, std::string slot, metrics::Registry& registry) {
   using Stats = postgres::PostgresSource::Stats;
+  // One reader shared by the collectors (each Render() calls it once per family).
+  auto shared = std::make_shared<SourceStatsReader>(std::move(read));
+  registry.AddCollector("tally_source_consumer",
+                        "1 on the node that consumes the source (on one node: always), else 0.",
+                        Type::kGauge, [shared, slot](SampleWriter& out) {
+                          out.Add({{"slot", slot}}, (*shared)().has_value() ? 1.0 : 0.0);
+                        });
   const auto add = [&](std::string_view name, std::string_view help, Type type,
-                       std::function<double(const Stats&)> read) {
+                       std::function<double(const Stats&)> figure) {
     registry.AddCollector(name, help, type,
-                          [&source, slot, read = std::move(read)](SampleWriter& out) {
-                            out.Add({{"slot", slot}}, read(source.stats()));
+                          [shared, slot, figure = std::move(figure)](SampleWriter& out) {
+                            if (const std::optional<Stats> stats = (*shared)()) {
+                              out.Add({{"slot", slot}}, figure(*stats));
+                            }
                           });
   };
   add("tally_source_streaming", "1 while the source streams changes (caught up or not), else 0.",
@@ -77,8 +86,7 @@ void RegisterSubscriptionMetrics(const engine::SubscriptionHub& hub, metrics::Re
                     [&hub] { return static_cast<double>(hub.subscriber_count()); });
 }
 
-Status SourceReadiness(const postgres::PostgresSource& source, int64_t max_lag_ms) {
-  const postgres::PostgresSource::Stats s = source.stats();
+Status SourceReadiness(const postgres::PostgresSource::Stats& s, int64_t max_lag_ms) {
   if (s.state == "streaming") {
     const auto lag_ms = static_cast<int64_t>(s.lag_seconds * 1000);
     if (lag_ms <= max_lag_ms) return OkStatus();

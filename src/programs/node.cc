@@ -165,11 +165,14 @@ void Node::PrepareSource() {
     // One consumer in the cluster, on partition 0's owner (cluster/source_runner.h).
     source_runner_ = std::make_unique<cluster::SourceRunner>(
         cluster_->persistence(), *cluster_->feed(), *engine_, *derived_, options_.source);
+    RegisterSourceMetrics([runner = source_runner_.get()] { return runner->ConsumerStats(); },
+                          options_.source.slot, metrics_);
     return;
   }
   // Built now, started once the servers serve: they report its figures from the start.
   source_ = std::make_unique<postgres::PostgresSource>(*engine_, *derived_, options_.source);
-  RegisterSourceMetrics(*source_, options_.source.slot, metrics_);
+  RegisterSourceMetrics([source = source_.get()] { return std::optional(source->stats()); },
+                        options_.source.slot, metrics_);
 }
 
 void Node::PrepareSubscriptions() {
@@ -232,11 +235,16 @@ Status Node::StartServers() {
   }
   if (source_runner_ != nullptr) {
     services.source_report = [runner = source_runner_.get()] { return runner->Report(); };
+    // The node that consumes the source answers for it; the others serve whatever it does.
+    services.readiness = [runner = source_runner_.get(), max_lag_ms = options_.ready_max_lag_ms] {
+      const std::optional<postgres::PostgresSource::Stats> stats = runner->ConsumerStats();
+      return stats ? SourceReadiness(*stats, max_lag_ms) : OkStatus();
+    };
   }
   if (source_ != nullptr) {
     services.source_report = [source = source_.get()] { return source->Report(); };
     services.readiness = [source = source_.get(), max_lag_ms = options_.ready_max_lag_ms] {
-      return SourceReadiness(*source, max_lag_ms);
+      return SourceReadiness(source->stats(), max_lag_ms);
     };
   }
   redis_ = std::make_unique<redis::RedisServer>(services, options_.redis);

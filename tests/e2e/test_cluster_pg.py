@@ -22,6 +22,7 @@ import blog_model as bm
 import pg_case
 from harness import ConnectionClosed, RespConn
 from tally_cluster import TallyCluster
+from test_metrics import http_get, parse_exposition, value
 
 ROWS = int(os.environ.get("E2E_CLUSTER_PG_ROWS", "3000"))
 KILLS = int(os.environ.get("E2E_CLUSTER_PG_KILLS", "5"))
@@ -127,6 +128,36 @@ class ClusterPgSourceTest(pg_case.PgCase):
         self.assertTrue(writers.pause(), "a writer did not stop")
         self.wait_equal_everywhere(cluster, "after a counter defined mid-stream",
                                    counters=bm.COUNTERS + [extra])
+        self.check_source_metrics(cluster, "cpg")
+
+    def check_source_metrics(self, cluster, slot):
+        """The consumer's /metrics carry the source's figures (tally_source_consumer 1, it
+        streams, it applied transactions); the other nodes' say tally_source_consumer 0 and
+        no figure of a consumer they do not run. /readyz: 200 everywhere, caught up."""
+        consumer = self.consumer(cluster)
+        for i in cluster.live_indexes():
+            status, _, text = http_get(cluster.http_port(i), "/metrics")
+            self.assertEqual(status, 200)
+            samples = parse_exposition(self, text)
+            figures = {name for (name, labels) in samples
+                       if name.startswith("tally_source_") and name != "tally_source_consumer"}
+            if i == consumer:
+                self.assertEqual(value(samples, "tally_source_consumer", slot=slot), 1)
+                self.assertEqual(value(samples, "tally_source_streaming", slot=slot), 1)
+                self.assertEqual(value(samples, "tally_source_connected", slot=slot), 1)
+                self.assertGreater(value(samples, "tally_source_transactions_total", slot=slot), 0)
+                self.assertGreater(value(samples, "tally_source_applied_lsn", slot=slot), 0)
+            else:
+                self.assertIn(("tally_source_consumer", (("slot", slot),)), samples)
+                self.assertEqual(value(samples, "tally_source_consumer", slot=slot), 0)
+                self.assertEqual(figures, set(), "node %d is no consumer" % i)
+            deadline = time.monotonic() + WAIT
+            while True:
+                status, _, body = http_get(cluster.http_port(i), "/readyz")
+                if status == 200 or time.monotonic() > deadline:
+                    break
+                time.sleep(0.2)
+            self.assertEqual(status, 200, "node %d: /readyz %s" % (i, body))
 
 
 def recount(pg, counters):

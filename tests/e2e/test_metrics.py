@@ -306,6 +306,7 @@ class ReadinessWithSourceTest(TallydCase):
         self.assertTrue(wait_until(lambda: self.ready(server)[0] == 200, timeout=30, interval=0.1),
                         self.ready(server))
         samples = self.scrape(server)
+        self.assertEqual(value(samples, "tally_source_consumer", slot="s_ready"), 1)
         self.assertEqual(value(samples, "tally_source_streaming", slot="s_ready"), 1)
         self.assertEqual(value(samples, "tally_source_connected", slot="s_ready"), 1)
         self.assertGreater(value(samples, "tally_source_applied_lsn", slot="s_ready"), 0)
