@@ -339,6 +339,9 @@ class ClusterPersistence final : public engine::Persistence {
   // Snapshots, trimming and restores (partition_snapshots.cc), on snapshot_thread_.
   void RunSnapshots();
   void SnapshotAndTrim(const storage::ClusterTablesView& view, uint32_t partition);
+  // True when the partition's stream, as its leader says, begins past the record after
+  // `snapshot_seq`: no node could restore the partition from that snapshot.
+  bool StreamPassedSnapshot(uint32_t partition, uint64_t snapshot_seq);
   // False when it could not be done now (to be tried again later). RestoreAll runs a few
   // at once; false when any failed.
   bool Restore(uint32_t partition);

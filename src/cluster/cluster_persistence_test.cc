@@ -380,5 +380,40 @@ TEST_F(ClusterPersistenceTest, ANodeWhoseRecordsWereTrimmedIsRestoredFromASnapsh
   EXPECT_EQ(b.Values(), a.Values());
 }
 
+TEST_F(ClusterPersistenceTest, AStreamThatLostItsFrontPastItsSnapshotGetsANewOne) {
+  // Snapshots every 1,000 records: none is due in this test by count.
+  Node a, b;
+  ASSERT_NO_FATAL_FAILURE(
+      StartNode(&a, *connection_a_, dir_ / "a", {0, 1}, 256 * 1024, true, 1000));
+  const std::vector<std::string> keys_0 = KeysOf(0, 50);
+  const std::vector<std::string> keys_1 = KeysOf(1, 50);
+  for (int round = 0; round < 3; ++round) {
+    ASSERT_NO_FATAL_FAILURE(Increment(a, keys_0, 2));
+    ASSERT_NO_FATAL_FAILURE(Increment(a, keys_1, 5));
+  }
+
+  // The stream loses its front without a snapshot to restore from (as nats-server 2.9.10
+  // was seen to do after its servers were killed again and again): at its next checkpoint
+  // the owner writes one.
+  const uint64_t tail = a.persistence->log(0)->progress().durable_seq;
+  ASSERT_TRUE(connection_a_->PurgeStream("TALLY_P0", tail));
+  ASSERT_NO_FATAL_FAILURE(Increment(a, {keys_0[0]}, 100));
+  ASSERT_TRUE(a.engine->committer().CheckpointNow().has_value());
+  ASSERT_TRUE(StepUntil(a, [&] { return a.persistence->snapshot_stats().written >= 1; }))
+      << "failures: " << a.persistence->snapshot_stats().failures;
+  EXPECT_GT(a.persistence->status(0).snapshot_seq, tail);
+  // Partition 1's stream is whole, and 1,000 records from its first snapshot: none.
+  EXPECT_EQ(a.persistence->status(1).snapshot_seq, 0u);
+  EXPECT_EQ(a.persistence->snapshot_stats().written, 1u);
+
+  // A new node restores partition 0 from it and reads partition 1 from the start.
+  ASSERT_NO_FATAL_FAILURE(StartAndRestore(&b, *connection_b_, dir_ / "b", 1));
+  ASSERT_NO_FATAL_FAILURE(WaitFollowed(b, a, 0));
+  ASSERT_NO_FATAL_FAILURE(WaitFollowed(b, a, 1));
+  EXPECT_EQ(b.Values(), a.Values());
+  EXPECT_EQ(b.Values().at(keys_0[0]), (std::pair<int64_t, int64_t>{106, 0}));
+  EXPECT_EQ(b.Values().at(keys_1[0]), (std::pair<int64_t, int64_t>{15, 0}));
+}
+
 }  // namespace
 }  // namespace tally::cluster

@@ -67,9 +67,11 @@ std::vector<uint32_t> ClusterPersistence::Step() {
           partition.follower && partition.follower->state() == FollowerState::kStopped;
       if (follower_stopped && snapshots_ && partition.follower->lost_records()) {
         // Its stream was trimmed past what this node holds: a snapshot instead.
+        // The reason names the partition ("partition 3: stream ... no longer holds ...").
         const Status reason = partition.follower->stop_reason();
-        spdlog::info("partition {}: {}; restoring it from a snapshot", p,
-                     reason ? "its follower stopped" : reason.error().message);
+        spdlog::info(
+            "{}; restoring it from a snapshot",
+            reason ? fmt::format("partition {}: its follower stopped", p) : reason.error().message);
         stopped.push_back(std::move(partition.follower));
         WantRestoreLocked(partition);
         changed.push_back(p);

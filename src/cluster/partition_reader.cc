@@ -24,6 +24,14 @@ Result<std::unique_ptr<PartitionReader>> PartitionReader::Open(
   }
   // The first sequence the stream still holds (an emptied stream holds none below its end).
   const uint64_t first_held = state->messages == 0 ? state->last_seq + 1 : state->first_seq;
+  if (first_held > from_seq && state->leaderless) {
+    // A replica catching up may hold less of the stream's front than the stream does: a
+    // gap it shows is no reason to give up what this reader applied.
+    return MakeError(ErrorCode::kUnavailable,
+                     "stream " + stream + " begins at " + std::to_string(first_held) +
+                         " by a replica's answer while the stream has no leader: asking again "
+                         "later");
+  }
   auto consumer = OrderedConsumer::Start(connection, stream, subject, from_seq, heartbeat_ms);
   if (!consumer) return tl::unexpected(consumer.error().ToError());
   std::unique_ptr<PartitionReader> reader(

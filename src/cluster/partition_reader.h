@@ -45,7 +45,8 @@ class PartitionReader {
   // ownership in force at from_seq - 1 ({} when reading from the stream's start). A stream
   // that ends before from_seq - 1 (it lost records this reader had, or was recreated) is
   // refused with kCorruption — unless the stream has no leader: then the answer came from a
-  // replica that may be behind, and it is kUnavailable (ask again).
+  // replica that may be behind, and it is kUnavailable (ask again); so is a stream that
+  // begins after from_seq by such an answer (a gap only the leader's answer can show).
   static Result<std::unique_ptr<PartitionReader>> Open(
       NatsConnection& connection, const std::string& stream, const std::string& subject,
       uint64_t from_seq, OwnershipFilter ownership = {}, int64_t heartbeat_ms = 1000);

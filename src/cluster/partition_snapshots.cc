@@ -136,7 +136,8 @@ void ClusterPersistence::SnapshotAndTrim(const storage::ClusterTablesView& view,
     partitions_[partition].snapshot_seq = snapshot_seq;
     partitions_[partition].snapshot_known = true;
   }
-  if (saved->seq >= snapshot_seq + options_.snapshot_every_records) {
+  if (saved->seq > snapshot_seq && (saved->seq >= snapshot_seq + options_.snapshot_every_records ||
+                                    StreamPassedSnapshot(partition, snapshot_seq))) {
     const auto began = std::chrono::steady_clock::now();
     auto written = snapshots_->Write(view, partition);
     if (!written) return failed(written.error(), "cannot write a snapshot");
@@ -172,6 +173,21 @@ void ClusterPersistence::SnapshotAndTrim(const storage::ClusterTablesView& view,
   std::lock_guard lock(mutex_);
   partitions_[partition].trimmed_below = below;
   ++snapshot_stats_.trims;
+}
+
+bool ClusterPersistence::StreamPassedSnapshot(uint32_t partition, uint64_t snapshot_seq) {
+  auto state = connection_.GetStreamState(PartitionStream(options_, partition));
+  // A replica's answer while the stream has no leader may be behind: asked again next time.
+  if (!state || state->leaderless || state->messages == 0) return false;
+  if (state->first_seq <= snapshot_seq + 1) return false;
+  // Our trims stop at the newest snapshot; nats-server 2.9.10 was seen to drop more of a
+  // stream's front after its servers were killed again and again (every replica agreeing
+  // on the new first sequence). Whoever must restore the partition now needs a newer one.
+  spdlog::warn(
+      "partition {}: its stream begins at {}, past its newest snapshot (sequence {}): a new "
+      "snapshot",
+      partition, state->first_seq, snapshot_seq);
+  return true;
 }
 
 void ClusterPersistence::DropPartitions(std::span<const uint32_t> partitions) {
