@@ -4,7 +4,7 @@
 #   make run     deps + build, then run tallyd in the foreground on 127.0.0.1:6380
 #   make test    deps + build, then every CTest test (unit and end-to-end)
 #
-# Other targets: build bench fuzz fuzz-smoke soak soak-crash check-sanitize check-asan check-tsan format format-check
+# Other targets: build bench fuzz fuzz-smoke soak soak-crash soak-cluster check-sanitize check-asan check-tsan format format-check
 # tidy clean help cluster cluster-stop. Every upper-case variable below can be overridden: make run PORT=7000.
 
 SHELL := /bin/bash
@@ -113,6 +113,10 @@ SOAK_ARGS         ?=
 # make soak-crash
 CRASH_KILLS   ?= 200
 CRASH_SECONDS ?= 1200
+# make soak-cluster: QUORUM_CYCLES quorum losses in one cluster (tests/e2e/stress_quorum.py),
+# about 20 s each; QUORUM_SEED picks the waits and the servers killed.
+QUORUM_CYCLES ?= 40
+QUORUM_SEED   ?= 7
 
 FORMAT_DIRS := src tests bench fuzz
 
@@ -122,7 +126,7 @@ else
 SUDO := sudo
 endif
 
-.PHONY: help deps configure build run test bench fuzz fuzz-smoke soak soak-crash check-sanitize check-asan check-tsan \
+.PHONY: help deps configure build run test bench fuzz fuzz-smoke soak soak-crash soak-cluster check-sanitize check-asan check-tsan \
 	deb deb-test format format-check tidy clean cluster cluster-stop
 
 help:
@@ -136,6 +140,7 @@ help:
 	@echo "make fuzz            every libFuzzer target for FUZZ_SECONDS=$(FUZZ_SECONDS) each"
 	@echo "make soak            $(SOAK_SECONDS) s of mixed load, kill -9 every $(SOAK_KILL_EVERY) s, exact values, flat RSS/fds/threads"
 	@echo "make soak-crash      kill -9 soak: tests/e2e/test_crash.py, $(CRASH_KILLS) kills"
+	@echo "make soak-cluster    $(QUORUM_CYCLES) quorum losses in one cluster under writers, copies checked"
 	@echo "make check-sanitize  ASan+UBSan (all tests) and TSan (unit tests) builds and runs"
 	@echo "make deb             the Debian package (tallyd.service, /etc/tally/tally.conf) in $(DEB_DIR)"
 	@echo "make deb-test        deb, then install it here (root), run and restart tallyd, remove it"
@@ -295,6 +300,15 @@ soak-crash: build
 	TALLYD=$(abspath $(BUILD_DIR))/bin/tallyd PYTHONDONTWRITEBYTECODE=1 \
 	  timeout --kill-after=60 $$(( $(CRASH_SECONDS) + 600 )) \
 	  $(PYTHON) -m unittest -v test_crash
+
+# Quorum losses one after the other in one cluster under writers (docs/testing.md, Cluster):
+# bounds and every node's copy checked after each; stopped after 60 s a cycle at the latest.
+soak-cluster: build
+	cd tests/e2e && \
+	TALLYD=$(abspath $(BUILD_DIR))/bin/tallyd TALLY_CLI=$(abspath $(BUILD_DIR))/bin/tally \
+	PYTHONDONTWRITEBYTECODE=1 \
+	  timeout --kill-after=60 $$(( $(QUORUM_CYCLES) * 60 + 120 )) \
+	  $(PYTHON) stress_quorum.py --cycles $(QUORUM_CYCLES) --seed $(QUORUM_SEED)
 
 check-sanitize: check-asan check-tsan
 
