@@ -631,6 +631,7 @@ PartitionStatus ClusterPersistence::status(uint32_t partition) const {
   status.restoring = p.restoring || p.restore_wanted;
   status.restored_counters = p.restored_counters;
   status.restore_counters = p.restore_counters;
+  status.behind_fence = p.role == PartitionRole::kFollowing && status.position.seq < p.fenced_at;
   if (p.log) {
     const PartitionLogProgress progress = p.log->progress();
     status.log_state = progress.state;

@@ -163,6 +163,9 @@ struct PartitionStatus {
   bool restoring = false;
   uint64_t restored_counters = 0;
   uint64_t restore_counters = 0;
+  // Following a partition this node lost, not yet up to the record that fenced it: the
+  // owner above is this node's own old claim, which says nothing of the owner's silence.
+  bool behind_fence = false;
 };
 
 // Counts since the start, for tests and INFO.
@@ -295,6 +298,9 @@ class ClusterPersistence final : public engine::Persistence {
     uint64_t committed_seq = 0;                         // owned: the last record Commit appended
     std::chrono::steady_clock::time_point last_append;  // owned: for renewals
     PartitionOwner last_owner;  // the owner as last known (kept across role changes)
+    // Lost: where the stream holds the record that fenced this node's writer. Until its
+    // follower has read that far, last_owner (this node's own old claim) is known stale.
+    uint64_t fenced_at = 0;
     std::string failure;        // kFailed
     uint64_t checkpointed = 0;  // the sequence the last finished checkpoint saved
     uint64_t snapshot_seq = 0;  // see PartitionStatus

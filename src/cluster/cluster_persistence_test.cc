@@ -415,5 +415,35 @@ TEST_F(ClusterPersistenceTest, AStreamThatLostItsFrontPastItsSnapshotGetsANewOne
   EXPECT_EQ(b.Values().at(keys_1[0]), (std::pair<int64_t, int64_t>{15, 0}));
 }
 
+TEST_F(ClusterPersistenceTest, ANodeFencedOutTakesItsOwnClaimForStaleUntilItReadsTheFence) {
+  Node a, b;
+  ASSERT_NO_FATAL_FAILURE(StartNode(&a, *connection_a_, dir_ / "a", {0, 1}));
+  ASSERT_NO_FATAL_FAILURE(StartNode(&b, *connection_b_, dir_ / "b", {}));
+  const std::vector<std::string> keys = KeysOf(0, 3);
+  for (int i = 0; i < 200; ++i) ASSERT_NO_FATAL_FAILURE(Increment(a, {keys[i % 3]}, 1));
+  ASSERT_NO_FATAL_FAILURE(WaitFollowed(b, a, 0));
+
+  // b takes partition 0 over while a still owns it; a's next write is refused by the stream.
+  auto claimed = b.persistence->ClaimNow(0, 20s);
+  ASSERT_TRUE(claimed) << claimed.error().message;
+  const uint64_t fence = b.persistence->status(0).owner.term;  // its claim's sequence
+  engine::IncrementBuffer buffer(&a.engine->keyspace());
+  buffer.Add(engine::HashedKey(keys[0]), 1000);
+  buffer.Publish();
+  ASSERT_TRUE(StepUntil(a, [&] { return a.persistence->role(0) == PartitionRole::kLost; }));
+
+  // a reads the stream again from its start: until it reaches b's claim, the owner it knows
+  // is its own old claim, and it says so.
+  ASSERT_TRUE(a.persistence->FinishLoss(0));
+  const PartitionStatus reading = a.persistence->status(0);
+  EXPECT_TRUE(reading.position.seq >= fence || reading.behind_fence);
+  const FollowerPosition reached = a.persistence->follower(0)->WaitApplied(fence, 20s);
+  ASSERT_GE(reached.seq, fence);
+  EXPECT_FALSE(a.persistence->status(0).behind_fence);
+  EXPECT_EQ(a.persistence->status(0).owner.term, fence);
+  EXPECT_EQ(a.Values(), b.Values());
+  EXPECT_EQ(a.Values().at(keys[0]), (std::pair<int64_t, int64_t>{67, 0}));
+}
+
 }  // namespace
 }  // namespace tally::cluster

@@ -298,6 +298,10 @@ bool Coordinator::Draining(const Member& member) const {
 bool Coordinator::NeedsOwner(uint32_t p, const PartitionStatus& status, Clock::time_point now,
                              Clock::time_point* since, int64_t* wait_ms) const {
   if (status.role != PartitionRole::kFollowing) return false;
+  // Reading the stream again after a loss, this node sees its own old claim as the owner
+  // until it reaches the record that fenced it: that owner's silence means nothing (a claim
+  // from that view was once begun on a stale tail).
+  if (status.behind_fence) return false;
   Watch watch;
   {
     std::lock_guard lock(mutex_);
@@ -320,8 +324,7 @@ bool Coordinator::NeedsOwner(uint32_t p, const PartitionStatus& status, Clock::t
     return true;
   }
   // An ownership of this node before a restart is treated like any other: its stream is
-  // silent (a node reading its streams again after a loss may see its own old claims first).
-  // The watch is the router's; a status newer than it shows a record the router has not
+  // silent. The watch is the router's; a status newer than it shows a record the router has not
   // timed yet: the owner is not silent.
   const bool watched =
       watch.term == status.owner.term && watch.last_record_seq == status.owner.last_record_seq;

@@ -221,6 +221,7 @@ bool ClusterPersistence::StepClaiming(uint32_t partition) {
       p.follower_wanted = true;
     } else if (progress.durable_seq >= p.claim_seq) {
       p.role = PartitionRole::kOwned;
+      p.fenced_at = 0;
       p.committed_seq = p.claim_seq;
       p.last_append = Clock::now();
       p.last_owner.term = p.header.term;
@@ -344,6 +345,9 @@ Status ClusterPersistence::FinishLoss(uint32_t partition) {
     std::lock_guard lock(mutex_);
     Partition& p = partitions_[partition];
     log = std::move(p.log);
+    if (const std::optional<FenceInfo> fence = log != nullptr ? log->fence() : std::nullopt) {
+      p.fenced_at = fence->seq;
+    }
     p.role = PartitionRole::kFollowing;
     p.from = {};
     p.follower_wanted = true;
