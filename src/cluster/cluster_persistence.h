@@ -345,9 +345,10 @@ class ClusterPersistence final : public engine::Persistence {
   // Snapshots, trimming and restores (partition_snapshots.cc), on snapshot_thread_.
   void RunSnapshots();
   void SnapshotAndTrim(const storage::ClusterTablesView& view, uint32_t partition);
-  // True when the partition's stream, as its leader says, begins past the record after
-  // `snapshot_seq`: no node could restore the partition from that snapshot.
-  bool StreamPassedSnapshot(uint32_t partition, uint64_t snapshot_seq);
+  // False when no node could restore the partition from its newest snapshot (at
+  // `snapshot_seq`): its stream, as its leader says, begins past the record after it, or
+  // the snapshot's chunks are gone (SnapshotStore::Whole).
+  bool SnapshotUsable(uint32_t partition, uint64_t snapshot_seq);
   // False when it could not be done now (to be tried again later). RestoreAll runs a few
   // at once; false when any failed.
   bool Restore(uint32_t partition);

@@ -380,7 +380,7 @@ TEST_F(ClusterPersistenceTest, ANodeWhoseRecordsWereTrimmedIsRestoredFromASnapsh
   EXPECT_EQ(b.Values(), a.Values());
 }
 
-TEST_F(ClusterPersistenceTest, AStreamThatLostItsFrontPastItsSnapshotGetsANewOne) {
+TEST_F(ClusterPersistenceTest, ASnapshotNoNodeCouldRestoreFromIsReplaced) {
   // Snapshots every 1,000 records: none is due in this test by count.
   Node a, b;
   ASSERT_NO_FATAL_FAILURE(
@@ -413,6 +413,23 @@ TEST_F(ClusterPersistenceTest, AStreamThatLostItsFrontPastItsSnapshotGetsANewOne
   EXPECT_EQ(b.Values(), a.Values());
   EXPECT_EQ(b.Values().at(keys_0[0]), (std::pair<int64_t, int64_t>{106, 0}));
   EXPECT_EQ(b.Values().at(keys_1[0]), (std::pair<int64_t, int64_t>{15, 0}));
+
+  // The snapshot loses its chunks, its manifest kept (the same trouble in the snapshots'
+  // stream): at the next checkpoint with something new, a new one, which a new node reads.
+  auto snapshots = connection_a_->GetStreamState("TALLY_SNAPSHOTS");
+  ASSERT_TRUE(snapshots);
+  ASSERT_TRUE(
+      connection_a_->PurgeStream("TALLY_SNAPSHOTS", snapshots->last_seq + 1, "tally.snap.0.c"));
+  ASSERT_NO_FATAL_FAILURE(Increment(a, {keys_0[1]}, 7));
+  ASSERT_TRUE(a.engine->committer().CheckpointNow().has_value());
+  ASSERT_TRUE(StepUntil(a, [&] { return a.persistence->snapshot_stats().written >= 2; }))
+      << "failures: " << a.persistence->snapshot_stats().failures;
+  Node c;
+  ASSERT_NO_FATAL_FAILURE(StartAndRestore(&c, *connection_b_, dir_ / "c", 1));
+  ASSERT_NO_FATAL_FAILURE(WaitFollowed(c, a, 0));
+  ASSERT_NO_FATAL_FAILURE(WaitFollowed(c, a, 1));
+  EXPECT_EQ(c.Values(), a.Values());
+  EXPECT_EQ(c.Values().at(keys_0[1]), (std::pair<int64_t, int64_t>{13, 0}));
 }
 
 TEST_F(ClusterPersistenceTest, ANodeFencedOutTakesItsOwnClaimForStaleUntilItReadsTheFence) {

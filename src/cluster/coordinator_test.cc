@@ -230,7 +230,8 @@ TEST_F(CoordinatorTest, AColdClusterGetsEveryPartitionOwnedAndSpread) {
   // reaches a a moment after b serves).
   const auto deadline = std::chrono::steady_clock::now() + 10s;
   const auto moved_here = [&] {
-    return std::all_of(b.Served().begin(), b.Served().end(),
+    const std::vector<uint32_t> served = b.Served();  // one vector: its begin and its end
+    return std::all_of(served.begin(), served.end(),
                        [&](uint32_t p) { return a.routing->route(p) == Route::kMoved; });
   };
   while (!moved_here() && std::chrono::steady_clock::now() < deadline) {

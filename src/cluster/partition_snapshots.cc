@@ -137,7 +137,7 @@ void ClusterPersistence::SnapshotAndTrim(const storage::ClusterTablesView& view,
     partitions_[partition].snapshot_known = true;
   }
   if (saved->seq > snapshot_seq && (saved->seq >= snapshot_seq + options_.snapshot_every_records ||
-                                    StreamPassedSnapshot(partition, snapshot_seq))) {
+                                    !SnapshotUsable(partition, snapshot_seq))) {
     const auto began = std::chrono::steady_clock::now();
     auto written = snapshots_->Write(view, partition);
     if (!written) return failed(written.error(), "cannot write a snapshot");
@@ -175,19 +175,28 @@ void ClusterPersistence::SnapshotAndTrim(const storage::ClusterTablesView& view,
   ++snapshot_stats_.trims;
 }
 
-bool ClusterPersistence::StreamPassedSnapshot(uint32_t partition, uint64_t snapshot_seq) {
+bool ClusterPersistence::SnapshotUsable(uint32_t partition, uint64_t snapshot_seq) {
+  // Our trims stop at the newest snapshot, and its chunks go only once a newer manifest is
+  // in; yet nats-server 2.9.10 was seen to drop more of a stream's front after its servers
+  // were killed again and again (every replica agreeing on the new first sequence). Whoever
+  // must restore the partition then needs a newer snapshot. Answers that cannot be had now
+  // (NATS trouble, a stream without a leader) count as usable: asked again next time.
   auto state = connection_.GetStreamState(PartitionStream(options_, partition));
-  // A replica's answer while the stream has no leader may be behind: asked again next time.
-  if (!state || state->leaderless || state->messages == 0) return false;
-  if (state->first_seq <= snapshot_seq + 1) return false;
-  // Our trims stop at the newest snapshot; nats-server 2.9.10 was seen to drop more of a
-  // stream's front after its servers were killed again and again (every replica agreeing
-  // on the new first sequence). Whoever must restore the partition now needs a newer one.
-  spdlog::warn(
-      "partition {}: its stream begins at {}, past its newest snapshot (sequence {}): a new "
-      "snapshot",
-      partition, state->first_seq, snapshot_seq);
-  return true;
+  if (state && !state->leaderless && state->messages > 0 && state->first_seq > snapshot_seq + 1) {
+    spdlog::warn(
+        "partition {}: its stream begins at {}, past its newest snapshot (sequence {}): a new "
+        "snapshot",
+        partition, state->first_seq, snapshot_seq);
+    return false;
+  }
+  if (snapshot_seq == 0) return true;
+  auto latest = snapshots_->Latest(partition);
+  if (!latest || !*latest) return true;
+  auto whole = snapshots_->Whole(**latest);
+  if (!whole || *whole) return true;
+  spdlog::warn("partition {}: its newest snapshot (sequence {}) lost its chunks: a new snapshot",
+               partition, (*latest)->position.seq);
+  return false;
 }
 
 void ClusterPersistence::DropPartitions(std::span<const uint32_t> partitions) {

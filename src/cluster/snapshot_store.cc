@@ -143,6 +143,17 @@ Result<std::optional<SnapshotManifest>> SnapshotStore::Latest(uint32_t partition
   return std::optional<SnapshotManifest>(*manifest);
 }
 
+Result<bool> SnapshotStore::Whole(const SnapshotManifest& manifest) {
+  for (const uint64_t seq : {manifest.first_seq, manifest.last_seq}) {
+    auto message = connection_.GetMessage(options_.stream, seq);
+    if (!message) return tl::unexpected(message.error().ToError());
+    if (!*message || (*message)->subject != ChunkSubject(manifest.partition)) return false;
+    auto decoded = DecodeChunk((*message)->data);
+    if (!decoded || decoded->id != manifest.id) return false;
+  }
+  return true;
+}
+
 Status SnapshotStore::Read(const SnapshotManifest& manifest,
                            const std::function<Status(engine::CommitBatch& batch)>& chunk) {
   // Streamed (an ordered consumer on the partition's chunks from the first one), not asked

@@ -53,6 +53,11 @@ class SnapshotStore {
   Status Read(const SnapshotManifest& manifest,
               const std::function<Status(engine::CommitBatch& batch)>& chunk);
 
+  // Whether the stream still holds `manifest`'s first and last chunks (nats-server 2.9.10
+  // was seen to drop a stream's front after its servers were killed again and again: a
+  // manifest may outlive its chunks). False also for a chunk there of another snapshot.
+  Result<bool> Whole(const SnapshotManifest& manifest);
+
   // Subjects of partition p's chunks and manifests.
   std::string ChunkSubject(uint32_t partition) const;
   std::string ManifestSubject(uint32_t partition) const;
