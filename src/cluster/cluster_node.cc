@@ -7,7 +7,11 @@
 #include <algorithm>
 #include <cctype>
 #include <chrono>
+#include <memory>
+#include <optional>
 #include <thread>
+
+#include "core/repeat_limiter.h"
 
 namespace tally::cluster {
 namespace {
@@ -96,7 +100,18 @@ Result<std::unique_ptr<ClusterNode>> ClusterNode::Open(const ClusterOptions& opt
   connect->on_reconnected = [](const std::string& url) {
     spdlog::info("NATS: reconnected to {}", url);
   };
-  connect->on_error = [](const std::string& text) { spdlog::warn("NATS: {}", text); };
+  // Asynchronous errors come by the thousand while JetStream is away (every consumer's
+  // missed heartbeats): each text once per 10 s, with how often it came meanwhile.
+  connect->on_error = [errors = std::make_shared<RepeatLimiter>(std::chrono::seconds(10))](
+                          const std::string& text) {
+    const std::optional<uint64_t> held_back = errors->Admit(text);
+    if (!held_back) return;
+    if (*held_back == 0) {
+      spdlog::warn("NATS: {}", text);
+    } else {
+      spdlog::warn("NATS: {} (and {} more since it was last said)", text, *held_back);
+    }
+  };
   const bool secure = connect->tls.any();
   auto connection = NatsConnection::Connect(std::move(*connect));
   if (!connection) {
