@@ -22,26 +22,12 @@ from tally_cluster import TallyCluster
 
 def check(cluster, ledger, keys):
     """'' when every key is within its bounds on its owner and every node's copy equals the
-    owner's; else what differs, with the partitions' histories."""
-    router = tc.Router([cluster.node(i).port for i in cluster.live_indexes()])
-    try:
-        values = {key: router.get(key) for key in keys}
-    finally:
-        router.close()
-    bad = ["%s: %d not in [%d, %d]" % (k, values[k], ledger.acked[k],
-                                        ledger.acked[k] + ledger.unknown[k])
-           for k in keys
-           if not ledger.acked[k] <= values[k] <= ledger.acked[k] + ledger.unknown[k]]
-    partitions = set()
-    for i in cluster.live_indexes():
-        diff = tc.wait_readonly_values(cluster, i, values, timeout=30)
-        if diff:
-            bad.append("node %d's copy differs (got, owner): %s\n%s" % (
-                i, diff, tc.partition_lines(cluster, i)))
-            partitions |= {tc.partition_of_slot(tc.slot_of(k)) for k in diff if k != "error"}
-    if not bad:
-        return ""
-    return "\n".join(bad) + "\n" + tc.partition_history(cluster, partitions or range(16))
+    owner's; else what is wrong (test_cluster's check, as text)."""
+    values = tc.owner_values(cluster, keys)
+    problems = tc.out_of_bounds(ledger, values)
+    problems += [tc.copy_difference(cluster, i, values, timeout=30)
+                 for i in cluster.live_indexes()]
+    return "\n".join(p for p in problems if p)
 
 
 def main():

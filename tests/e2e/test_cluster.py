@@ -469,6 +469,41 @@ def partition_history(cluster, partitions, lines=60):
     return "\n".join(out)
 
 
+def owner_values(cluster, keys):
+    """{key: value} read from each key's owner."""
+    router = Router([cluster.node(i).port for i in cluster.live_indexes()])
+    try:
+        return {key: router.get(key) for key in keys}
+    finally:
+        router.close()
+
+
+def out_of_bounds(ledger, values):
+    """The keys whose value lies outside [acknowledged, acknowledged + unknown], each a line."""
+    bad = []
+    for key, value in values.items():
+        low, high = ledger.acked[key], ledger.acked[key] + ledger.unknown[key]
+        if not low <= value <= high:
+            bad.append("%s (slot %d, partition %d): %d not in [%d, %d]%s" % (
+                key, slot_of(key), partition_of_slot(slot_of(key)), value, low, high,
+                " LOST %d acknowledged" % (low - value) if value < low else
+                " %d MORE than sent" % (value - high)))
+    return bad
+
+
+def copy_difference(cluster, i, values, timeout=WAIT):
+    """'' once node i's READONLY copy equals `values` (waited for, bounded); else what
+    differs, with the node's partitions, its log's tail and every node's log lines about the
+    partitions that differ."""
+    diff = wait_readonly_values(cluster, i, values, timeout)
+    if not diff:
+        return ""
+    partitions = {partition_of_slot(slot_of(k)) for k in diff if k != "error"}
+    return "node %d's copy differs from the owners' (got, owner): %s\n%s\n%s\n%s" % (
+        i, dict(list(diff.items())[:20]), partition_lines(cluster, i),
+        cluster.node(i).log_tail(30), partition_history(cluster, partitions))
+
+
 def all_logs(cluster, lines=25):
     tails = [cluster.node(i).log_tail(lines) for i in range(len(cluster))]
     tails += [cluster.nats.log_tail(i, 10) for i in range(len(cluster.nats))]
@@ -491,29 +526,13 @@ class ClusterCase(unittest.TestCase):
     def check_bounds(self, cluster, ledger, keys):
         """Every key, read from its owner, within [acknowledged, acknowledged + unknown];
         then every node's READONLY copy equal to the owner's value."""
-        router = Router(self.ports(cluster))
-        try:
-            values = {key: router.get(key) for key in keys}
-        finally:
-            router.close()
-        bad = []
-        for key in keys:
-            low, high = ledger.acked[key], ledger.acked[key] + ledger.unknown[key]
-            if not low <= values[key] <= high:
-                bad.append("%s (slot %d, partition %d): %d not in [%d, %d]%s" % (
-                    key, slot_of(key), partition_of_slot(slot_of(key)), values[key], low, high,
-                    " LOST %d acknowledged" % (low - values[key]) if values[key] < low else
-                    " %d MORE than sent" % (values[key] - high)))
+        values = owner_values(cluster, keys)
+        bad = out_of_bounds(ledger, values)
         self.assertEqual(bad, [], "counters out of bounds:\n%s\n%s" % (
             "\n".join(bad[:40]), all_logs(cluster)))
         for i in cluster.live_indexes():
-            diff = wait_readonly_values(cluster, i, values)
-            partitions = {partition_of_slot(slot_of(k)) for k in diff if k != "error"}
-            self.assertEqual(diff, {}, "node %d's copy differs from the owners' (got, owner):"
-                             " %s\n%s\n%s\n%s" % (i, dict(list(diff.items())[:20]),
-                                                  partition_lines(cluster, i),
-                                                  cluster.node(i).log_tail(30),
-                                                  partition_history(cluster, partitions)))
+            differs = copy_difference(cluster, i, values)
+            self.assertEqual(differs, "", differs)
         return values
 
 
