@@ -1,6 +1,7 @@
 // libFuzzer target for the decoders of what the cluster's other streams carry: a partition
 // snapshot's manifest and chunks (cluster/snapshot_codec.h, the chunk's record through
 // record_codec.h) and a source consumer's batch in the change stream (cluster/
+// source_batch.h), and the groups of tally verify's repair in the change stream (also
 // source_batch.h). The first byte picks the decoder. Checked along the way: a refusal has a
 // reason; a decoded manifest encodes to exactly its bytes; a chunk's prefix is what it came
 // with; a parsed batch's segments are views inside the body, in order, and re-encoding their
@@ -68,20 +69,39 @@ void Batch(std::string_view body) {
   if (again.size() == body.size()) Check(again == body, "a batch re-encodes to its body");
 }
 
+void Groups(std::string_view body) {
+  auto values = DecodeGroupValues(body);
+  if (!values) {
+    Check(!values.error().message.empty(), "a refusal says why");
+    return;
+  }
+  const std::string again = EncodeGroupValues(*values);
+  if (again.size() == body.size()) Check(again == body, "a repair's groups re-encode to the body");
+  auto twice = DecodeGroupValues(again);
+  Check(twice && twice->size() == values->size(), "encoded groups decode again");
+  for (size_t i = 0; twice && i < twice->size(); ++i) {
+    Check((*twice)[i].key == (*values)[i].key && (*twice)[i].value == (*values)[i].value,
+          "each group comes back as it was");
+  }
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
   const std::string_view bytes(reinterpret_cast<const char*>(data) + 1, size - 1);
-  switch (data[0] % 3) {
+  switch (data[0] % 4) {
     case 0:
       Manifest(bytes);
       break;
     case 1:
       Chunk(bytes);
       break;
-    default:
+    case 2:
       Batch(bytes);
+      break;
+    default:
+      Groups(bytes);
       break;
   }
   return 0;

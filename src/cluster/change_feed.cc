@@ -29,8 +29,9 @@ std::string Hex(std::string_view bytes) {
   return hex;
 }
 
-// A Nats-Msg-Id nobody else uses: `kind` and 16 random bytes.
-std::string RandomId(std::string_view kind) {
+}  // namespace
+
+std::string ChangeFeed::RandomId(std::string_view kind) {
   unsigned char bytes[16];
   if (RAND_bytes(bytes, sizeof bytes) != 1) {
     // Without OpenSSL's generator the clock and address still differ between calls.
@@ -40,8 +41,6 @@ std::string RandomId(std::string_view kind) {
   return fmt::format("{}:{}", kind,
                      Hex(std::string_view(reinterpret_cast<const char*>(bytes), sizeof bytes)));
 }
-
-}  // namespace
 
 ChangeFeed::ChangeFeed(NatsConnection& connection, ChangeFeedOptions options,
                        ClusterPersistence& persistence, engine::Engine& engine,
@@ -77,6 +76,8 @@ Status ChangeFeed::Start() {
       sourced_ = *number != 0;
     } else if (name.starts_with(kSourcePositionRecord)) {
       source_positions_[name.substr(kSourcePositionRecord.size())] = *number;
+    } else if (name.starts_with(kHoldRecord)) {
+      RestoreHold(std::string_view(name).substr(kHoldRecord.size()), *number);
     }
   }
   if (sourced()) derived_.MarkEverySourceStreamed();
@@ -187,6 +188,12 @@ void ChangeFeed::Handle(uint64_t seq, std::string_view data) {
     RunScript(seq, rest);
   } else if (head.starts_with("push ")) {
     ApplyPush(seq, head.substr(5), rest);
+  } else if (head.starts_with("hold ")) {
+    RunHold(seq, head.substr(5));
+  } else if (head == "release") {
+    RunRelease(seq);
+  } else if (head.starts_with("repair ")) {
+    ApplyRepair(seq, head.substr(7), rest);
   } else {
     HandleSource(seq, head, rest);
   }
@@ -297,21 +304,9 @@ Result<derived::PushOutcome> ChangeFeed::Push(std::string_view body, std::string
   auto ack = Publish(fmt::format("{}push {}\n{}", kMagic, only_counter, body), msg_id);
   if (!ack) return tl::unexpected(ack.error());
   std::set<uint32_t> moved;
-  for (const std::string& key : *keys) {
-    moved.insert(SlotPartition(KeySlot(key), options_.partition_count));
-  }
-  const auto deadline = Clock::now() + std::chrono::milliseconds(options_.wait_ms);
-  for (const uint32_t p : moved) {
-    while (AppliedPosition(p) < static_cast<int64_t>(ack->seq)) {
-      if (Clock::now() >= deadline || held_off_.load(std::memory_order_acquire)) {
-        return MakeError(ErrorCode::kUnavailable,
-                         fmt::format("the push is in the cluster's change stream (sequence {}) "
-                                     "and will be applied, but partition {} has not applied it "
-                                     "yet as this node sees it",
-                                     ack->seq, p));
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
+  for (const std::string& key : *keys) moved.insert(PartitionOf(key));
+  if (auto status = AwaitPartitions(ack->seq, moved, "push"); !status) {
+    return tl::unexpected(status.error());
   }
   derived::PushOutcome outcome;
   outcome.changes = changes;
@@ -322,6 +317,24 @@ Result<derived::PushOutcome> ChangeFeed::Push(std::string_view body, std::string
     outcome.increments = keys->size();
   }
   return outcome;
+}
+
+Status ChangeFeed::AwaitPartitions(uint64_t seq, const std::set<uint32_t>& partitions,
+                                   std::string_view what) {
+  const auto deadline = Clock::now() + std::chrono::milliseconds(options_.wait_ms);
+  for (const uint32_t p : partitions) {
+    while (AppliedPosition(p) < static_cast<int64_t>(seq)) {
+      if (Clock::now() >= deadline || held_off_.load(std::memory_order_acquire)) {
+        return MakeError(ErrorCode::kUnavailable,
+                         fmt::format("the {} is in the cluster's change stream (sequence {}) "
+                                     "and will be applied, but partition {} has not applied it "
+                                     "yet as this node sees it",
+                                     what, seq, p));
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  }
+  return OkStatus();
 }
 
 Result<std::vector<derived::StatementOutcome>> ChangeFeed::Define(std::string_view script) {

@@ -30,6 +30,16 @@
 //   "tally-change 1 activate <claim> <counter> <lsn>" / "finish <claim> <counter>"
 //   "tally-change 1 sourced <claim>"                  counters created from here on are
 //        pending until the consumer backfills them (DerivedCounters::MarkEverySourceStreamed)
+// tally verify's hold and repair (change_feed_verify.cc), sent by any node:
+//   "tally-change 1 hold <position> <replace>"   the verification hold set at a source position
+//        (replace 1: moved there from where it stood); refused, on every node alike, when one
+//        stands and replace is 0
+//   "tally-change 1 release"                     it ends
+//   "tally-change 1 reached <claim> <hold seq>"  from the consumer: everything up to the hold's
+//        position is in the stream before this; each owner marks it in its partitions (their
+//        position records), so that a node sees the hold reached once all its partitions are there
+//   "tally-change 1 repair <counter>\n<groups>"  groups set to values, each by its partition's
+//        owner; a group is "<key length> <value> <key>\n"
 // The partitions' part of these (the rows, truncates and resets) is applied by each owner
 // with the partition's fence (derived::SourceFence): a consumer replaced while its last
 // messages were in flight cannot count anything twice or out of order. The catalog's part
@@ -65,6 +75,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <span>
 #include <string>
 #include <thread>
@@ -88,6 +99,18 @@ struct ChangeFeedOptions {
   int64_t wait_ms = 5000;
 };
 
+// tally verify's hold as the change stream says, on every node alike: set (and moved) by a
+// "hold" message at `seq`, ended by "release"; `reached_seq` the consumer's "reached" for it;
+// `applied` the highest source position a consumer's batch carried (above `position`: a
+// transaction past the hold was in the stream before the consumer held).
+struct StreamHold {
+  bool held = false;
+  int64_t position = 0;
+  uint64_t seq = 0;
+  uint64_t reached_seq = 0;
+  int64_t applied = 0;
+};
+
 class ChangeFeed final : public ChangeFront {
  public:
   // REQUIRES: everything referenced outlives the feed; the stream exists; `derived` loaded.
@@ -106,6 +129,12 @@ class ChangeFeed final : public ChangeFront {
                                     std::string_view only_counter,
                                     derived::ChangeDecoder& decoder) override;
   Result<std::vector<derived::StatementOutcome>> Define(std::string_view script) override;
+
+  // tally verify (change_front.h; change_feed_verify.cc).
+  Status Hold(int64_t position, bool replace) override;
+  Status Release() override;
+  derived::HoldReport ReportHold() override;
+  Status Repair(std::string_view counter, std::span<const derived::KeyValue> values) override;
 
   // While held off (the node is closing the clients that wait for a partition it lost, or
   // handing one over: it needs every worker's loop back within a bound), a Push or Define
@@ -135,6 +164,10 @@ class ChangeFeed final : public ChangeFront {
   // whether a consumer said "sourced".
   int64_t SourcePosition(const std::string& source) const;
   bool sourced() const;
+  // The verification hold as this node's feed has read it; and a wait (up to `timeout`) for
+  // it to change (any catalog message run).
+  StreamHold hold() const;
+  void AwaitHoldChange(std::chrono::milliseconds timeout);
 
  private:
   static constexpr std::string_view kMagic = "tally-change 1 ";  // every message's start
@@ -144,6 +177,8 @@ class ChangeFeed final : public ChangeFront {
   static constexpr std::string_view kSourceClaimRecord = "cluster/source-claim";
   static constexpr std::string_view kSourcedRecord = "cluster/sourced";
   static constexpr std::string_view kSourcePositionRecord = "cluster/source-position/";
+  // hold_: "cluster/hold/position", ".../seq", ".../reached", ".../applied".
+  static constexpr std::string_view kHoldRecord = "cluster/hold/";
 
   void Run();
   // One message of the stream, at sequence `seq`.
@@ -158,6 +193,16 @@ class ChangeFeed final : public ChangeFront {
   // A source consumer's message (change_feed_source.cc), and a batch's segments.
   void HandleSource(uint64_t seq, std::string_view head, std::string_view body);
   void ApplyBatch(uint64_t seq, int64_t claim, std::string_view body);
+  // tally verify's messages (change_feed_verify.cc).
+  void RunHold(uint64_t seq, std::string_view fields);
+  void RunRelease(uint64_t seq);
+  void HandleReached(uint64_t seq, int64_t claim, std::string_view hold_seq);
+  void ApplyRepair(uint64_t seq, std::string_view counter, std::string_view body);
+  // Waits (up to wait_ms, cut short while held off) until every partition of `partitions`
+  // is at or past `seq` as this node sees it; `what` names the message in the error.
+  Status AwaitPartitions(uint64_t seq, const std::set<uint32_t>& partitions, std::string_view what);
+  // Records one of hold_'s fields read from the catalog at Start. REQUIRES: mutex_ held.
+  void RestoreHold(std::string_view field, int64_t value);
   // Runs `apply` on the shares of the partitions owned now that the feed reads for, held
   // (none handed over or forgotten meanwhile), then has the commit written. Nothing when
   // there are none.
@@ -170,6 +215,8 @@ class ChangeFeed final : public ChangeFront {
   // Where to read from for the partitions owned now: the lowest of their positions (the
   // message there included: see ReadFrom), or the next sequence when none is behind it.
   uint64_t ReadFrom(const std::vector<uint32_t>& owned);
+  // A Nats-Msg-Id nobody else uses: `kind` and 16 random bytes.
+  static std::string RandomId(std::string_view kind);
   // Publishes one message; its sequence and whether it was a duplicate.
   Result<PubAck> Publish(std::string data, std::string_view msg_id);
 
@@ -195,6 +242,8 @@ class ChangeFeed final : public ChangeFront {
   int64_t source_claim_ = 0;
   bool sourced_ = false;
   std::map<std::string, int64_t, std::less<>> source_positions_;
+  StreamHold hold_;
+  std::map<uint64_t, bool> hold_outcomes_;  // recent "hold" messages: did each take? (for Hold)
   // The outcomes of recent scripts, by sequence, for Define (the last few hundred).
   std::map<uint64_t, Result<std::vector<derived::StatementOutcome>>> scripts_;
   bool stopping_ = false;

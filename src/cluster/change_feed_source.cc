@@ -26,6 +26,8 @@ void ChangeFeed::HandleSource(uint64_t seq, std::string_view head, std::string_v
     wanted = 3;
   } else if (kind == "batch" || kind == "sourced") {
     wanted = 2;
+  } else if (kind == "reached") {
+    wanted = 3;
   }
   const std::optional<int64_t> claim = fields.size() > 1 ? ParseInt64(fields[1]) : std::nullopt;
   if (wanted == 0 || fields.size() != wanted || !claim) {
@@ -35,6 +37,10 @@ void ChangeFeed::HandleSource(uint64_t seq, std::string_view head, std::string_v
   }
   if (kind == "batch") {
     ApplyBatch(seq, *claim, body);
+    return;
+  }
+  if (kind == "reached") {
+    HandleReached(seq, *claim, fields[2]);
     return;
   }
   // Not ordered by LSN: only the claim is checked.
@@ -104,6 +110,8 @@ void ChangeFeed::ApplyBatch(uint64_t seq, int64_t claim, std::string_view body) 
     }
     // The positions it moves, from a consumer not replaced yet.
     std::lock_guard lock(mutex_);
+    // Whoever sent it: a transaction past a verification hold in the stream while it stands.
+    if (hold_.held) hold_.applied = std::max(hold_.applied, segment.lsn);
     if (claim < source_claim_) continue;
     source_claim_ = claim;
     for (const std::string_view source : Split(segment.sources, ',')) {
@@ -139,6 +147,14 @@ void ChangeFeed::FinishCatalogMessage(uint64_t seq) {
     if (sourced_) ops.push_back({std::string(kSourcedRecord), "1"});
     for (const auto& [source, lsn] : source_positions_) {
       ops.push_back({fmt::format("{}{}", kSourcePositionRecord, source), std::to_string(lsn)});
+    }
+    const std::pair<std::string_view, int64_t> hold[] = {
+        {"position", hold_.held ? hold_.position : 0},
+        {"seq", static_cast<int64_t>(hold_.seq)},
+        {"reached", static_cast<int64_t>(hold_.reached_seq)},
+        {"applied", hold_.applied}};
+    for (const auto& [field, value] : hold) {
+      ops.push_back({fmt::format("{}{}", kHoldRecord, field), std::to_string(value)});
     }
   }
   if (auto status = persistence_.WriteCatalog(ops); !status) {

@@ -6,6 +6,7 @@
 // then the wait for what it changed to be applied, bounded).
 #pragma once
 
+#include <span>
 #include <string_view>
 #include <vector>
 
@@ -13,6 +14,8 @@
 #include "engine/derived/apply.h"
 #include "engine/derived/catalog.h"
 #include "engine/derived/change_json.h"
+#include "engine/derived/family.h"
+#include "engine/derived/verification_hold.h"
 
 namespace tally::cluster {
 
@@ -35,6 +38,19 @@ class ChangeFront {
   // COUNTER.DROP), run by every node in the stream's order; answered with this node's
   // outcome once it has run it. SHOW statements are answered here.
   virtual Result<std::vector<derived::StatementOutcome>> Define(std::string_view script) = 0;
+
+  // tally verify against a cluster (COUNTER.HOLD, RELEASE, REPAIR): the hold is set, moved
+  // (`replace`) and released through the stream, in its order, on any node, and holds the
+  // source's consumer wherever it runs; each is answered once this node has run it (Hold:
+  // kUnavailable while another hold stands). ReportHold is the hold as this node sees it:
+  // reached once the consumer has put everything up to the position in the stream and every
+  // partition has applied it here. Repair sets groups of a plain counter, each by its
+  // partition's owner, answered once every partition it moves has applied it as this node
+  // sees them (errors of DerivedCounters::CheckRepair first, nothing put in the stream).
+  virtual Status Hold(int64_t position, bool replace) = 0;
+  virtual Status Release() = 0;
+  virtual derived::HoldReport ReportHold() = 0;
+  virtual Status Repair(std::string_view counter, std::span<const derived::KeyValue> values) = 0;
 };
 
 }  // namespace tally::cluster

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <iterator>
 
 #include "core/integer.h"
@@ -67,6 +68,37 @@ Result<std::vector<BatchSegment>> ParseBatch(std::string_view body) {
     segments.push_back(segment);
   }
   return segments;
+}
+
+std::string EncodeGroupValues(std::span<const derived::KeyValue> values) {
+  std::string body;
+  for (const derived::KeyValue& item : values) {
+    fmt::format_to(std::back_inserter(body), "{} {} ", item.key.size(), item.value);
+    body.append(item.key);
+    body.push_back('\n');
+  }
+  return body;
+}
+
+Result<std::vector<derived::KeyValue>> DecodeGroupValues(std::string_view body) {
+  std::vector<derived::KeyValue> values;
+  while (!body.empty()) {
+    const size_t first = body.find(' ');
+    const size_t second = first == std::string_view::npos ? first : body.find(' ', first + 1);
+    if (second == std::string_view::npos) return InvalidArgument("a repair's group is cut short");
+    const std::optional<int64_t> length = ParseInt64(body.substr(0, first));
+    const std::optional<int64_t> value = ParseInt64(body.substr(first + 1, second - first - 1));
+    const size_t key_at = second + 1;
+    if (!length || !value || *length < 0 ||
+        static_cast<uint64_t>(*length) >= body.size() - key_at ||
+        body[key_at + static_cast<size_t>(*length)] != '\n') {
+      return InvalidArgument(fmt::format("a repair's group is malformed: '{}'",
+                                         body.substr(0, std::min<size_t>(body.size(), 80))));
+    }
+    values.push_back({std::string(body.substr(key_at, static_cast<size_t>(*length))), *value});
+    body.remove_prefix(key_at + static_cast<size_t>(*length) + 1);
+  }
+  return values;
 }
 
 }  // namespace tally::cluster

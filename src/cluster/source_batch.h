@@ -7,15 +7,20 @@
 // <sources> is comma-separated; <lsn> the transaction's commit end LSN, <part> its part
 // (from 1). A row never starts with '#' (a JSON change starts with '{').
 //
+// Also here: the body of tally verify's "repair" message, the groups to set, each
+// "<key length> <value> <key>\n" (keys may hold any byte).
+//
 // Thread-safety: pure functions.
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "core/status.h"
+#include "engine/derived/family.h"
 
 namespace tally::cluster {
 
@@ -35,6 +40,10 @@ void AppendAt(int64_t lsn, std::string_view sources, std::string* out);
 // The segments of `body`, views of it; kInvalidArgument naming the first bad head (nothing
 // of a bad batch is to be applied).
 Result<std::vector<BatchSegment>> ParseBatch(std::string_view body);
+
+// A repair's groups, and back; kInvalidArgument for a body that is not such a run.
+std::string EncodeGroupValues(std::span<const derived::KeyValue> values);
+Result<std::vector<derived::KeyValue>> DecodeGroupValues(std::string_view body);
 
 // The parts of `text` between `separator`s, at least one (empty text: one empty part).
 std::vector<std::string_view> Split(std::string_view text, char separator);

@@ -62,5 +62,23 @@ TEST(SourceBatchTest, AnythingElseIsRefusedWhole) {
   EXPECT_EQ(Split("", ','), (std::vector<std::string_view>{""}));
 }
 
+TEST(SourceBatchTest, ARepairsGroupsReadBackWhateverTheirKeysHold) {
+  const std::vector<derived::KeyValue> values = {
+      {"post_likes:1", 12}, {std::string("a b\n\0c", 6), -4}, {"", 0}};
+  const std::string body = EncodeGroupValues(values);
+  auto decoded = DecodeGroupValues(body);
+  ASSERT_TRUE(decoded) << decoded.error().message;
+  ASSERT_EQ(decoded->size(), 3u);
+  for (size_t i = 0; i < values.size(); ++i) {
+    EXPECT_EQ((*decoded)[i].key, values[i].key);
+    EXPECT_EQ((*decoded)[i].value, values[i].value);
+  }
+  EXPECT_TRUE(DecodeGroupValues("")->empty());
+  for (const std::string_view bad :
+       {"3 1 ab\n", "2 1 ab", "x 1 ab\n", "2 y ab\n", "-1 1 \n", "2 1"}) {
+    EXPECT_FALSE(DecodeGroupValues(bad)) << bad;
+  }
+}
+
 }  // namespace
 }  // namespace tally::cluster

@@ -96,6 +96,7 @@ Result<derived::PushOutcome> ClusterSourceTarget::ApplyTransaction(
     }
     return outcome;
   }
+  if (auto status = WaitForHold(position); !status) return tl::unexpected(status.error());
   std::vector<std::string_view> names;
   for (const derived::SourceTransactionPart& part : parts) names.push_back(part.source);
   const std::string sources = fmt::format("{}", fmt::join(names, ","));
@@ -150,6 +151,45 @@ Result<derived::PushOutcome> ClusterSourceTarget::ApplyTransaction(
 }
 
 uint64_t ClusterSourceTarget::open_epoch() const { return durable_epoch() + 1; }
+
+derived::HoldState ClusterSourceTarget::hold_state() const {
+  const StreamHold hold = feed_.hold();
+  return {hold.held, hold.position, hold.held && reached_hold_.load() == hold.seq};
+}
+
+void ClusterSourceTarget::MarkStreamAt(int64_t position) {
+  const StreamHold hold = feed_.hold();
+  if (!hold.held || position < hold.position) return;
+  if (auto status = MarkReached(hold); !status) {
+    spdlog::warn("postgres source: cannot mark the verification hold at {} reached: {}",
+                 hold.position, status.error().message);
+  }
+}
+
+void ClusterSourceTarget::Release() { stopping_ = true; }
+
+Status ClusterSourceTarget::MarkReached(const StreamHold& hold) {
+  if (reached_hold_.load() == hold.seq) return OkStatus();
+  if (auto status = Flush(); !status) return status;  // everything up to the hold, first
+  auto ack =
+      feed_.PublishSource(fmt::format("reached {} {}", claim_, hold.seq), {}, NextId("reached"));
+  if (!ack) return tl::unexpected(ack.error());
+  reached_hold_ = hold.seq;
+  return OkStatus();
+}
+
+Status ClusterSourceTarget::WaitForHold(int64_t position) {
+  for (;;) {
+    const StreamHold hold = feed_.hold();
+    if (!hold.held || position <= hold.position) return OkStatus();
+    if (stopping_) {
+      return MakeError(ErrorCode::kUnavailable,
+                       "the consumer stops while a verification hold stands");
+    }
+    if (auto status = MarkReached(hold); !status) return status;
+    feed_.AwaitHoldChange(std::chrono::milliseconds(100));
+  }
+}
 
 Status ClusterSourceTarget::Flush() {
   if (batch_.empty()) return OkStatus();

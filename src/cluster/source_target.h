@@ -31,12 +31,17 @@
 // then the cluster's), and resets every counter whose backfill a replaced consumer left
 // unfinished (it is redone).
 //
-// Verification holds are not offered in a cluster (tally verify runs against one node):
-// hold_state() is never held.
+// Verification holds (tally verify) are the change stream's (ChangeFeed::hold(), set through
+// the stream by any node): a transaction above the held position flushes the batch, puts a
+// "reached" marker in the stream (once per hold) and waits for the hold to be released or
+// moved; so does a stream reported at or past the position (MarkStreamAt) without the wait.
+// Stopping while held (Release, from PostgresSource::Stop) ends the wait with an error rather
+// than let the transaction through: the hold stands for the next consumer.
 //
 // Threads: the source's thread.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <mutex>
@@ -69,9 +74,9 @@ class ClusterSourceTarget final : public postgres::SourceTarget {
   Status WaitDurable(uint64_t epoch) override;
   void AddDurableListener(std::function<void(uint64_t)> listener) override;
   uint64_t durable_epoch() const override;
-  derived::HoldState hold_state() const override { return {}; }
-  void MarkStreamAt(int64_t) override {}
-  void Release() override {}
+  derived::HoldState hold_state() const override;
+  void MarkStreamAt(int64_t position) override;
+  void Release() override;
 
  private:
   // Publishes a message whose catalog part every node runs, and waits until this node ran it.
@@ -81,6 +86,11 @@ class ClusterSourceTarget final : public postgres::SourceTarget {
                                            std::span<const derived::SourceRowChange> rows);
   // Publishes the batch, if anything is in it.
   Status Flush();
+  // Flushes the batch and puts the "reached" marker of `hold` in the stream, unless done.
+  Status MarkReached(const StreamHold& hold);
+  // Returns once no hold below `position` stands; an error when the source stops meanwhile
+  // or the marker cannot be published.
+  Status WaitForHold(int64_t position);
   // The epoch of the batch being filled: the one after the last published.
   uint64_t open_epoch() const;
   // A Nats-Msg-Id used once by this consumer.
@@ -94,6 +104,9 @@ class ClusterSourceTarget final : public postgres::SourceTarget {
   const int64_t nonce_;  // this target's start, in the ids of its messages
   uint64_t next_id_ = 0;
   std::string batch_;  // segments not published yet (cluster/source_batch.h)
+  // The hold (its sequence) whose "reached" this consumer published; read by hold_state().
+  std::atomic<uint64_t> reached_hold_{0};
+  std::atomic<bool> stopping_{false};  // Release(): the source stops
 
   mutable std::mutex mutex_;  // guards what follows (listeners may read from any thread)
   uint64_t durable_ = 0;      // the last epoch published

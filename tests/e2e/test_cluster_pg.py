@@ -8,12 +8,20 @@ writers on PostgreSQL while the consumer is killed -9 again and again (E2E_CLUST
 default 5) and restarted; a counter defined while the source streams is backfilled; at the
 end every node equals the GROUP BY: nothing counted twice, nothing missed.
 
-Environment: E2E_CLUSTER_PG_ROWS (seeded rows, default 3000), E2E_CLUSTER_PG_KILLS.
+Then `tally verify` against the cluster while the writers run: through a node that is not
+the consumer and through the consumer, no difference, and no hold left on any node; a group
+damaged with COUNTER.REPAIR is found (exit 1, its line) and repaired with --repair through a
+third node, after which every node equals the GROUP BY again.
+
+Environment: E2E_CLUSTER_PG_ROWS (seeded rows, default 3000), E2E_CLUSTER_PG_KILLS,
+TALLY_CLI (the `tally` program).
 """
 
 import os
 import random
+import re
 import shutil
+import subprocess
 import tempfile
 import time
 import unittest
@@ -28,6 +36,7 @@ ROWS = int(os.environ.get("E2E_CLUSTER_PG_ROWS", "3000"))
 KILLS = int(os.environ.get("E2E_CLUSTER_PG_KILLS", "5"))
 WAIT = 90.0  # seconds: the bound on every wait for the cluster to catch up
 SEED = 1414
+TALLY_CLI = os.environ.get("TALLY_CLI", "/work/main/build/bin/tally")
 
 
 def log(message):
@@ -129,6 +138,58 @@ class ClusterPgSourceTest(pg_case.PgCase):
         self.wait_equal_everywhere(cluster, "after a counter defined mid-stream",
                                    counters=bm.COUNTERS + [extra])
         self.check_source_metrics(cluster, "cpg")
+        self.check_verify(cluster, writers, bm.COUNTERS + [extra])
+
+    def verify(self, cluster, node, *args):
+        """Runs `tally verify` against one node; returns (exit code, stdout, stderr)."""
+        argv = [TALLY_CLI, "verify", "--source", self.conninfo(), "--server",
+                "127.0.0.1:%d" % cluster.node(node).port, "--timeout", "60"] + list(args)
+        r = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           stdin=subprocess.DEVNULL, timeout=240)
+        out, err = r.stdout.decode(), r.stderr.decode()
+        log("verify through node %d %s: exit %d, %s" % (
+            node, " ".join(args), r.returncode, out.strip().splitlines()[-1:] or err.strip()))
+        return r.returncode, out, err
+
+    def assert_no_hold(self, cluster):
+        for i in cluster.live_indexes():
+            with RespConn(cluster.node(i).port, timeout=30) as conn:
+                self.assertEqual(conn.call("COUNTER.HOLD")[0], 0, "node %d still holds" % i)
+
+    def check_verify(self, cluster, writers, counters):
+        """tally verify through a non-consumer node and through the consumer while the writers
+        run: equal; a damaged group found, then repaired through a third node."""
+        consumer = self.consumer(cluster)
+        others = [i for i in cluster.live_indexes() if i != consumer]
+        writers.resume()
+        try:
+            for node in (others[0], consumer):
+                code, out, err = self.verify(cluster, node)
+                self.assertEqual(code, 0, "verify through node %d: exit %d\n%s\n%s\n%s" % (
+                    node, code, out, err, self.logs(cluster)))
+                for c in counters:
+                    self.assertRegex(out, r"(?m)^%s: equal \(\d+ groups?\)$" % c.name)
+                self.assert_no_hold(cluster)
+
+            # One group of a counter damaged (set 1,000 off through the repair command):
+            # found through another node, and repaired.
+            damaged = counters[0].name
+            with RespConn(cluster.node(others[0]).port, timeout=30) as conn:
+                key, shown = conn.call("COUNTER.SCAN", damaged, "0", "1")[1][:2]
+                self.assertEqual(conn.call("COUNTER.REPAIR", damaged, key, int(shown) + 1000), 1)
+            code, out, err = self.verify(cluster, others[1], damaged)
+            self.assertEqual(code, 1, "verify of damage: exit %d\n%s\n%s" % (code, out, err))
+            found = re.search(r"(?m)^%s: tally (\d+), source (\d+)$" % re.escape(key), out)
+            self.assertIsNotNone(found, out)
+            self.assertEqual(int(found.group(1)) - int(found.group(2)), 1000, out)
+            self.assertIn("%s: 1 difference" % damaged, out)
+            code, out, err = self.verify(cluster, others[1], "--repair")
+            self.assertEqual(code, 0, "verify --repair: exit %d\n%s\n%s" % (code, out, err))
+            self.assertIn("repaired 1 group", out)
+            self.assert_no_hold(cluster)
+        finally:
+            self.assertTrue(writers.pause(), "a writer did not stop")
+        self.wait_equal_everywhere(cluster, "after tally verify --repair", counters=counters)
 
     def check_source_metrics(self, cluster, slot):
         """The consumer's /metrics carry the source's figures (tally_source_consumer 1, it

@@ -538,6 +538,63 @@ void Applier::DeleteShares(std::span<Family* const> families, const ShareOrder& 
   }
 }
 
+Result<uint64_t> Applier::SetShares(
+    Family* family, std::span<const KeyValue> values, const ShareOrder& order,
+    std::span<const PartitionShare> shares,
+    const std::function<uint32_t(std::string_view key)>& partition_of) {
+  if (family == nullptr && !values.empty()) {
+    return InvalidArgument("groups to set without their counter");
+  }
+  if (family != nullptr && family->states != nullptr) {
+    return InvalidArgument(fmt::format("counter {} keeps records: a cluster repairs plain counters",
+                                       family->counter.name()));
+  }
+  std::vector<ShareRecords> records;
+  records.reserve(shares.size());  // the hashed keys view its strings: no reallocation
+  std::vector<engine::HashedKey> hashed;
+  // Each value's share (index into `shares`), or none.
+  constexpr size_t kNone = SIZE_MAX;
+  std::vector<size_t> share_of(values.size(), kNone);
+  for (size_t i = 0; i < values.size(); ++i) {
+    if (!family->IsGroupKey(values[i].key)) {
+      return InvalidArgument(fmt::format("key '{}' is not a group of counter {}",
+                                         values[i].key.substr(0, 128), family->counter.name()));
+    }
+    const uint32_t partition = partition_of(values[i].key);
+    for (size_t s = 0; s < shares.size(); ++s) {
+      if (shares[s].partition == partition) share_of[i] = s;
+    }
+    if (share_of[i] != kNone) hashed.emplace_back(values[i].key);
+  }
+  const size_t value_keys = hashed.size();
+  for (const PartitionShare& share : shares) {
+    records.emplace_back(share, order.fence.has_value());
+    records.back().AppendKeys(&hashed);
+  }
+  engine::View view = keyspace_.Lock(hashed);
+  std::vector<ShareStep> steps;
+  for (const ShareRecords& r : records) steps.push_back(DecideShare(view, r, order));
+  size_t next = 0;  // the next of the hashed value keys, in the order of `values`
+  for (size_t i = 0; i < values.size() && next < value_keys; ++i) {
+    if (share_of[i] == kNone) continue;
+    const engine::HashedKey& key = hashed[next++];
+    if (steps[share_of[i]] != ShareStep::kApply) continue;
+    std::lock_guard lock(family->mutex);
+    if (values[i].value == 0) {
+      view.Delete(key);
+      family->RemoveKey(values[i].key);
+    } else {
+      view.Set(key, values[i].value, engine::SetOptions{});
+      family->AddKey(values[i].key);
+    }
+  }
+  if (family != nullptr) family->version.fetch_add(1, std::memory_order_relaxed);
+  for (size_t s = 0; s < shares.size(); ++s) {
+    if (steps[s] != ShareStep::kDone) SetShareRecords(view, records[s], order, steps[s]);
+  }
+  return view.required_epoch();
+}
+
 Result<std::vector<std::string>> Applier::PlanKeys(const CatalogSnapshot& catalog,
                                                    std::span<const DecodedChange> changes,
                                                    std::string_view only_counter) {

@@ -172,6 +172,17 @@ class Applier {
                     std::span<const PartitionShare> shares,
                     const std::function<uint32_t(std::string_view key)>& partition_of);
 
+  // tally verify's repair in a cluster's change stream: of `values` (groups of the plain
+  // `family`, each set to its value, 0 deleting it), those whose key falls in a due share (as
+  // ApplyShares decides; no fence) are set, and the due shares' records move, in one View. A
+  // share with no group of `values` only moves its records: a marker of a position in the
+  // stream (cluster/change_feed.h). kInvalidArgument, nothing written, when a key is not a
+  // group of `family` or `family` keeps records. REQUIRES: the caller holds the apply lock
+  // and is the only writer of the shares' records.
+  Result<uint64_t> SetShares(Family* family, std::span<const KeyValue> values,
+                             const ShareOrder& order, std::span<const PartitionShare> shares,
+                             const std::function<uint32_t(std::string_view key)>& partition_of);
+
   // The keys the formula would write for `changes` (each once, in no order), nothing
   // written: what a cluster node checks and waits for before it answers a push.
   Result<std::vector<std::string>> PlanKeys(const CatalogSnapshot& catalog,

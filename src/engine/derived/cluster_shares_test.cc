@@ -237,6 +237,49 @@ TEST_F(ClusterSharesTest, ResetSharesDeleteTheDueSharesGroups) {
   EXPECT_EQ(Value("blog_rows:1"), 0);
 }
 
+TEST_F(ClusterSharesTest, ARepairSetsTheDueSharesGroupsOnceAndAMarkerMovesPositionsAlone) {
+  ASSERT_TRUE(derived_->ExecuteAt(kSchema, 1));
+  Apply("[" + Like(1, 1, 5) + "," + Like(2, 2, 7) + "]", 2, {0, 1});
+  const auto partition_of = [](std::string_view key) { return PartitionOf(key); };
+  // Checked where it is taken: a group of another counter, a counter that does not exist.
+  EXPECT_TRUE(derived_->CheckRepair("post_likes", std::vector<KeyValue>{{"post_likes:2", 3}}));
+  EXPECT_FALSE(derived_->CheckRepair("post_likes", std::vector<KeyValue>{{"blog_weight:2", 3}}));
+  EXPECT_EQ(derived_->CheckRepair("nope", {}).error().code, ErrorCode::kNotFound);
+  // Applied on partition 1's share alone: post 2 set, post 1 (partition 0) left; post 3 new.
+  const std::vector<KeyValue> values = {
+      {"post_likes:1", 9}, {"post_likes:2", 0}, {"post_likes:3", 4}};
+  const std::vector<PartitionShare> one = {Shares()[1]};
+  ASSERT_TRUE(
+      derived_->RepairShares("post_likes", values, {3, kPendingStart, {}}, one, partition_of));
+  EXPECT_EQ(Value("post_likes:1"), 1);
+  EXPECT_EQ(Value("post_likes:2"), 0);
+  EXPECT_EQ(Value("post_likes:3"), 4);
+  EXPECT_EQ(Position(1), 3);
+  EXPECT_EQ(Position(0), 2);
+  auto listed = derived_->List("post_likes", {}, {}, 10);
+  ASSERT_TRUE(listed);
+  std::vector<std::string> keys;
+  for (const KeyValue& item : listed->items) keys.push_back(item.key);
+  std::ranges::sort(keys);
+  EXPECT_EQ(keys, (std::vector<std::string>{"post_likes:1", "post_likes:3"}));
+  // Read again for both partitions (a partition gained): only partition 0's share is due.
+  ASSERT_TRUE(
+      derived_->RepairShares("post_likes", values, {3, kPendingStart, {}}, Shares(), partition_of));
+  EXPECT_EQ(Value("post_likes:1"), 9);
+  EXPECT_EQ(Value("post_likes:3"), 4);
+  EXPECT_EQ(Position(0), 3);
+  // A counter dropped since: the positions move, nothing else.
+  ASSERT_TRUE(
+      derived_->RepairShares("gone", values, {4, kPendingStart, {}}, Shares(), partition_of));
+  EXPECT_EQ(Position(0), 4);
+  // A marker (a verification hold reached) moves every due share's position alone.
+  derived_->MarkShares({6, kPendingStart, {}}, Shares(), partition_of);
+  EXPECT_EQ(Position(0), 6);
+  EXPECT_EQ(Position(1), 6);
+  EXPECT_EQ(Value("post_likes:1"), 9);
+  EXPECT_EQ(Value("blog_weight:2"), 7);
+}
+
 // A follower applies a group of records at once: a group deleted in one batch (it fell to
 // 0) and back in a later one must stay listed.
 TEST_F(ClusterSharesTest, AGroupDeletedAndBackInOneReplicatedGroupStaysListed) {

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <chrono>
 #include <mutex>
 
@@ -238,7 +239,17 @@ int64_t DerivedCounters::SourcePosition(std::string_view source) {
   return keyspace_.Position(source);
 }
 
-Status DerivedCounters::Hold(int64_t position) { return hold_.Hold(position); }
+Status DerivedCounters::Hold(int64_t position, bool replace) {
+  return hold_.Hold(position, replace);
+}
+
+HoldReport DerivedCounters::ReportHold() {
+  HoldReport report{hold_.state(), 0};
+  for (const SourceListing& source : catalog_.Sources()) {
+    report.applied = std::max(report.applied, SourcePosition(source.name));
+  }
+  return report;
+}
 
 void DerivedCounters::MarkStreamAt(int64_t position) { hold_.MarkStreamAt(position); }
 
@@ -444,6 +455,40 @@ Result<PushOutcome> DerivedCounters::ApplyShares(
                                       overflowed);
   if (outcome) Count(*outcome, /*from_source=*/order.fence.has_value());
   return outcome;
+}
+
+Status DerivedCounters::CheckRepair(std::string_view counter,
+                                    std::span<const KeyValue> values) const {
+  auto family = catalog_.Snapshot()->Counter(counter);
+  if (!family) return tl::unexpected(family.error());
+  if ((*family)->states != nullptr) {
+    return InvalidArgument(
+        fmt::format("counter {} keeps records: a cluster has plain counters only", counter));
+  }
+  for (const KeyValue& item : values) {
+    if (!(*family)->IsGroupKey(item.key)) {
+      return InvalidArgument(
+          fmt::format("key '{}' is not a group of counter {}", item.key.substr(0, 128), counter));
+    }
+  }
+  return OkStatus();
+}
+
+Result<uint64_t> DerivedCounters::RepairShares(
+    std::string_view counter, std::span<const KeyValue> values, const ShareOrder& order,
+    std::span<const PartitionShare> shares,
+    const std::function<uint32_t(std::string_view)>& partition_of) {
+  std::shared_lock apply(apply_mutex_);
+  const std::shared_ptr<const CatalogSnapshot> catalog = catalog_.Snapshot();
+  Family* family = catalog->FindCounter(counter);
+  return applier_.SetShares(family, family != nullptr ? values : std::span<const KeyValue>(), order,
+                            shares, partition_of);
+}
+
+void DerivedCounters::MarkShares(const ShareOrder& order, std::span<const PartitionShare> shares,
+                                 const std::function<uint32_t(std::string_view)>& partition_of) {
+  std::shared_lock apply(apply_mutex_);
+  (void)applier_.SetShares(nullptr, {}, order, shares, partition_of);
 }
 
 void DerivedCounters::ResetShares(std::string_view source, std::string_view counter,

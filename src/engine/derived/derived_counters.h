@@ -149,12 +149,14 @@ class DerivedCounters {
                                        int64_t position);
 
   // Verification (tally verify; see verification_hold.h). Hold(p): a source transaction
-  // above p waits until Release(); kUnavailable while another hold stands. The hold is
-  // reached once everything up to p is applied: when such a transaction arrives, or the
-  // stream reports (MarkStreamAt) that it has delivered everything up to p.
-  Status Hold(int64_t position);
+  // above p waits until Release(); kUnavailable while another hold stands, unless `replace`
+  // (the hold moves to p). The hold is reached once everything up to p is applied: when such
+  // a transaction arrives, or the stream reports (MarkStreamAt) that it has delivered
+  // everything up to p. ReportHold adds the highest position any source has stored.
+  Status Hold(int64_t position, bool replace = false);
   void MarkStreamAt(int64_t position);
   HoldState hold_state() const;
+  HoldReport ReportHold();
   void Release();
   // Sets groups of `counter` to the given values (0 deletes the group), all in one commit:
   // the repair of tally verify. Returns the epoch to wait for. kNotFound (no such counter),
@@ -301,6 +303,18 @@ class DerivedCounters {
   void ResetShares(std::string_view source, std::string_view counter, const ShareOrder& order,
                    std::span<const PartitionShare> shares,
                    const std::function<uint32_t(std::string_view)>& partition_of);
+  // tally verify's repair in a cluster (Applier::SetShares): CheckRepair, on the node that
+  // takes COUNTER.REPAIR, refuses what Repair would (kNotFound, kInvalidArgument; also a
+  // counter that keeps records) before it goes into the change stream; RepairShares sets this
+  // node's due shares of it, taken from the stream (a counter gone since: only the shares'
+  // records move). MarkShares moves the due shares' records alone: a position every owner
+  // marks in its partitions (a verification hold reached).
+  Status CheckRepair(std::string_view counter, std::span<const KeyValue> values) const;
+  Result<uint64_t> RepairShares(std::string_view counter, std::span<const KeyValue> values,
+                                const ShareOrder& order, std::span<const PartitionShare> shares,
+                                const std::function<uint32_t(std::string_view)>& partition_of);
+  void MarkShares(const ShareOrder& order, std::span<const PartitionShare> shares,
+                  const std::function<uint32_t(std::string_view)>& partition_of);
   // The source a counter reads; nullopt when there is no such counter.
   std::optional<std::string> SourceOf(std::string_view counter) const;
   // The catalog's part of the same resets, run by every node at the reset's place in the

@@ -2,13 +2,16 @@
 
 namespace tally::derived {
 
-Status VerificationHold::Hold(int64_t position) {
+Status VerificationHold::Hold(int64_t position, bool replace) {
   std::lock_guard lock(mutex_);
-  if (hold_.held) {
+  if (hold_.held && !replace) {
     return MakeError(ErrorCode::kUnavailable,
                      "another verification holds the sources (COUNTER.RELEASE ends it)");
   }
   hold_ = HoldState{true, position, false};
+  // A transaction waiting for the hold it replaced looks again: at or below the new
+  // position it goes on, above it it reaches the new hold.
+  changed_.notify_all();
   return OkStatus();
 }
 

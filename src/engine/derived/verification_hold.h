@@ -2,9 +2,11 @@
 // compares the counters with the database's snapshot of that position.
 //
 // Hold(p) sets the hold: from then on a source transaction above p waits before it is
-// applied (WaitUntilDue) until Release(). The hold is *reached* once everything up to p is
-// applied: when a transaction above p arrives and waits (the stream delivers in order, so
-// all before it are applied), or when the stream reports (MarkStreamAt) that it has
+// applied (WaitUntilDue) until Release(). Hold(p, replace) moves a standing hold to p in one
+// step (tally verify's first hold, set before its snapshot's position was known, moved there):
+// no transaction above both positions slips through between them. The hold is *reached* once
+// everything up to p is applied: when a transaction above p arrives and waits (the stream delivers
+// in order, so all before it are applied), or when the stream reports (MarkStreamAt) that it has
 // delivered everything up to p. tally verify reads the counters once the hold is reached,
 // repairs what differs and releases. One hold at a time.
 //
@@ -32,10 +34,20 @@ struct HoldState {
   bool reached = false;  // every source transaction up to `position` is applied
 };
 
+// What COUNTER.HOLD shows: the hold, and the highest position any source has applied. Above
+// the held position, a transaction past it was applied before the hold landed (tally verify
+// then takes a new snapshot).
+struct HoldReport {
+  HoldState hold;
+  int64_t applied = 0;
+};
+
 class VerificationHold {
  public:
-  // Sets the hold at `position`. kUnavailable while another hold stands.
-  Status Hold(int64_t position);
+  // Sets the hold at `position`; with `replace`, also in place of one that stands (not
+  // reached again until everything up to the new position is). kUnavailable while another
+  // hold stands and `replace` is not given.
+  Status Hold(int64_t position, bool replace = false);
   // The stream has delivered (and applied) everything up to `position`.
   void MarkStreamAt(int64_t position);
   HoldState state() const;

@@ -67,5 +67,35 @@ TEST(VerificationHoldTest, ATransactionAboveTheHoldReachesItAndWaitsForRelease) 
   EXPECT_FALSE(hold.state().held);
 }
 
+TEST(VerificationHoldTest, AHoldReplacedLetsWhatLiesBelowTheNewPositionGoOn) {
+  VerificationHold hold;
+  ASSERT_TRUE(hold.Hold(1000));
+  std::atomic<bool> returned{false};
+  std::thread stream([&] {
+    hold.WaitUntilDue(1500);
+    returned = true;
+  });
+  while (!hold.state().reached) std::this_thread::yield();
+  ASSERT_TRUE(hold.Hold(2000, /*replace=*/true));  // the waiting transaction is below it
+  stream.join();
+  EXPECT_TRUE(returned);
+  EXPECT_EQ(hold.state().position, 2000);
+  EXPECT_FALSE(hold.state().reached);  // nothing shows yet that all up to 2000 is applied
+  // Moved below a waiting transaction, the new hold is reached by it.
+  returned = false;
+  std::thread next([&] {
+    hold.WaitUntilDue(2500);
+    returned = true;
+  });
+  while (!hold.state().reached) std::this_thread::yield();
+  ASSERT_TRUE(hold.Hold(2200, /*replace=*/true));
+  while (!hold.state().reached) std::this_thread::yield();
+  EXPECT_EQ(hold.state().position, 2200);
+  EXPECT_FALSE(returned);
+  hold.Release();
+  next.join();
+  EXPECT_TRUE(returned);
+}
+
 }  // namespace
 }  // namespace tally::derived

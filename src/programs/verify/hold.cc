@@ -14,14 +14,19 @@ bool HoldReport::HeldAt(Lsn lsn) const {
   return held && parsed && *parsed == lsn;
 }
 
+bool HoldReport::AppliedPast(Lsn lsn) const {
+  auto parsed = ParseLsn(applied);
+  return !parsed || *parsed > lsn;
+}
+
 Result<HoldReport> ReadHold(RespClient& tally) {
   auto reply = tally.Check({"COUNTER.HOLD"});
   if (!reply) return tl::unexpected(reply.error());
-  if (reply->kind != Reply::Kind::kArray || reply->items.size() != 3) {
+  if (reply->kind != Reply::Kind::kArray || reply->items.size() != 4) {
     return InvalidArgument("tallyd: COUNTER.HOLD answered " + reply->Describe());
   }
   return HoldReport{reply->items[0].AsInteger().value_or(0) != 0, reply->items[1].text,
-                    reply->items[2].AsInteger().value_or(0) != 0};
+                    reply->items[2].AsInteger().value_or(0) != 0, reply->items[3].text};
 }
 
 Hold::Hold(std::string server, Credentials credentials)
@@ -40,16 +45,11 @@ Status Hold::Set(RespClient& tally, Lsn lsn) {
 
 Status Hold::Move(RespClient& tally, Lsn lsn) {
   std::lock_guard lock(mutex_);
-  auto replies = tally.Pipeline({{"COUNTER.RELEASE"}, {"COUNTER.HOLD", FormatLsn(lsn)}});
-  if (!replies) return tl::unexpected(replies.error());  // ours_ stays: Release tries again
-  ours_ = false;
-  if ((*replies)[0].is_error()) {
-    return InvalidArgument("tallyd: COUNTER.RELEASE: " + (*replies)[0].text);
+  auto reply = tally.Call({"COUNTER.HOLD", FormatLsn(lsn), "REPLACE"});
+  if (!reply) return tl::unexpected(reply.error());  // ours_ stays: Release tries again
+  if (reply->is_error()) {
+    return InvalidArgument("tallyd: COUNTER.HOLD " + FormatLsn(lsn) + " REPLACE: " + reply->text);
   }
-  if ((*replies)[1].is_error()) {
-    return InvalidArgument("tallyd: COUNTER.HOLD " + FormatLsn(lsn) + ": " + (*replies)[1].text);
-  }
-  ours_ = true;
   return OkStatus();
 }
 

@@ -24,9 +24,12 @@ struct HoldReport {
   bool held = false;
   std::string position;  // the held position as tallyd spells it
   bool reached = false;  // everything up to the position is applied
+  std::string applied;   // the highest source position applied, as tallyd spells it
 
   // Held, at `lsn`.
   bool HeldAt(Lsn lsn) const;
+  // A source has applied a transaction past `lsn`.
+  bool AppliedPast(Lsn lsn) const;
 };
 
 // Asks tallyd (COUNTER.HOLD) what it holds.
@@ -43,8 +46,8 @@ class Hold {
   // error reply (someone else's hold stands) is the error "tallyd: COUNTER.HOLD <lsn>: …".
   Status Set(RespClient& tally, Lsn lsn);
 
-  // Exchanges our hold for one at `lsn`: COUNTER.RELEASE and COUNTER.HOLD in one write,
-  // which tallyd runs in one turn, so no transaction above both slips through between them.
+  // Moves our hold to `lsn` in one step (COUNTER.HOLD <lsn> REPLACE), so that no transaction
+  // above both positions slips through between them.
   Status Move(RespClient& tally, Lsn lsn);
 
   // Releases our hold, when we have one: on `tally`, or on a fresh connection when `tally`

@@ -164,10 +164,4 @@ Result<int64_t> ServerMicros(RespClient& tally) {
   return *reply->items[0].AsInteger() * 1'000'000 + *reply->items[1].AsInteger();
 }
 
-Result<int64_t> StoredPosition(RespClient& tally, const std::string& source) {
-  auto reply = tally.Check({"GET", std::string("\0pos:", 5) + source});
-  if (!reply) return tl::unexpected(reply.error());
-  return reply->AsInteger().value_or(0);
-}
-
 }  // namespace tally::verify

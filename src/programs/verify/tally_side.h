@@ -42,8 +42,4 @@ Result<Groups> TallyGroups(RespClient& tally, const Counter& counter, Progress& 
 // tallyd's clock (TIME) in microseconds: the clock its retention follows.
 Result<int64_t> ServerMicros(RespClient& tally);
 
-// The position tallyd stored for `source`: the end of the last source transaction it applied
-// (positions without changes stop at a hold). 0 when none.
-Result<int64_t> StoredPosition(RespClient& tally, const std::string& source);
-
 }  // namespace tally::verify

@@ -76,7 +76,6 @@ Result<std::vector<Counter>> ChooseCounters(RespClient& tally, const VerifyOptio
 // the consistent point before the hold landed: try again.
 Result<std::optional<Snapshot>> HoldAtSnapshot(RespClient& tally, Hold& hold,
                                                const VerifyOptions& options,
-                                               const std::vector<std::string>& sources,
                                                std::chrono::milliseconds timeout) {
   Snapshot snap;
   auto source = Source::Connect(options.source, timeout);
@@ -108,7 +107,17 @@ Result<std::optional<Snapshot>> HoldAtSnapshot(RespClient& tally, Hold& hold,
           "the hold at {} was lifted by someone else (COUNTER.HOLD shows held {} at {})",
           FormatLsn(at), report->held ? 1 : 0, report->position)));
     }
-    if (report->reached) break;
+    if (report->reached) {
+      // The highest position a source applied says which transactions tallyd has applied.
+      // Above `at`, a transaction after the snapshot slipped in before the hold landed.
+      if (!report->AppliedPast(at)) break;
+      fmt::print(stderr,
+                 "tally verify: tallyd had applied source position {} past the snapshot's {}; "
+                 "again with a new snapshot\n",
+                 report->applied, FormatLsn(at));
+      if (auto s = hold.Release(&tally); !s) return tl::unexpected(s.error());
+      return std::optional<Snapshot>();
+    }
     if (Clock::now() >= hold_deadline) {
       if (auto s = hold.Release(&tally); !s) return tl::unexpected(s.error());
       return tl::unexpected(Failed(
@@ -117,20 +126,6 @@ Result<std::optional<Snapshot>> HoldAtSnapshot(RespClient& tally, Hold& hold,
                       FormatLsn(at), options.timeout)));
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  // Each source's stored position says which transactions tallyd has applied. Above `at`, a
-  // transaction after the snapshot slipped in before the hold landed.
-  for (const std::string& name : sources) {
-    auto position = StoredPosition(tally, name);
-    if (!position) return tl::unexpected(position.error());
-    if (*position > static_cast<int64_t>(at)) {
-      fmt::print(stderr,
-                 "tally verify: tallyd had applied {} of source {} past the snapshot's {}; "
-                 "again with a new snapshot\n",
-                 FormatLsn(static_cast<Lsn>(*position)), name, FormatLsn(at));
-      if (auto s = hold.Release(&tally); !s) return tl::unexpected(s.error());
-      return std::optional<Snapshot>();
-    }
   }
   return std::optional<Snapshot>(std::move(snap));
 }
@@ -250,13 +245,9 @@ int Summarize(const Outcome& outcome, size_t chosen, const VerifyOptions& option
 // Everything from the first hold on: the snapshot, the comparisons, the last line.
 Result<int> VerifyHeld(RespClient& tally, Hold& hold, const VerifyOptions& options,
                        const std::vector<Counter>& chosen, std::chrono::milliseconds timeout) {
-  std::vector<std::string> sources;
-  for (const Counter& c : chosen) {
-    if (std::ranges::find(sources, c.source) == sources.end()) sources.push_back(c.source);
-  }
   std::optional<Snapshot> held;
   for (int attempt = 1; !held; ++attempt) {
-    auto taken = HoldAtSnapshot(tally, hold, options, sources, timeout);
+    auto taken = HoldAtSnapshot(tally, hold, options, timeout);
     if (!taken) return tl::unexpected(taken.error());
     held = std::move(*taken);
     if (!held && attempt == kMostAttempts) {
@@ -296,7 +287,8 @@ Result<int> VerifyHeld(RespClient& tally, Hold& hold, const VerifyOptions& optio
     }
   }
 
-  // The comparison holds only if the hold stood throughout.
+  // The comparison holds only if the hold stood throughout, and nothing past it came in (a
+  // cluster's source consumer replaced meanwhile).
   auto report = ReadHold(tally);
   if (!report) return tl::unexpected(report.error());
   if (!report->HeldAt(at)) {
@@ -304,6 +296,12 @@ Result<int> VerifyHeld(RespClient& tally, Hold& hold, const VerifyOptions& optio
         fmt::format("the hold at {} was lifted during the comparison (COUNTER.HOLD shows held {} "
                     "at {}): the result above is not reliable",
                     FormatLsn(at), report->held ? 1 : 0, report->position)));
+  }
+  if (report->AppliedPast(at)) {
+    return tl::unexpected(Failed(
+        fmt::format("source position {} was applied during the comparison, past the hold at {}: "
+                    "the result above is not reliable",
+                    report->applied, FormatLsn(at))));
   }
   if (auto s = hold.Release(&tally); !s) return tl::unexpected(s.error());
   if (auto s = held->source->Commit(); !s) return tl::unexpected(s.error());

@@ -7,9 +7,12 @@
 //   2. tallyd is told to hold at C (COUNTER.HOLD C, hold.h): transactions above C wait; once
 //      everything up to C is applied the hold is *reached*. To leave tallyd no time to run
 //      past C before the hold lands, a first hold is set at the server's WAL position before
-//      the slot is created, then exchanged for C (RELEASE and HOLD C in one write). Should
-//      tallyd still have applied a transaction past C, all this is done again (5 times at
-//      most).
+//      the slot is created, then moved to C in one step (COUNTER.HOLD C REPLACE). Should
+//      tallyd still have applied a transaction past C (COUNTER.HOLD reports the highest
+//      source position applied), all this is done again (5 times at most). Against a
+//      cluster the same commands go to one node, which sets the hold through the cluster's
+//      change stream and reports it reached once its copy of every partition is there
+//      (cluster/change_front.h).
 //   3. S is imported on a regular connection: every counter's SELECT sees the rows exactly
 //      as of C.
 //   4. tallyd's groups are read with COUNTER.SCAN while the hold stands and compared with

@@ -237,7 +237,8 @@ TEST_F(ClusterSessionTest, TheClusterCommandsDescribeTheTopology) {
 TEST_F(ClusterSessionTest, WhatANodeDoesNotOfferInAClusterIsRefused) {
   EXPECT_EQ(Call({"SELECT", "1"}), "-ERR SELECT is not allowed in cluster mode\r\n");
   EXPECT_EQ(Call({"SELECT", "0"}), "+OK\r\n");
-  EXPECT_EQ(Call({"COUNTER.HOLD", "0/1"}).substr(0, 33), "-ERR counter.hold is not offered ");
+  EXPECT_EQ(Call({"COUNTER.REPAIRSTATE", "c", "k", "1", "0"}).substr(0, 41),
+            "-ERR counter.repairstate is not offered i");
   const std::string huge(64 * 1024 + 1, 'k');
   EXPECT_EQ(Call({"SET", huge, "1"}).substr(0, 25), "-ERR key too long for a c");
 }

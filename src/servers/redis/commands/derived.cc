@@ -223,21 +223,29 @@ void CounterRange(CommandContext& ctx) {
 void CounterHold(CommandContext& ctx) {
   derived::DerivedCounters* derived = Derived(ctx);
   if (derived == nullptr) return;
+  // In a cluster the hold is the change stream's: set and released through it, reported as
+  // this node sees it (cluster/change_front.h).
+  cluster::ChangeFront* front = ctx.server.cluster_changes();
   if (ctx.args.size() == 1) {
-    const derived::HoldState hold = derived->hold_state();
-    ctx.reply.ArrayHeader(3);
-    ctx.reply.Integer(hold.held ? 1 : 0);
-    ctx.reply.Bulk(FormatLsn(static_cast<Lsn>(hold.position)));
-    ctx.reply.Integer(hold.reached ? 1 : 0);
+    const derived::HoldReport report =
+        front != nullptr ? front->ReportHold() : derived->ReportHold();
+    ctx.reply.ArrayHeader(4);
+    ctx.reply.Integer(report.hold.held ? 1 : 0);
+    ctx.reply.Bulk(FormatLsn(static_cast<Lsn>(report.hold.position)));
+    ctx.reply.Integer(report.hold.reached ? 1 : 0);
+    ctx.reply.Bulk(FormatLsn(static_cast<Lsn>(report.applied)));
     return;
   }
-  if (ctx.args.size() != 2) return ctx.reply.Error(kSyntaxError);
+  const bool replace = ctx.args.size() == 3 && EqualsIgnoreCase(ctx.args[2], "REPLACE");
+  if (ctx.args.size() != 2 && !replace) return ctx.reply.Error(kSyntaxError);
   auto lsn = ParseLsn(ctx.args[1]);
   if (!lsn) return ReplyError(ctx, lsn.error());
   if (*lsn == 0 || *lsn > static_cast<uint64_t>(INT64_MAX)) {
     return ctx.reply.Error("ERR the hold position must be an LSN above 0/0");
   }
-  auto status = derived->Hold(static_cast<int64_t>(*lsn));
+  const auto position = static_cast<int64_t>(*lsn);
+  auto status =
+      front != nullptr ? front->Hold(position, replace) : derived->Hold(position, replace);
   if (!status) return ReplyError(ctx, status.error());
   ctx.reply.SimpleString("OK");
 }
@@ -245,7 +253,11 @@ void CounterHold(CommandContext& ctx) {
 void CounterRelease(CommandContext& ctx) {
   derived::DerivedCounters* derived = Derived(ctx);
   if (derived == nullptr) return;
-  derived->Release();
+  if (cluster::ChangeFront* front = ctx.server.cluster_changes()) {
+    if (auto status = front->Release(); !status) return ReplyError(ctx, status.error());
+  } else {
+    derived->Release();
+  }
   ctx.reply.SimpleString("OK");
 }
 
@@ -260,9 +272,16 @@ void CounterRepair(CommandContext& ctx) {
     if (!value) return;
     values.push_back({std::string(ctx.args[i]), *value});
   }
-  auto epoch = derived->Repair(ctx.args[1], values);
-  if (!epoch) return ReplyError(ctx, epoch.error());
-  ctx.session.RaiseRequiredEpoch(*epoch);
+  // In a cluster each group is set by its partition's owner, through the change stream.
+  if (cluster::ChangeFront* front = ctx.server.cluster_changes()) {
+    if (auto status = front->Repair(ctx.args[1], values); !status) {
+      return ReplyError(ctx, status.error());
+    }
+  } else {
+    auto epoch = derived->Repair(ctx.args[1], values);
+    if (!epoch) return ReplyError(ctx, epoch.error());
+    ctx.session.RaiseRequiredEpoch(*epoch);
+  }
   ctx.reply.Integer(static_cast<int64_t>(values.size()));
 }
 
