@@ -11,7 +11,10 @@ end every node equals the GROUP BY: nothing counted twice, nothing missed.
 Then `tally verify` against the cluster while the writers run: through a node that is not
 the consumer and through the consumer, no difference, and no hold left on any node; a group
 damaged with COUNTER.REPAIR is found (exit 1, its line) and repaired with --repair through a
-third node, after which every node equals the GROUP BY again.
+third node, after which every node equals the GROUP BY again. Last, a hold set by hand stands
+across a kill -9 of the consumer: the new consumer holds too (every node reached, nothing past
+the position, listings still while the writers run), and after the release every node equals
+the GROUP BY.
 
 Environment: E2E_CLUSTER_PG_ROWS (seeded rows, default 3000), E2E_CLUSTER_PG_KILLS,
 TALLY_CLI (the `tally` program).
@@ -139,6 +142,7 @@ class ClusterPgSourceTest(pg_case.PgCase):
                                    counters=bm.COUNTERS + [extra])
         self.check_source_metrics(cluster, "cpg")
         self.check_verify(cluster, writers, bm.COUNTERS + [extra])
+        self.check_hold_across_failover(cluster, writers, bm.COUNTERS + [extra])
 
     def verify(self, cluster, node, *args):
         """Runs `tally verify` against one node; returns (exit code, stdout, stderr)."""
@@ -155,6 +159,66 @@ class ClusterPgSourceTest(pg_case.PgCase):
         for i in cluster.live_indexes():
             with RespConn(cluster.node(i).port, timeout=30) as conn:
                 self.assertEqual(conn.call("COUNTER.HOLD")[0], 0, "node %d still holds" % i)
+
+    def check_hold_across_failover(self, cluster, writers, counters):
+        """A verification hold set through one node holds the consumer, and the consumer
+        that takes the slot over after a kill -9 holds too: while writers run, every node
+        reports the hold reached with nothing applied past it, and its listings stay still;
+        after the release every node equals the GROUP BY."""
+        consumer = self.consumer(cluster)
+        asker = [i for i in cluster.live_indexes() if i != consumer][0]
+        writers.resume()
+        try:
+            time.sleep(1.0)
+            position = self.pg.query("SELECT pg_current_wal_lsn()")[0][0]
+            with RespConn(cluster.node(asker).port, timeout=30) as conn:
+                self.assertEqual(conn.call("COUNTER.HOLD", position), "OK")
+                self.assertIn("another verification holds",
+                              str(conn.call("COUNTER.HOLD", position)))
+            self.wait_hold_reached(cluster, position, "before the kill")
+            cluster.kill9(consumer)
+            deadline = time.monotonic() + WAIT
+            while True:
+                infos = {i: source_info(cluster.node(i).port) for i in cluster.live_indexes()}
+                took = [i for i, info in infos.items() if info.get("consumer") == "this node"
+                        and info.get("state") in ("streaming", "held")]
+                if took:
+                    break
+                self.assertLess(time.monotonic(), deadline, "no consumer took over\n%s" %
+                                self.logs(cluster))
+                time.sleep(0.2)
+            log("hold at %s: node %d killed, node %d consumes, held" % (position, consumer,
+                                                                        took[0]))
+            time.sleep(3.0)  # the writers go on; the new consumer must hold
+            self.wait_hold_reached(cluster, position, "after the consumer's failover")
+            before = listing(cluster.node(asker).port, counters)
+            time.sleep(2.0)
+            self.assertEqual(before, listing(cluster.node(asker).port, counters),
+                             "a held cluster's counters moved")
+            with RespConn(cluster.node(asker).port, timeout=30) as conn:
+                self.assertEqual(conn.call("COUNTER.RELEASE"), "OK")
+            self.assert_no_hold(cluster)
+        finally:
+            self.assertTrue(writers.pause(), "a writer did not stop")
+        cluster.restart(consumer, hard=True)
+        self.wait_equal_everywhere(cluster, "after a hold across a failover", counters=counters)
+
+    def wait_hold_reached(self, cluster, position, context):
+        """Every live node reports the hold at `position` reached (bounded), and nothing
+        applied past it."""
+        for i in cluster.live_indexes():
+            deadline = time.monotonic() + WAIT
+            while True:
+                with RespConn(cluster.node(i).port, timeout=30) as conn:
+                    held, at, reached, applied = conn.call("COUNTER.HOLD")
+                self.assertEqual((held, lsn(at)), (1, lsn(position)), "%s: node %d" % (context, i))
+                self.assertLessEqual(lsn(applied), lsn(position),
+                                     "%s: node %d applied past the hold" % (context, i))
+                if reached == 1:
+                    break
+                self.assertLess(time.monotonic(), deadline, "%s: node %d never reached the "
+                                "hold\n%s" % (context, i, self.logs(cluster)))
+                time.sleep(0.1)
 
     def check_verify(self, cluster, writers, counters):
         """tally verify through a non-consumer node and through the consumer while the writers
@@ -219,6 +283,11 @@ class ClusterPgSourceTest(pg_case.PgCase):
                     break
                 time.sleep(0.2)
             self.assertEqual(status, 200, "node %d: /readyz %s" % (i, body))
+
+
+def lsn(text):
+    high, low = text.split("/")
+    return (int(high, 16) << 32) + int(low, 16)
 
 
 def recount(pg, counters):
