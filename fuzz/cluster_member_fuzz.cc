@@ -21,7 +21,8 @@ bool Same(const MemberInfo& a, const MemberInfo& b) {
   return a.node_id == b.node_id && a.node_name == b.node_name &&
          a.redis_address == b.redis_address && a.http_address == b.http_address &&
          a.owned == b.owned && a.releasing == b.releasing && a.leaving == b.leaving &&
-         a.draining == b.draining && a.checkpointed == b.checkpointed && a.sequence == b.sequence;
+         a.draining == b.draining && a.checkpointed == b.checkpointed &&
+         a.change_floor == b.change_floor && a.sequence == b.sequence;
 }
 
 }  // namespace

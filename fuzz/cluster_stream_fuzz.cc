@@ -1,8 +1,9 @@
 // libFuzzer target for the decoders of what the cluster's other streams carry: a partition
 // snapshot's manifest and chunks (cluster/snapshot_codec.h, the chunk's record through
 // record_codec.h) and a source consumer's batch in the change stream (cluster/
-// source_batch.h), and the groups of tally verify's repair in the change stream (also
-// source_batch.h). The first byte picks the decoder. Checked along the way: a refusal has a
+// source_batch.h), the groups of tally verify's repair in the change stream (also
+// source_batch.h) and the catalog snapshot (snapshot_codec.h). The first byte picks the
+// decoder. Checked along the way: a refusal has a
 // reason; a decoded manifest encodes to exactly its bytes; a chunk's prefix is what it came
 // with; a parsed batch's segments are views inside the body, in order, and re-encoding their
 // heads and rows gives the body back.
@@ -85,6 +86,16 @@ void Groups(std::string_view body) {
   }
 }
 
+void Catalog(std::string_view bytes) {
+  auto snapshot = DecodeCatalogSnapshot(bytes);
+  if (!snapshot) {
+    Check(!snapshot.error().message.empty(), "a refusal says why");
+    return;
+  }
+  const std::string again = EncodeCatalogSnapshot(*snapshot);
+  Check(again == bytes, "a catalog snapshot encodes to the bytes it came from");
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -100,8 +111,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     case 2:
       Batch(bytes);
       break;
-    default:
+    default:  // both: text-like bodies
       Groups(bytes);
+      Catalog(bytes);
       break;
   }
   return 0;

@@ -20,7 +20,8 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 constexpr size_t kScriptsKept = 512;
-constexpr auto kRecordEvery = std::chrono::seconds(2);  // how often Run records its progress
+constexpr auto kRecordEvery = std::chrono::seconds(2);      // how often Run records its progress
+constexpr auto kTrimCheckEvery = std::chrono::seconds(10);  // how often Run looks at trimming
 
 std::string Hex(std::string_view bytes) {
   std::string hex;
@@ -124,10 +125,22 @@ uint64_t ChangeFeed::ReadFrom(const std::vector<uint32_t>& owned) {
 
 void ChangeFeed::Run() {
   auto next_record = Clock::now() + kRecordEvery;
+  auto next_trim_check = Clock::now() + kTrimCheckEvery;
   while (true) {
     {
       std::lock_guard lock(mutex_);
       if (stopping_) return;
+    }
+    // Every catalog message up to what the feed read has run (it reads in order): recorded
+    // now and then, also while the stream is idle, so that a restart reads again from there
+    // rather than from the last catalog message, and trimming may pass it.
+    if (Clock::now() >= next_record) {
+      next_record = Clock::now() + kRecordEvery;
+      if (const uint64_t read = next_seq() - 1; read > ddl_seq()) FinishCatalogMessage(read);
+    }
+    if (Clock::now() >= next_trim_check) {
+      next_trim_check = Clock::now() + kTrimCheckEvery;
+      MaybeTrim();
     }
     // A partition gained (a claim, a hand-over) may be behind what the feed has read: read
     // again from its position.
@@ -161,18 +174,13 @@ void ChangeFeed::Run() {
     if (!message->has_value()) continue;
     const StoredMessage& stored = **message;
     if (stored.seq < next_seq()) continue;
+    if (stored.seq > next_seq()) SkipTrimmed(stored.seq);
     Handle(stored.seq, stored.data);
     {
       std::lock_guard lock(mutex_);
       next_seq_ = stored.seq + 1;
     }
     advanced_.notify_all();
-    // Every catalog message up to here has run (the feed read them in order): recorded now and
-    // then, so that a restart reads again from here rather than from the last catalog message.
-    if (Clock::now() >= next_record && stored.seq > ddl_seq()) {
-      next_record = Clock::now() + kRecordEvery;
-      FinishCatalogMessage(stored.seq);
-    }
   }
 }
 

@@ -48,6 +48,17 @@
 // positions move with the segments, in memory, and are recorded with each catalog message
 // and every 2 s of reading (a restart reads the stream again from the last record).
 //
+// Trimming (change_feed_trim.cc). The stream would keep every message; the owner of
+// partition 0 trims it, every ~10 s, below the lowest position any node heard from lately
+// reads from (ReadFloor, in its heartbeats: its catalog's position and its copy of every
+// partition's), and never within the idempotency window (a push's id is known to the stream
+// only while its message is in it, across a nats-server's restart), once at least
+// trim_every messages would go. First it publishes its catalog as it stands at its catalog
+// position (a CatalogSnapshot, snapshot_store.h): a node whose catalog position is no longer
+// in the stream (a new node, one down while it was trimmed) starts from that snapshot
+// (RestoreCatalog, before its derived counters load); a node that finds the stream trimmed
+// past its catalog while it runs (silent for longer than the trim waits) exits to do so.
+//
 // A push or a script is taken by any node (ChangeFront): checked there, published (a push
 // with Nats-Msg-Id = its id: JetStream answers a resend "duplicate" with the first one's
 // sequence), then answered once this node sees it applied — a script once this node ran it,
@@ -84,6 +95,8 @@
 #include "cluster/change_front.h"
 #include "cluster/cluster_persistence.h"
 #include "cluster/nats_client.h"
+#include "cluster/routing.h"
+#include "cluster/snapshot_store.h"
 #include "engine/derived/derived_counters.h"
 #include "engine/engine.h"
 
@@ -97,6 +110,11 @@ struct ChangeFeedOptions {
   // the publish, then the wait for what it changed.
   int64_t publish_timeout_ms = 2000;
   int64_t wait_ms = 5000;
+  // Trimming (above): at least this many messages at a time; 0: never (or without
+  // `snapshots`, where the catalog snapshots go). Never the last keep_ms of messages.
+  uint64_t trim_every = 0;
+  int64_t keep_ms = 24LL * 3600 * 1000;
+  SnapshotStore* snapshots = nullptr;
 };
 
 // tally verify's hold as the change stream says, on every node alike: set (and moved) by a
@@ -119,6 +137,13 @@ class ChangeFeed final : public ChangeFront {
   ~ChangeFeed() override;  // Stop()s.
   ChangeFeed(const ChangeFeed&) = delete;
   ChangeFeed& operator=(const ChangeFeed&) = delete;
+
+  // Before the derived counters load (and before a ChangeFeed exists): when the stream no
+  // longer holds the message after this node's catalog position, its catalog records are
+  // replaced by the newest catalog snapshot's. kUnavailable when the stream or the snapshot
+  // cannot be read; kCorruption when no snapshot covers the gap. True when it restored.
+  static Result<bool> RestoreCatalog(NatsConnection& connection, const ChangeFeedOptions& options,
+                                     ClusterPersistence& persistence);
 
   // Reads how far the catalog got ("cluster/ddl") and starts reading after it.
   Status Start();
@@ -145,6 +170,14 @@ class ChangeFeed final : public ChangeFront {
   // The next sequence the feed will read; how far every catalog message has run.
   uint64_t next_seq() const;
   uint64_t ddl_seq() const;
+  // The lowest sequence this node would read from, after a restart or for a partition it
+  // gains: its catalog's next message, or a partition's position (its message included) as
+  // this node holds it. What its heartbeats say (any thread).
+  uint64_t ReadFloor();
+  // The lowest ReadFloor of the nodes heard from lately (trimming keeps what they read).
+  void SetTrimFloor(std::function<uint64_t()> floor);
+  // The stream as this feed reads and trims it (catalog_restored left false). Any thread.
+  ChangeStreamStats Stats();
 
   // How far this node sees the share of `partition` applied (its position record
   // "{<tag>}changes"; 0: nothing yet).
@@ -217,6 +250,14 @@ class ChangeFeed final : public ChangeFront {
   uint64_t ReadFrom(const std::vector<uint32_t>& owned);
   // A Nats-Msg-Id nobody else uses: `kind` and 16 random bytes.
   static std::string RandomId(std::string_view kind);
+  // Trimming (change_feed_trim.cc), on the feed's thread: when this node owns partition 0,
+  // publishes the catalog snapshot and trims, as the top of this file says.
+  void MaybeTrim();
+  // The stream delivered `seq` where the feed expected an earlier message: it was trimmed.
+  // A catalog behind it cannot go on here: the node exits (a restart restores the catalog).
+  void SkipTrimmed(uint64_t seq);
+  // The first sequence of [first, below) younger than keep_ms (`below` when none is).
+  uint64_t FirstKept(uint64_t first, uint64_t below);
   // Publishes one message; its sequence and whether it was a duplicate.
   Result<PubAck> Publish(std::string data, std::string_view msg_id);
 
@@ -244,6 +285,9 @@ class ChangeFeed final : public ChangeFront {
   std::map<std::string, int64_t, std::less<>> source_positions_;
   StreamHold hold_;
   std::map<uint64_t, bool> hold_outcomes_;  // recent "hold" messages: did each take? (for Hold)
+  std::function<uint64_t()> trim_floor_;
+  uint64_t trims_ = 0;  // this node's trims, and the last one's floor
+  uint64_t trimmed_below_ = 0;
   // The outcomes of recent scripts, by sequence, for Define (the last few hundred).
   std::map<uint64_t, Result<std::vector<derived::StatementOutcome>>> scripts_;
   bool stopping_ = false;

@@ -246,6 +246,7 @@ MemberInfo ClusterNode::Describe() const {
   info.http_address = http_address_;
   info.draining = routing_->drain_requested();
   info.checkpointed = persistence_->Checkpointed();
+  if (feed_) info.change_floor = feed_->ReadFloor();
   if (const Coordinator* coordinator = heartbeat_coordinator_.load(std::memory_order_acquire)) {
     info.owned = coordinator->Owned();
     info.releasing = coordinator->Releasing();
@@ -286,6 +287,18 @@ Status ClusterNode::Start(const std::string& redis_address, const std::string& h
     }
     return floor;
   });
+  if (feed_) {
+    feed_->SetTrimFloor([membership = membership_.get(), remembered] {
+      // A node that says nothing of the change stream (0) holds it all.
+      uint64_t floor = UINT64_MAX;
+      const auto now = std::chrono::steady_clock::now();
+      for (const Member& member : membership->All()) {
+        if (member.info.leaving || now - member.last_seen > remembered) continue;
+        floor = std::min(floor, member.info.change_floor);
+      }
+      return floor;
+    });
+  }
 
   CoordinatorOptions coordinator;
   coordinator.cluster_name = options_.name;
@@ -302,6 +315,13 @@ Status ClusterNode::Start(const std::string& redis_address, const std::string& h
   coordinator_ = std::make_unique<Coordinator>(
       *persistence_, *membership_, *routing_, *connection_, coordinator,
       holding_off_changes(std::move(close_clients)), holding_off_changes(std::move(barrier)));
+  if (feed_) {
+    coordinator_->SetChangeStats([feed = feed_.get(), restored = catalog_restored_] {
+      ChangeStreamStats stats = feed->Stats();
+      stats.catalog_restored = restored;
+      return stats;
+    });
+  }
   heartbeat_coordinator_.store(coordinator_.get(), std::memory_order_release);
   persistence_->SetOnChange([coordinator = coordinator_.get()] { coordinator->Wake(); });
   coordinator_->Start();
@@ -318,12 +338,26 @@ Status ClusterNode::StartChanges(engine::Engine& engine, derived::DerivedCounter
       });
   // Only now: every group a follower writes from here on reaches the derived indexes.
   persistence_->StartFollowers();
+  feed_ = std::make_unique<ChangeFeed>(*connection_, FeedOptions(), *persistence_, engine, derived);
+  return feed_->Start();
+}
+
+ChangeFeedOptions ClusterNode::FeedOptions() const {
   ChangeFeedOptions options;
   options.stream = Upper(options_.name) + "_CHANGES";
   options.subject = options_.name + ".changes";
   options.partition_count = options_.partitions;
-  feed_ = std::make_unique<ChangeFeed>(*connection_, options, *persistence_, engine, derived);
-  return feed_->Start();
+  options.snapshots = persistence_->snapshots();
+  options.trim_every = options_.snapshot_every_records;
+  options.keep_ms = options_.idempotency_window_ms;
+  return options;
+}
+
+Status ClusterNode::RestoreCatalog() {
+  auto restored = ChangeFeed::RestoreCatalog(*connection_, FeedOptions(), *persistence_);
+  if (!restored) return tl::unexpected(restored.error());
+  catalog_restored_ = *restored;
+  return OkStatus();
 }
 
 void ClusterNode::BeginShutdown() {

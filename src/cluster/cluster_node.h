@@ -59,6 +59,10 @@ class ClusterNode {
                Coordinator::CloseClients close_clients, Coordinator::Barrier barrier);
   // The node's name (after Start).
   const std::string& node_name() const { return node_name_; }
+  // Before the derived counters load: a node whose catalog position is gone from the change
+  // stream (trimmed: a new node, one down meanwhile) gets the newest catalog snapshot's
+  // records (ChangeFeed::RestoreCatalog).
+  Status RestoreCatalog();
   // Starts the derived counters' part (change_feed.h): the feed of the cluster's change
   // stream, and the indexes kept in step with what the followers apply — and only then the
   // followers (the engine's Load left them waiting). Once `derived` is loaded, before the
@@ -79,6 +83,7 @@ class ClusterNode {
   Status EnsureLayout();
   Status EnsureStreams();
   MemberInfo Describe() const;
+  ChangeFeedOptions FeedOptions() const;
 
   const ClusterOptions options_;
   std::unique_ptr<NatsConnection> connection_;
@@ -89,6 +94,7 @@ class ClusterNode {
   // The coordinator, for the heartbeats' thread (Describe), which runs before it is made.
   std::atomic<Coordinator*> heartbeat_coordinator_{nullptr};
   std::unique_ptr<ChangeFeed> feed_;
+  bool catalog_restored_ = false;  // RestoreCatalog replaced the catalog
   std::string node_name_;
   std::string redis_address_;
   std::string http_address_;

@@ -210,6 +210,9 @@ class ClusterPersistence final : public engine::Persistence {
   // Called, on any thread and with no lock held, when a partition changes role by itself
   // (fenced: kLost) or a restore finished (the follower is to be started: Step).
   void SetOnChange(std::function<void()> on_change);
+  // The partitions' snapshot store, which also keeps the change stream's catalog snapshots
+  // (change_feed.h); null when snapshots are off.
+  SnapshotStore* snapshots() { return snapshots_.get(); }
   // The lowest sequence saved for `partition` by the nodes that count (from their
   // heartbeats): no record above it is trimmed. Called on the snapshot thread. Unset: this
   // node's own only.

@@ -400,6 +400,10 @@ void Coordinator::ClaimWhereNeeded(const std::vector<PartitionStatus>& statuses,
   }
 }
 
+void Coordinator::SetChangeStats(std::function<ChangeStreamStats()> stats) {
+  change_stats_ = std::move(stats);
+}
+
 void Coordinator::Publish(const std::vector<PartitionStatus>& statuses,
                           const std::vector<Member>& live) {
   const auto now = Clock::now();
@@ -417,6 +421,7 @@ void Coordinator::Publish(const std::vector<PartitionStatus>& statuses,
   topology->snapshot_restores = snapshots.restores;
   topology->stream_trims = snapshots.trims;
   topology->snapshot_failures = snapshots.failures;
+  if (change_stats_) topology->changes = change_stats_();
 
   std::vector<uint32_t> owned;
   bool owners_changed = false;

@@ -95,6 +95,9 @@ class Coordinator {
   void Stop();
   // Something changed (a fence): tick now.
   void Wake();
+  // Where the topology's change stream figures come from (the node's change feed); unset:
+  // zeros. Before Start.
+  void SetChangeStats(std::function<ChangeStreamStats()> stats);
 
   // The partitions this node owns now, and those it released lately (for its heartbeats).
   std::vector<uint32_t> Owned() const;
@@ -153,6 +156,7 @@ class Coordinator {
   Routing& routing_;
   NatsConnection& connection_;
   const CoordinatorOptions options_;
+  std::function<ChangeStreamStats()> change_stats_;  // set before Start
   const CloseClients close_clients_;
   const Barrier barrier_;
   const Clock::time_point started_;

@@ -19,6 +19,7 @@ namespace {
 //   leaving <0 or 1>
 //   draining <0 or 1>
 //   checkpointed <sequence,sequence,... one per partition, or nothing>
+//   changes <decimal>
 //   seq <decimal>
 constexpr std::string_view kMagic = "tally-member 1";
 constexpr size_t kMaxField = 256;
@@ -82,16 +83,16 @@ bool IsNodeId(std::string_view text) {
 std::string EncodeMember(const MemberInfo& info) {
   return fmt::format(
       "{}\nid {}\nname {}\nredis {}\nhttp {}\nowned {}\nreleasing {}\nleaving {}\ndraining {}\n"
-      "checkpointed {}\nseq {}",
+      "checkpointed {}\nchanges {}\nseq {}",
       kMagic, info.node_id, info.node_name, info.redis_address, info.http_address,
       JoinNumbers(info.owned), JoinNumbers(info.releasing), info.leaving ? 1 : 0,
-      info.draining ? 1 : 0, JoinNumbers(info.checkpointed), info.sequence);
+      info.draining ? 1 : 0, JoinNumbers(info.checkpointed), info.change_floor, info.sequence);
 }
 
 Result<MemberInfo> DecodeMember(std::string_view bytes) {
   static constexpr std::string_view kFields[] = {"id",           "name",      "redis",   "http",
                                                  "owned",        "releasing", "leaving", "draining",
-                                                 "checkpointed", "seq"};
+                                                 "checkpointed", "changes",   "seq"};
   if (!bytes.starts_with(kMagic) || bytes.size() > 64 * 1024) {
     return Corruption("not a tally heartbeat");
   }
@@ -140,6 +141,9 @@ Result<MemberInfo> DecodeMember(std::string_view bytes) {
     } else if (name == "checkpointed") {
       ok = ParseNumbers(value, &info.checkpointed,
                         [](uint64_t, const std::vector<uint64_t>&) { return true; });
+    } else if (name == "changes") {
+      ok = ParseUint(value, &number);
+      info.change_floor = number;
     } else {
       ok = ParseUint(value, &number);
       info.sequence = number;

@@ -26,6 +26,9 @@ struct MemberInfo {
   // Per partition, the stream sequence its last finished checkpoint saved (what a restart
   // reads on from): owners trim no record above the lowest a live node says. Empty: none.
   std::vector<uint64_t> checkpointed;
+  // The change stream's sequence it would read from (ChangeFeed::ReadFloor): trimming keeps
+  // it and what follows. 0: not said (it holds the whole stream).
+  uint64_t change_floor = 0;
   uint64_t sequence = 0;  // grows with every heartbeat, across restarts
 };
 

@@ -23,6 +23,7 @@ MemberInfo SomeMember(char id) {
   info.http_address = "127.0.0.1:7101";
   info.owned = {0, 3, 17};
   info.releasing = {3};
+  info.change_floor = 4242;
   info.sequence = 123456789;
   return info;
 }
@@ -39,6 +40,7 @@ TEST(MemberCodecTest, RoundTrips) {
   EXPECT_EQ(decoded->releasing, info.releasing);
   EXPECT_FALSE(decoded->leaving);
   EXPECT_FALSE(decoded->draining);
+  EXPECT_EQ(decoded->change_floor, info.change_floor);
   EXPECT_EQ(decoded->sequence, info.sequence);
 
   MemberInfo empty = SomeMember('b');
@@ -79,6 +81,8 @@ TEST(MemberCodecTest, RefusesWhatIsMalformed) {
            replace("draining 0", "draining 01"),
            replace("\ndraining 0", ""),
            replace("seq 123456789", "seq -1"),
+           replace("changes 4242", "changes 04242"),
+           replace("\nchanges 4242", ""),
            replace("\nhttp", "\nhttq"),
        }) {
     EXPECT_FALSE(DecodeMember(bad)) << bad;

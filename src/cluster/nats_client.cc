@@ -357,6 +357,7 @@ NatsResult<std::optional<StoredMessage>> StoredOrNone(natsStatus status, natsMsg
   stored.subject = natsMsg_GetSubject(raw);
   stored.msg_id = HeaderValue(raw, "Nats-Msg-Id");
   stored.data.assign(natsMsg_GetData(raw), static_cast<size_t>(natsMsg_GetDataLength(raw)));
+  stored.time_ns = natsMsg_GetTime(raw);
   return std::optional<StoredMessage>(std::move(stored));
 }
 
@@ -533,6 +534,7 @@ NatsResult<std::optional<StoredMessage>> OrderedConsumer::Next(int64_t wait_ms) 
   natsMsg* raw = msg.get();
   StoredMessage stored;
   stored.seq = meta->Sequence.Stream;
+  stored.time_ns = meta->Timestamp;
   jsMsgMetaData_Destroy(meta);
   stored.subject = natsMsg_GetSubject(raw);
   stored.msg_id = HeaderValue(raw, "Nats-Msg-Id");

@@ -130,6 +130,7 @@ struct StoredMessage {
   std::string subject;
   std::string msg_id;  // its Nats-Msg-Id header; empty when it had none
   std::string data;
+  int64_t time_ns = 0;  // when the stream took it (Unix ns)
 };
 
 // A header beyond the two that Publication names.

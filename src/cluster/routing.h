@@ -82,6 +82,16 @@ struct TopologyPartition {
   uint64_t restore_counters = 0;
 };
 
+// The cluster's change stream as this node reads it (change_feed.h).
+struct ChangeStreamStats {
+  uint64_t read = 0;              // the last message read
+  uint64_t catalog = 0;           // how far every catalog message has run
+  uint64_t floor = 0;             // what this node would read from (its heartbeats say it)
+  uint64_t trims = 0;             // trims this node made (as partition 0's owner)
+  uint64_t trimmed_below = 0;     // the last one's floor
+  bool catalog_restored = false;  // this node's catalog came from a catalog snapshot at start
+};
+
 // Everything the cluster commands show.
 struct Topology {
   std::string self_id;
@@ -98,6 +108,7 @@ struct Topology {
   uint64_t snapshot_restores = 0;
   uint64_t stream_trims = 0;
   uint64_t snapshot_failures = 0;
+  ChangeStreamStats changes;
 
   // The node of `node_id`, or nullptr.
   const TopologyNode* Node(std::string_view node_id) const;

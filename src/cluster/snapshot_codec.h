@@ -18,6 +18,8 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "core/status.h"
 #include "storage/stream_position.h"
@@ -49,5 +51,21 @@ struct SnapshotChunk {
   std::string_view record;
 };
 Result<SnapshotChunk> DecodeChunk(std::string_view bytes);
+
+// A node's catalog as it stood once it had run the cluster's change stream up to `seq`: its
+// catalog records (the derived counters' definitions and states, engine/derived/
+// catalog_records.h, and the change feed's "cluster/..." ones), published on
+// <name>.snap.catalog so that the change stream can be trimmed below it. A node whose
+// catalog position is no longer in the change stream (a new node, one down while it was
+// trimmed) starts from it. One message:
+//   "tally-catalog 1 <seq> <records>\n", then each record "<name length> <value length>
+//   <name><value>\n" (names and values may hold any byte).
+struct CatalogSnapshot {
+  uint64_t seq = 0;
+  std::vector<std::pair<std::string, std::string>> records;
+};
+std::string EncodeCatalogSnapshot(const CatalogSnapshot& snapshot);
+// Refuses anything that is not exactly a catalog snapshot (kCorruption).
+Result<CatalogSnapshot> DecodeCatalogSnapshot(std::string_view bytes);
 
 }  // namespace tally::cluster

@@ -68,5 +68,27 @@ TEST(SnapshotCodecTest, AChunkCarriesItsIdIndexAndRecord) {
   EXPECT_FALSE(DecodeChunk("tally-snapshot-chunk 2 99 3\nx"));
 }
 
+TEST(SnapshotCodecTest, ACatalogSnapshotRoundTripsWhateverItsRecordsHold) {
+  CatalogSnapshot snapshot;
+  snapshot.seq = 1234;
+  snapshot.records = {{"cluster/ddl", "1234"},
+                      {"counter/x", "CREATE COUNTER x AS SELECT a, count(*) FROM t GROUP BY a"},
+                      {std::string("odd\n name ", 11), std::string("\0\n1 2", 6)},
+                      {"backfill/y", ""}};
+  const std::string bytes = EncodeCatalogSnapshot(snapshot);
+  auto decoded = DecodeCatalogSnapshot(bytes);
+  ASSERT_TRUE(decoded) << decoded.error().message;
+  EXPECT_EQ(decoded->seq, 1234u);
+  EXPECT_EQ(decoded->records, snapshot.records);
+  EXPECT_TRUE(DecodeCatalogSnapshot("tally-catalog 1 0 0\n"));
+  for (const std::string& bad :
+       {std::string("tally-catalog 2 1 0\n"), bytes.substr(0, bytes.size() - 1), bytes + "x",
+        std::string("tally-catalog 1 01 0\n"), std::string("tally-catalog 1 1 1\n3 1 abcd"),
+        std::string("tally-catalog 1 1 1\n3 1 abc\n"),
+        std::string("tally-catalog 1 1 2\n1 1 ab\n")}) {
+    EXPECT_FALSE(DecodeCatalogSnapshot(bad)) << bad;
+  }
+}
+
 }  // namespace
 }  // namespace tally::cluster

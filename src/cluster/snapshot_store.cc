@@ -130,6 +130,29 @@ Result<SnapshotManifest> SnapshotStore::Write(const storage::ClusterTablesView& 
   return manifest;
 }
 
+Status SnapshotStore::WriteCatalog(const CatalogSnapshot& snapshot) {
+  const std::string subject = options_.subject_prefix + "catalog";
+  Publication publication;
+  publication.subject = subject;
+  const std::string data = EncodeCatalogSnapshot(snapshot);
+  publication.data = data;
+  auto ack = connection_.Publish(publication, options_.publish_timeout_ms);
+  if (!ack) return tl::unexpected(ack.error().ToError());
+  if (auto purged = connection_.PurgeStream(options_.stream, ack->seq, subject); !purged) {
+    return tl::unexpected(purged.error().ToError());
+  }
+  return OkStatus();
+}
+
+Result<std::optional<CatalogSnapshot>> SnapshotStore::LatestCatalog() {
+  auto message = connection_.GetLastMessage(options_.stream, options_.subject_prefix + "catalog");
+  if (!message) return tl::unexpected(message.error().ToError());
+  if (!*message) return std::optional<CatalogSnapshot>();
+  auto snapshot = DecodeCatalogSnapshot((*message)->data);
+  if (!snapshot) return tl::unexpected(snapshot.error());
+  return std::optional<CatalogSnapshot>(std::move(*snapshot));
+}
+
 Result<std::optional<SnapshotManifest>> SnapshotStore::Latest(uint32_t partition) {
   auto message = connection_.GetLastMessage(options_.stream, ManifestSubject(partition));
   if (!message) return tl::unexpected(message.error().ToError());

@@ -5,7 +5,8 @@
 // forgets a lost partition) reads the newest one and follows the stream from its position.
 //
 // The stream holds, per partition, the newest complete snapshot (older ones and unfinished
-// ones are purged once a newer manifest is in), replicated like the partition streams.
+// ones are purged once a newer manifest is in), replicated like the partition streams; and
+// the newest catalog snapshot, which bounds the cluster's change stream the same way.
 //
 // Threads: any; calls block on JetStream (Write waits for each chunk's acknowledgement, Read
 // streams them). Independent calls may run at once (the connection is thread-safe).
@@ -57,6 +58,11 @@ class SnapshotStore {
   // was seen to drop a stream's front after its servers were killed again and again: a
   // manifest may outlive its chunks). False also for a chunk there of another snapshot.
   Result<bool> Whole(const SnapshotManifest& manifest);
+
+  // The catalog snapshot (snapshot_codec.h): WriteCatalog publishes one and purges the older
+  // ones; LatestCatalog reads the newest (nullopt: none yet).
+  Status WriteCatalog(const CatalogSnapshot& snapshot);
+  Result<std::optional<CatalogSnapshot>> LatestCatalog();
 
   // Subjects of partition p's chunks and manifests.
   std::string ChunkSubject(uint32_t partition) const;

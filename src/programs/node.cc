@@ -127,6 +127,13 @@ Status Node::StartEngine() {
 Status Node::LoadCounters() {
   // A cluster's source consumer redoes an interrupted backfill through the change stream.
   options_.derived.keep_interrupted_backfills = cluster_ != nullptr;
+  if (cluster_ != nullptr) {
+    // The catalog from the change stream's snapshot, when its messages since are all this
+    // node can read (the stream was trimmed past its catalog).
+    if (auto status = cluster_->RestoreCatalog(); !status) {
+      return Failed("cannot restore the catalog from the cluster", status.error());
+    }
+  }
   derived_ = std::make_unique<derived::DerivedCounters>(*engine_, *persistence_, options_.derived);
   if (auto status = derived_->Load(); !status) {
     return Failed("cannot load the derived counters", status.error());

@@ -40,6 +40,14 @@ std::string ClusterJson(const cluster::Topology& topology) {
   json.Key("trims").UInt(topology.stream_trims);
   json.Key("failures").UInt(topology.snapshot_failures);
   json.EndObject();
+  json.Key("changes").BeginObject();
+  json.Key("read").UInt(topology.changes.read);
+  json.Key("catalog").UInt(topology.changes.catalog);
+  json.Key("floor").UInt(topology.changes.floor);
+  json.Key("trims").UInt(topology.changes.trims);
+  json.Key("trimmed_below").UInt(topology.changes.trimmed_below);
+  json.Key("catalog_restored").Bool(topology.changes.catalog_restored);
+  json.EndObject();
   json.Key("nodes").BeginArray();
   for (const cluster::TopologyNode& node : topology.nodes) {
     json.BeginObject();

@@ -276,6 +276,13 @@ void ClusterSection(CommandContext& ctx, std::string& out) {
                  topology->partition_count, self != nullptr ? self->owned.size() : 0,
                  routing->drain_requested() ? 1 : 0, topology->snapshots_written,
                  topology->snapshot_restores, topology->stream_trims, topology->snapshot_failures);
+  const cluster::ChangeStreamStats& changes = topology->changes;
+  fmt::format_to(std::back_inserter(out),
+                 "tally_changes_read:{}\r\ntally_changes_catalog:{}\r\ntally_changes_floor:{}\r\n"
+                 "tally_changes_trims:{}\r\ntally_changes_trimmed_below:{}\r\n"
+                 "tally_catalog_restored:{}\r\n",
+                 changes.read, changes.catalog, changes.floor, changes.trims, changes.trimmed_below,
+                 changes.catalog_restored ? 1 : 0);
   for (size_t i = 0; i < topology->nodes.size(); ++i) {
     const cluster::TopologyNode& node = topology->nodes[i];
     fmt::format_to(std::back_inserter(out),
