@@ -130,7 +130,11 @@ void CheckEvaluation(const CompiledCounter& counter, const std::vector<Value>& r
           columns[i].name);
     types.push_back(columns[i].type);
   }
-  if (counter.aggregate() == Aggregate::kCountStar) {
+  // A plain counter's term is its value; any other's are its aggregates' arguments.
+  if (counter.layout() != Layout::kPlain) {
+    Check(evaluation->args.size() == counter.aggregates().size(),
+          "a counter that keeps records has an argument per aggregate");
+  } else if (counter.aggregate() == Aggregate::kCountStar) {
     Check(evaluation->value == 1, "count(*) counts one");
   } else if (counter.aggregate() == Aggregate::kCount) {
     Check(evaluation->value == 0 || evaluation->value == 1, "count(x) counts zero or one");
