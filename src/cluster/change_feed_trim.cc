@@ -153,10 +153,16 @@ void ChangeFeed::MaybeTrim() {
   }
   snapshot.records = std::move(*records);
   floor = std::min(floor, snapshot.seq + 1);
-  if (auto written = options_.snapshots->WriteCatalog(snapshot); !written) {
-    spdlog::warn("change feed: cannot publish the catalog snapshot at {}: {}", snapshot.seq,
-                 written.error().message);
-    return;
+  // A newer one (a previous owner of partition 0 read further) covers this trim as well:
+  // it stays the newest.
+  auto latest = options_.snapshots->LatestCatalog();
+  const bool covered = latest && *latest && (*latest)->seq >= snapshot.seq;
+  if (!covered) {
+    if (auto written = options_.snapshots->WriteCatalog(snapshot); !written) {
+      spdlog::warn("change feed: cannot publish the catalog snapshot at {}: {}", snapshot.seq,
+                   written.error().message);
+      return;
+    }
   }
   if (auto purged = connection_.PurgeStream(options_.stream, floor); !purged) {
     spdlog::warn("change feed: cannot trim {} below {}: {}", options_.stream, floor,
@@ -164,7 +170,7 @@ void ChangeFeed::MaybeTrim() {
     return;
   }
   spdlog::info("change feed: {} trimmed below {} (was from {}; catalog snapshot at {})",
-               options_.stream, floor, state->first_seq, snapshot.seq);
+               options_.stream, floor, state->first_seq, covered ? (*latest)->seq : snapshot.seq);
   std::lock_guard lock(mutex_);
   ++trims_;
   trimmed_below_ = floor;
