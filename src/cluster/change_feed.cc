@@ -137,6 +137,7 @@ void ChangeFeed::Run() {
     if (Clock::now() >= next_record) {
       next_record = Clock::now() + kRecordEvery;
       if (const uint64_t read = next_seq() - 1; read > ddl_seq()) FinishCatalogMessage(read);
+      read_floor_.store(ComputeReadFloor(), std::memory_order_relaxed);
     }
     if (Clock::now() >= next_trim_check) {
       next_trim_check = Clock::now() + kTrimCheckEvery;

@@ -172,8 +172,10 @@ class ChangeFeed final : public ChangeFront {
   uint64_t ddl_seq() const;
   // The lowest sequence this node would read from, after a restart or for a partition it
   // gains: its catalog's next message, or a partition's position (its message included) as
-  // this node holds it. What its heartbeats say (any thread).
-  uint64_t ReadFloor();
+  // this node holds it; 0 until the feed first worked it out. What its heartbeats say. Any
+  // thread, without a lock of the keyspace: the feed's thread works it out every 2 s (the
+  // heartbeats' thread must never wait for a keyspace stripe a stalled commit holds).
+  uint64_t ReadFloor() const { return read_floor_.load(std::memory_order_relaxed); }
   // The lowest ReadFloor of the nodes heard from lately (trimming keeps what they read).
   void SetTrimFloor(std::function<uint64_t()> floor);
   // The stream as this feed reads and trims it (catalog_restored left false). Any thread.
@@ -253,6 +255,8 @@ class ChangeFeed final : public ChangeFront {
   // Trimming (change_feed_trim.cc), on the feed's thread: when this node owns partition 0,
   // publishes the catalog snapshot and trims, as the top of this file says.
   void MaybeTrim();
+  // ReadFloor's value as it stands now (the partitions' positions read from the keyspace).
+  uint64_t ComputeReadFloor();
   // The stream delivered `seq` where the feed expected an earlier message: it was trimmed.
   // A catalog behind it cannot go on here: the node exits (a restart restores the catalog).
   void SkipTrimmed(uint64_t seq);
@@ -292,6 +296,7 @@ class ChangeFeed final : public ChangeFront {
   std::map<uint64_t, Result<std::vector<derived::StatementOutcome>>> scripts_;
   bool stopping_ = false;
   std::atomic<bool> held_off_{false};  // written under mutex_ (Define waits for it), read anywhere
+  std::atomic<uint64_t> read_floor_{0};  // ReadFloor: the feed's thread writes it
 
   std::thread thread_;
 };

@@ -59,7 +59,7 @@ Result<bool> ChangeFeed::RestoreCatalog(NatsConnection& connection,
   return true;
 }
 
-uint64_t ChangeFeed::ReadFloor() {
+uint64_t ChangeFeed::ComputeReadFloor() {
   uint64_t floor = ddl_seq() + 1;
   for (uint32_t p = 0; p < options_.partition_count; ++p) {
     // As ReadFrom: from the message at the partition's position itself.
@@ -130,7 +130,7 @@ void ChangeFeed::MaybeTrim() {
   }
   if (!others) return;
   // Never past what any node would read, this one included.
-  uint64_t floor = std::min(others(), ReadFloor());
+  uint64_t floor = std::min(others(), ComputeReadFloor());
   auto state = connection_.GetStreamState(options_.stream);
   if (!state || floor < state->first_seq + options_.trim_every) return;
   // A counter in the middle of its backfill keeps the records of a step in progress: its
@@ -178,7 +178,7 @@ void ChangeFeed::MaybeTrim() {
 
 ChangeStreamStats ChangeFeed::Stats() {
   ChangeStreamStats stats;
-  stats.floor = ReadFloor();
+  stats.floor = ReadFloor();  // never the keyspace's locks on the coordinator's thread
   std::lock_guard lock(mutex_);
   stats.read = next_seq_ - 1;
   stats.catalog = ddl_seq_;
