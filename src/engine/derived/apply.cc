@@ -538,6 +538,17 @@ void Applier::DeleteShares(std::span<Family* const> families, const ShareOrder& 
   }
 }
 
+Status Applier::CheckGroupValues(const Family& family, std::span<const KeyValue> values) {
+  if (family.states != nullptr) {
+    return InvalidArgument(fmt::format("counter {} keeps records: a cluster repairs plain counters",
+                                       family.counter.name()));
+  }
+  for (const KeyValue& item : values) {
+    if (auto status = family.CheckGroupKey(item.key); !status) return status;
+  }
+  return OkStatus();
+}
+
 Result<uint64_t> Applier::SetShares(
     Family* family, std::span<const KeyValue> values, const ShareOrder& order,
     std::span<const PartitionShare> shares,
@@ -545,9 +556,10 @@ Result<uint64_t> Applier::SetShares(
   if (family == nullptr && !values.empty()) {
     return InvalidArgument("groups to set without their counter");
   }
-  if (family != nullptr && family->states != nullptr) {
-    return InvalidArgument(fmt::format("counter {} keeps records: a cluster repairs plain counters",
-                                       family->counter.name()));
+  if (family != nullptr) {
+    if (auto status = CheckGroupValues(*family, values); !status) {
+      return tl::unexpected(status.error());
+    }
   }
   std::vector<ShareRecords> records;
   records.reserve(shares.size());  // the hashed keys view its strings: no reallocation
@@ -556,10 +568,6 @@ Result<uint64_t> Applier::SetShares(
   constexpr size_t kNone = SIZE_MAX;
   std::vector<size_t> share_of(values.size(), kNone);
   for (size_t i = 0; i < values.size(); ++i) {
-    if (!family->IsGroupKey(values[i].key)) {
-      return InvalidArgument(fmt::format("key '{}' is not a group of counter {}",
-                                         values[i].key.substr(0, 128), family->counter.name()));
-    }
     const uint32_t partition = partition_of(values[i].key);
     for (size_t s = 0; s < shares.size(); ++s) {
       if (shares[s].partition == partition) share_of[i] = s;

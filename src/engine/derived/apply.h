@@ -179,6 +179,8 @@ class Applier {
   // stream (cluster/change_feed.h). kInvalidArgument, nothing written, when a key is not a
   // group of `family` or `family` keeps records. REQUIRES: the caller holds the apply lock
   // and is the only writer of the shares' records.
+  // What SetShares refuses of `values`, checked alone (the node that takes the repair).
+  static Status CheckGroupValues(const Family& family, std::span<const KeyValue> values);
   Result<uint64_t> SetShares(Family* family, std::span<const KeyValue> values,
                              const ShareOrder& order, std::span<const PartitionShare> shares,
                              const std::function<uint32_t(std::string_view key)>& partition_of);

@@ -461,17 +461,7 @@ Status DerivedCounters::CheckRepair(std::string_view counter,
                                     std::span<const KeyValue> values) const {
   auto family = catalog_.Snapshot()->Counter(counter);
   if (!family) return tl::unexpected(family.error());
-  if ((*family)->states != nullptr) {
-    return InvalidArgument(
-        fmt::format("counter {} keeps records: a cluster has plain counters only", counter));
-  }
-  for (const KeyValue& item : values) {
-    if (!(*family)->IsGroupKey(item.key)) {
-      return InvalidArgument(
-          fmt::format("key '{}' is not a group of counter {}", item.key.substr(0, 128), counter));
-    }
-  }
-  return OkStatus();
+  return Applier::CheckGroupValues(**family, values);
 }
 
 Result<uint64_t> DerivedCounters::RepairShares(

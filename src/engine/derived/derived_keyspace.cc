@@ -34,12 +34,6 @@ std::string Prefixed(std::string_view prefix, std::string_view name) {
   return key;
 }
 
-Status CheckGroupKey(const Family& family, std::string_view key) {
-  if (family.IsGroupKey(key)) return OkStatus();
-  return InvalidArgument(fmt::format("key '{}' is not a group of counter {}", key.substr(0, 128),
-                                     family.counter.name()));
-}
-
 // Writes one group's checked state under `view` (which holds its key, `new_keys`, the keys of
 // state.records in order, and `old_keys`, its current records), keeping the mirror and the
 // index in step. REQUIRES: family.mutex held.
@@ -149,7 +143,7 @@ Result<uint64_t> DerivedKeyspace::SetGroups(Family& family, std::span<const KeyV
   }
   std::vector<engine::HashedKey> hashed;
   for (const KeyValue& item : values) {
-    if (auto s = CheckGroupKey(family, item.key); !s) return tl::unexpected(s.error());
+    if (auto s = family.CheckGroupKey(item.key); !s) return tl::unexpected(s.error());
     hashed.emplace_back(item.key);
   }
   engine::View view = keyspace().Lock(hashed);
@@ -179,7 +173,7 @@ Result<uint64_t> DerivedKeyspace::SetGroupStates(Family& family,
   std::vector<std::vector<std::string>> new_keys(states.size());
   for (size_t i = 0; i < states.size(); ++i) {
     const GroupStateValue& state = states[i];
-    if (auto s = CheckGroupKey(family, state.key); !s) return tl::unexpected(s.error());
+    if (auto s = family.CheckGroupKey(state.key); !s) return tl::unexpected(s.error());
     if (!groups.insert(Absl(state.key)).second) {
       return InvalidArgument(fmt::format("group {} of counter {} is given twice",
                                          state.key.substr(0, 128), family.counter.name()));

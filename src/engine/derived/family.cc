@@ -1,5 +1,7 @@
 #include "engine/derived/family.h"
 
+#include <fmt/format.h>
+
 namespace tally::derived {
 
 std::string_view CounterStateName(CounterState state) {
@@ -24,6 +26,12 @@ bool Family::IsGroupKey(std::string_view key) const {
   const std::string& name = counter.name();
   if (counter.key_columns().empty()) return key == name;
   return key.size() > name.size() && key.starts_with(name) && key[name.size()] == ':';
+}
+
+Status Family::CheckGroupKey(std::string_view key) const {
+  if (IsGroupKey(key)) return OkStatus();
+  return InvalidArgument(
+      fmt::format("key '{}' is not a group of counter {}", key.substr(0, 128), counter.name()));
 }
 
 void Family::AddKey(std::string_view key) {

@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "core/absl_string.h"
+#include "core/status.h"
 #include "engine/definitions/program.h"
 #include "engine/derived/aggregate_state.h"
 
@@ -115,6 +116,8 @@ struct Family {
   // True when `key` is spelled as one of this counter's groups: its name alone when it has
   // no key columns (its one group), else its name, ':' and more (the parts, unchecked).
   bool IsGroupKey(std::string_view key) const;
+  // The same as an error for the one who gave `key` (kInvalidArgument naming it).
+  Status CheckGroupKey(std::string_view key) const;
 
   // Every insertion and removal of a live group goes through these, so that `keys` and
   // `by_bucket` agree. REQUIRES: mutex held.
