@@ -112,9 +112,8 @@ int64_t ChangeFeed::AppliedPosition(uint32_t partition) {
   return view.Get(key).value_or(0);
 }
 
-uint64_t ChangeFeed::ReadFrom(const std::vector<uint32_t>& owned) {
-  uint64_t from = next_seq();
-  for (const uint32_t p : owned) {
+uint64_t ChangeFeed::ReadFrom(std::span<const uint32_t> partitions, uint64_t from) {
+  for (const uint32_t p : partitions) {
     // From the message at the partition's position itself: a consumer's batch is applied
     // segment by segment, and its previous owner may have stopped within one (the segments
     // it applied are behind the partition's fence; any other message there is done).
@@ -147,7 +146,7 @@ void ChangeFeed::Run() {
     // again from its position.
     std::vector<uint32_t> owned = persistence_.Owned();
     if (owned != owned_) {
-      const uint64_t from = ReadFrom(owned);
+      const uint64_t from = ReadFrom(owned, next_seq());
       owned_ = std::move(owned);
       std::lock_guard lock(mutex_);
       if (from < next_seq_) {

@@ -119,8 +119,9 @@ struct ChangeFeedOptions {
 
 // tally verify's hold as the change stream says, on every node alike: set (and moved) by a
 // "hold" message at `seq`, ended by "release"; `reached_seq` the consumer's "reached" for it;
-// `applied` the highest source position a consumer's batch carried (above `position`: a
-// transaction past the hold was in the stream before the consumer held).
+// `applied` the highest source position a consumer's batch carried while it stood, whoever
+// sent it (ReportHold adds the positions read before: above `position`, a transaction past
+// the hold is in the stream).
 struct StreamHold {
   bool held = false;
   int64_t position = 0;
@@ -247,9 +248,9 @@ class ChangeFeed final : public ChangeFront {
   bool TakeCatalogMessage(uint64_t seq, int64_t claim);
   // Marks the catalog message at `seq` run: persisted with the source positions and claim.
   void FinishCatalogMessage(uint64_t seq);
-  // Where to read from for the partitions owned now: the lowest of their positions (the
-  // message there included: see ReadFrom), or the next sequence when none is behind it.
-  uint64_t ReadFrom(const std::vector<uint32_t>& owned);
+  // Where to read from for `partitions`: the lowest of their positions (the message there
+  // itself: a consumer's batch is applied segment by segment), or `from` when none is lower.
+  uint64_t ReadFrom(std::span<const uint32_t> partitions, uint64_t from);
   // A Nats-Msg-Id nobody else uses: `kind` and 16 random bytes.
   static std::string RandomId(std::string_view kind);
   // Trimming (change_feed_trim.cc), on the feed's thread: when this node owns partition 0,

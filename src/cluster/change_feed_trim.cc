@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <numeric>
 #include <set>
 
 #include "cluster/change_feed.h"
@@ -60,12 +61,9 @@ Result<bool> ChangeFeed::RestoreCatalog(NatsConnection& connection,
 }
 
 uint64_t ChangeFeed::ComputeReadFloor() {
-  uint64_t floor = ddl_seq() + 1;
-  for (uint32_t p = 0; p < options_.partition_count; ++p) {
-    // As ReadFrom: from the message at the partition's position itself.
-    floor = std::min(floor, std::max<uint64_t>(static_cast<uint64_t>(AppliedPosition(p)), 1));
-  }
-  return floor;
+  std::vector<uint32_t> every(options_.partition_count);
+  std::iota(every.begin(), every.end(), 0u);
+  return ReadFrom(every, ddl_seq() + 1);
 }
 
 void ChangeFeed::SkipTrimmed(uint64_t seq) {

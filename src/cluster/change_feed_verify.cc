@@ -101,10 +101,9 @@ void ChangeFeed::RunHold(uint64_t seq, std::string_view fields) {
     std::lock_guard lock(mutex_);
     const bool taken = !hold_.held || parts[1] == "1";
     if (taken) {
-      // A transaction a consumer already put in the stream past the position counts too.
-      int64_t applied = hold_.held ? hold_.applied : 0;
-      for (const auto& [source, lsn] : source_positions_) applied = std::max(applied, lsn);
-      hold_ = StreamHold{true, *position, seq, 0, applied};
+      // What the stream held before is in source_positions_ (ReportHold adds it); `applied`
+      // keeps what came while held, also from a replaced consumer.
+      hold_ = StreamHold{true, *position, seq, 0, hold_.held ? hold_.applied : 0};
     }
     hold_outcomes_.insert_or_assign(seq, taken);
     while (hold_outcomes_.size() > kHoldOutcomesKept) hold_outcomes_.erase(hold_outcomes_.begin());

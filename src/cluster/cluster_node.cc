@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cctype>
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <thread>
@@ -276,28 +277,25 @@ Status ClusterNode::Start(const std::string& redis_address, const std::string& h
   // a node whose heartbeats are late (a busy machine) or that restarts at once keeps its
   // tail; a node silent for longer, or that said it leaves, restores from snapshots.
   const auto remembered = std::chrono::milliseconds(10 * options_.lease_ms);
-  persistence_->SetTrimFloor([membership = membership_.get(), remembered](uint32_t partition) {
-    // A node that says nothing of the partition (not checkpointed yet) holds it all.
+  // The lowest of what the nodes that count say (`said` of a node's heartbeat).
+  const auto lowest = [membership = membership_.get(), remembered](auto said) {
     uint64_t floor = UINT64_MAX;
     const auto now = std::chrono::steady_clock::now();
     for (const Member& member : membership->All()) {
       if (member.info.leaving || now - member.last_seen > remembered) continue;
-      const std::vector<uint64_t>& saved = member.info.checkpointed;
-      floor = std::min(floor, partition < saved.size() ? saved[partition] : 0);
+      floor = std::min<uint64_t>(floor, std::invoke(said, member.info));
     }
     return floor;
+  };
+  persistence_->SetTrimFloor([lowest](uint32_t partition) {
+    // A node that says nothing of the partition (not checkpointed yet) holds it all.
+    return lowest([partition](const MemberInfo& info) {
+      return partition < info.checkpointed.size() ? info.checkpointed[partition] : 0;
+    });
   });
   if (feed_) {
-    feed_->SetTrimFloor([membership = membership_.get(), remembered] {
-      // A node that says nothing of the change stream (0) holds it all.
-      uint64_t floor = UINT64_MAX;
-      const auto now = std::chrono::steady_clock::now();
-      for (const Member& member : membership->All()) {
-        if (member.info.leaving || now - member.last_seen > remembered) continue;
-        floor = std::min(floor, member.info.change_floor);
-      }
-      return floor;
-    });
+    // A node that says nothing of the change stream (0) holds it all.
+    feed_->SetTrimFloor([lowest] { return lowest(&MemberInfo::change_floor); });
   }
 
   CoordinatorOptions coordinator;
