@@ -14,7 +14,7 @@ damaged with COUNTER.REPAIR is found (exit 1, its line) and repaired with --repa
 third node, after which every node equals the GROUP BY again. Last, a hold set by hand stands
 across a kill -9 of the consumer: the new consumer holds too (every node reached, nothing past
 the position, listings still while the writers run), and after the release every node equals
-the GROUP BY.
+the GROUP BY; verify then passes again on the idle stream (reached through keepalives).
 
 Environment: E2E_CLUSTER_PG_ROWS (seeded rows, default 3000), E2E_CLUSTER_PG_KILLS,
 TALLY_CLI (the `tally` program).
@@ -202,6 +202,10 @@ class ClusterPgSourceTest(pg_case.PgCase):
             self.assertTrue(writers.pause(), "a writer did not stop")
         cluster.restart(consumer, hard=True)
         self.wait_equal_everywhere(cluster, "after a hold across a failover", counters=counters)
+        # No writer now: the hold is reached through the stream's keepalives alone.
+        code, out, err = self.verify(cluster, asker)
+        self.assertEqual(code, 0, "verify of an idle stream: exit %d\n%s\n%s" % (code, out, err))
+        self.assert_no_hold(cluster)
 
     def wait_hold_reached(self, cluster, position, context):
         """Every live node reports the hold at `position` reached (bounded), and nothing
