@@ -4,8 +4,11 @@
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
+#include <thread>
 #include <unordered_map>
 #include <utility>
+
+#include "core/thread_name.h"
 
 namespace tally::cluster {
 namespace {
@@ -223,11 +226,36 @@ NatsResult<std::unique_ptr<NatsConnection>> NatsConnection::Connect(ConnectOptio
   return result;
 }
 
+// The subscriptions handed to Retire and the thread that ends them.
+struct NatsConnection::Retiring {
+  std::mutex mutex;
+  std::condition_variable wake;
+  std::vector<natsSubscription*> waiting;  // guarded by mutex
+  bool stopping = false;                   // guarded by mutex
+  std::thread thread;
+};
+
+void SubscriptionRetirer::operator()(natsSubscription* subscription) const {
+  connection->Retire(subscription);
+}
+
 NatsConnection::NatsConnection(natsConnection* connection, std::unique_ptr<Callbacks> callbacks)
-    : connection_(connection), callbacks_(std::move(callbacks)) {}
+    : connection_(connection),
+      callbacks_(std::move(callbacks)),
+      retiring_(std::make_unique<Retiring>()) {
+  retiring_->thread = NamedThread("nats-retire", [this] { RetireLoop(); });
+}
 
 NatsConnection::~NatsConnection() {
+  // Closed first: nats.c joins the read loop, after which ending a subscription races with
+  // nothing, and the retiring thread's unsubscribes and flushes fail at once.
   natsConnection_Close(connection_);
+  {
+    std::lock_guard lock(retiring_->mutex);
+    retiring_->stopping = true;
+  }
+  retiring_->wake.notify_all();
+  retiring_->thread.join();
   bool closed;
   {
     std::unique_lock lock(callbacks_->mutex);
@@ -238,6 +266,34 @@ NatsConnection::~NatsConnection() {
   natsConnection_Destroy(connection_);
   // nats.c delivers the closed callback last; without it, a late callback may still come.
   if (!closed) (void)callbacks_.release();
+}
+
+void NatsConnection::Retire(natsSubscription* subscription) {
+  if (subscription == nullptr) return;
+  {
+    std::lock_guard lock(retiring_->mutex);
+    retiring_->waiting.push_back(subscription);
+  }
+  retiring_->wake.notify_one();
+}
+
+void NatsConnection::RetireLoop() {
+  // A flush that does not come back (no server now) bounds the wait; the subscriptions are
+  // unsubscribed by then, and a read loop without a server delivers nothing.
+  constexpr int64_t kFlushTimeoutMs = 2000;
+  std::unique_lock lock(retiring_->mutex);
+  while (true) {
+    retiring_->wake.wait(lock,
+                         [this] { return retiring_->stopping || !retiring_->waiting.empty(); });
+    if (retiring_->waiting.empty()) return;
+    std::vector<natsSubscription*> batch = std::move(retiring_->waiting);
+    retiring_->waiting.clear();
+    lock.unlock();
+    for (natsSubscription* subscription : batch) natsSubscription_Unsubscribe(subscription);
+    natsConnection_FlushTimeout(connection_, kFlushTimeoutMs);
+    for (natsSubscription* subscription : batch) natsSubscription_Destroy(subscription);
+    lock.lock();
+  }
 }
 
 const ConnectOptions& NatsConnection::options() const { return callbacks_->options; }
@@ -392,6 +448,9 @@ struct AsyncPublisher::State {
   std::unordered_map<natsMsg*, uint64_t> tags;  // guarded by mutex
   size_t outstanding = 0;                       // guarded by mutex: sent, outcome not handled
   int64_t longest_wait_ms = 0;                  // guarded by mutex
+  // An outcome was a timeout: its answer may still come, on the context's reply
+  // subscription. Guarded by mutex.
+  bool timed_out = false;
 };
 
 NatsResult<std::unique_ptr<AsyncPublisher>> AsyncPublisher::Create(NatsConnection& connection,
@@ -418,6 +477,10 @@ AsyncPublisher::~AsyncPublisher() {
     const auto bound = std::chrono::milliseconds(state_->longest_wait_ms + 2000);
     idle = state_->idle_cv.wait_for(lock, bound, [this] { return state_->outstanding == 0; });
     if (!idle) state_->callback = nullptr;
+    // jsCtx_Destroy destroys the context's reply subscription directly, the use nats.c
+    // 3.4.1's read loop can crash on (see nats_client.h) if an answer comes meanwhile.
+    // When one may still come the context is left, subscribed, answering nobody.
+    if (!idle || state_->timed_out) (void)js_.release();
   }
   js_.reset();
   // An outcome nats.c had begun to deliver may still arrive: keep what it touches.
@@ -432,6 +495,7 @@ void AsyncPublisher::OnAck(jsCtx*, natsMsg* msg, jsPubAck* ack, jsPubAckErr* err
                      : tl::unexpected(NatsError{error->Err, static_cast<int>(error->ErrCode),
                                                 error->ErrText != nullptr ? error->ErrText : ""});
   std::unique_lock lock(state->mutex);
+  if (!outcome && outcome.error().status == NATS_TIMEOUT) state->timed_out = true;
   const auto it = state->tags.find(msg);
   if (it == state->tags.end()) return;
   const uint64_t tag = it->second;
@@ -508,7 +572,7 @@ NatsResult<std::unique_ptr<OrderedConsumer>> OrderedConsumer::Start(NatsConnecti
   const natsStatus status =
       js_SubscribeSync(&raw, js->get(), subject.c_str(), nullptr, &sub_options, &js_code);
   if (status != NATS_OK) return Fail(status, js_code);
-  SubscriptionHandle subscription(raw);
+  SubscriptionHandle subscription(raw, SubscriptionRetirer{&connection});
   natsSubscription_SetPendingLimits(raw, -1, -1);
   return std::unique_ptr<OrderedConsumer>(
       new OrderedConsumer(std::move(*js), std::move(subscription)));
@@ -558,7 +622,7 @@ NatsResult<std::unique_ptr<PlainSubscriber>> PlainSubscriber::Start(NatsConnecti
   const natsStatus status =
       natsConnection_SubscribeSync(&raw, connection.handle(), subject.c_str());
   if (status != NATS_OK) return Fail(status);
-  SubscriptionHandle subscription(raw);
+  SubscriptionHandle subscription(raw, SubscriptionRetirer{&connection});
   natsSubscription_SetPendingLimits(raw, -1, -1);
   return std::unique_ptr<PlainSubscriber>(new PlainSubscriber(std::move(subscription)));
 }

@@ -13,6 +13,11 @@
 // - During a stream leader election nats.c reports NATS_NO_RESPONDERS with the JetStream
 //   code 10076 ("JetStream not enabled"): it means "no leader now", not a configuration
 //   problem, and the message was certainly not stored.
+// - nats.c 3.4.1's read loop takes a message's subscription from the connection's table,
+//   lets go of the table's lock and only then locks the subscription (fixed upstream in
+//   3.6.0, nats.c#638): a natsSubscription_Destroy in between frees it under the read loop,
+//   which then crashes the process. Subscriptions here are never destroyed directly: their
+//   handles hand them to NatsConnection::Retire.
 //
 // Threads: every class is safe to use from several threads unless it says otherwise.
 // Destroy publishers and consumers before the connection they were made from.
@@ -69,8 +74,14 @@ using PubAckHandle = std::unique_ptr<jsPubAck, NatsDeleter<jsPubAck, jsPubAck_De
 using StreamInfoHandle =
     std::unique_ptr<jsStreamInfo, NatsDeleter<jsStreamInfo, jsStreamInfo_Destroy>>;
 using JsHandle = std::unique_ptr<jsCtx, NatsDeleter<jsCtx, jsCtx_Destroy>>;
-using SubscriptionHandle =
-    std::unique_ptr<natsSubscription, NatsDeleter<natsSubscription, natsSubscription_Destroy>>;
+
+class NatsConnection;
+// Ends a subscription through its connection's Retire (see the facts above).
+struct SubscriptionRetirer {
+  NatsConnection* connection = nullptr;
+  void operator()(natsSubscription* subscription) const;
+};
+using SubscriptionHandle = std::unique_ptr<natsSubscription, SubscriptionRetirer>;
 
 // How to reach the NATS servers and how to behave when they go away.
 struct ConnectOptions {
@@ -155,7 +166,8 @@ class NatsConnection {
   // Connects to one of options.servers; fails when none answers.
   static NatsResult<std::unique_ptr<NatsConnection>> Connect(ConnectOptions options);
 
-  // Closes the connection; waits (at most 5 s) until nats.c has made its last callback.
+  // Closes the connection; waits (at most 5 s) until nats.c has made its last callback;
+  // then destroys the subscriptions still waiting to be retired.
   ~NatsConnection();
   NatsConnection(const NatsConnection&) = delete;
   NatsConnection& operator=(const NatsConnection&) = delete;
@@ -191,12 +203,22 @@ class NatsConnection {
   // reconnecting).
   NatsStatus PublishPlain(const std::string& subject, std::string_view data);
 
+  // Takes over a subscription made on this connection and ends it on the connection's
+  // retiring thread: unsubscribed first (no message read later finds it; a JetStream
+  // consumer nats.c made is deleted, a request that may wait), then destroyed once a flush
+  // came back, since the read loop handles the flush's PONG only after any message it was
+  // delivering. Any thread; returns at once.
+  void Retire(natsSubscription* subscription);
+
  private:
   struct Callbacks;
+  struct Retiring;
   NatsConnection(natsConnection* connection, std::unique_ptr<Callbacks> callbacks);
+  void RetireLoop();
 
   natsConnection* const connection_;
   std::unique_ptr<Callbacks> callbacks_;
+  std::unique_ptr<Retiring> retiring_;
   JsHandle js_;  // for the synchronous calls
 };
 

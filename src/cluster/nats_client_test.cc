@@ -215,6 +215,47 @@ TEST_F(NatsClientTest, ReconnectsToAnotherServerAndSaysSo) {
   EXPECT_EQ(stored->seq, 1u);
 }
 
+// nats.c 3.4.1's read loop could take a message's subscription from the connection's table
+// and lock it after the subscription was freed (fixed upstream in 3.6.0): a subscription
+// ended while its messages arrive crashed the process (seen as a tallyd killed by SIGSEGV in
+// natsConn_processMsg). Subscriptions are ended through NatsConnection::Retire: here many
+// of them, plain and ordered, end while a publisher floods their subjects.
+TEST_F(NatsClientTest, SubscriptionsEndSafelyWhileTheirMessagesArrive) {
+  std::atomic<bool> stop{false};
+  std::atomic<uint64_t> published{0};
+  std::thread flood([&] {
+    const auto deadline = std::chrono::steady_clock::now() + 60s;
+    while (!stop.load() && std::chrono::steady_clock::now() < deadline) {
+      if (connection_->PublishPlain("flood", "x")) ++published;
+      if (published.load() % 64 == 0) std::this_thread::sleep_for(50us);
+    }
+  });
+  for (int i = 0; i < 40; ++i) {
+    ASSERT_TRUE(connection_->Publish(Message("s", "", std::nullopt), kWaitMs));
+  }
+  int plain_received = 0;
+  int ordered_received = 0;
+  for (int round = 0; round < 300; ++round) {
+    auto plain = PlainSubscriber::Start(*connection_, "flood");
+    ASSERT_TRUE(plain) << plain.error().message;
+    auto message = (*plain)->Next(kWaitMs);
+    ASSERT_TRUE(message) << message.error().message;
+    if (message->has_value()) ++plain_received;
+    if (round % 10 == 0) {
+      auto ordered = OrderedConsumer::Start(*connection_, "TEST", "test.p", 1);
+      ASSERT_TRUE(ordered) << ordered.error().message;
+      auto stored = (*ordered)->Next(kWaitMs);
+      ASSERT_TRUE(stored) << stored.error().message;
+      if (stored->has_value()) ++ordered_received;
+    }
+  }
+  stop = true;
+  flood.join();
+  EXPECT_EQ(plain_received, 300) << "each subscriber got a message of the flood";
+  EXPECT_EQ(ordered_received, 30);
+  EXPECT_GT(published.load(), 0u);
+}
+
 // With two of three servers gone, the stream has no leader; nats-server 2.9 then answers a
 // stream info from the remaining replica's own state (PartitionReader::Open relies on
 // telling that apart: such a replica may be behind).
