@@ -232,6 +232,7 @@ struct NatsConnection::Retiring {
   std::condition_variable wake;
   std::vector<natsSubscription*> waiting;  // guarded by mutex
   bool stopping = false;                   // guarded by mutex
+  std::vector<JsHandle> kept;              // guarded by mutex; see KeepUntilClosed
   std::thread thread;
 };
 
@@ -256,6 +257,7 @@ NatsConnection::~NatsConnection() {
   }
   retiring_->wake.notify_all();
   retiring_->thread.join();
+  retiring_->kept.clear();
   bool closed;
   {
     std::unique_lock lock(callbacks_->mutex);
@@ -275,6 +277,11 @@ void NatsConnection::Retire(natsSubscription* subscription) {
     retiring_->waiting.push_back(subscription);
   }
   retiring_->wake.notify_one();
+}
+
+void NatsConnection::KeepUntilClosed(JsHandle context) {
+  std::lock_guard lock(retiring_->mutex);
+  retiring_->kept.push_back(std::move(context));
 }
 
 void NatsConnection::RetireLoop() {
@@ -465,23 +472,28 @@ NatsResult<std::unique_ptr<AsyncPublisher>> AsyncPublisher::Create(NatsConnectio
   options.PublishAsync.MaxPending = 0;  // no limit: callers bound what they keep in flight
   auto js = NewContext(connection.handle(), options);
   if (!js) return tl::unexpected(js.error());
-  return std::unique_ptr<AsyncPublisher>(new AsyncPublisher(std::move(*js), state.release()));
+  return std::unique_ptr<AsyncPublisher>(
+      new AsyncPublisher(connection, std::move(*js), state.release()));
 }
 
-AsyncPublisher::AsyncPublisher(JsHandle js, State* state) : js_(std::move(js)), state_(state) {}
+AsyncPublisher::AsyncPublisher(NatsConnection& connection, JsHandle js, State* state)
+    : connection_(connection), js_(std::move(js)), state_(state) {}
 
 AsyncPublisher::~AsyncPublisher() {
   bool idle;
+  bool answers_may_come;
   {
     std::unique_lock lock(state_->mutex);
     const auto bound = std::chrono::milliseconds(state_->longest_wait_ms + 2000);
     idle = state_->idle_cv.wait_for(lock, bound, [this] { return state_->outstanding == 0; });
     if (!idle) state_->callback = nullptr;
-    // jsCtx_Destroy destroys the context's reply subscription directly, the use nats.c
-    // 3.4.1's read loop can crash on (see nats_client.h) if an answer comes meanwhile.
-    // When one may still come the context is left, subscribed, answering nobody.
-    if (!idle || state_->timed_out) (void)js_.release();
+    answers_may_come = !idle || state_->timed_out;
   }
+  // jsCtx_Destroy destroys the context's reply subscription directly, the use nats.c
+  // 3.4.1's read loop can crash on (see nats_client.h) if an answer comes meanwhile. When
+  // one may still come, the connection keeps the context (subscribed, answering nobody)
+  // until it closes.
+  if (answers_may_come) connection_.KeepUntilClosed(std::move(js_));
   js_.reset();
   // An outcome nats.c had begun to deliver may still arrive: keep what it touches.
   if (idle) delete state_;

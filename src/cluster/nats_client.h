@@ -209,6 +209,9 @@ class NatsConnection {
   // came back, since the read loop handles the flush's PONG only after any message it was
   // delivering. Any thread; returns at once.
   void Retire(natsSubscription* subscription);
+  // Holds a JetStream context until the connection closes, when destroying it could race
+  // with its reply subscription's messages (see the facts above). Any thread.
+  void KeepUntilClosed(JsHandle context);
 
  private:
   struct Callbacks;
@@ -250,9 +253,10 @@ class AsyncPublisher {
 
  private:
   struct State;
-  AsyncPublisher(JsHandle js, State* state);
+  AsyncPublisher(NatsConnection& connection, JsHandle js, State* state);
   static void OnAck(jsCtx* js, natsMsg* msg, jsPubAck* ack, jsPubAckErr* error, void* closure);
 
+  NatsConnection& connection_;
   JsHandle js_;
   State* state_;  // owned; leaked on purpose when nats.c might still call back
 };

@@ -179,6 +179,38 @@ TEST_F(NatsClientTest, AsyncPublishesEachGetOneOutcome) {
   EXPECT_EQ((*publisher)->outstanding(), 0u);
 }
 
+// A publish nobody answers times out; its answer could still come later, so the publisher,
+// going away, leaves its context to the connection (kept until it closes) instead of
+// destroying a subscription an answer may reach. The connection goes on working.
+TEST_F(NatsClientTest, APublisherWhosePublishTimedOutGoesAwayAndTheConnectionWorks) {
+  auto silent = PlainSubscriber::Start(*connection_, "silent.listener");
+  ASSERT_TRUE(silent) << silent.error().message;
+  std::mutex mutex;
+  std::condition_variable done;
+  std::optional<NatsResult<PubAck>> outcome;
+  {
+    auto publisher = AsyncPublisher::Create(*connection_, [&](uint64_t, NatsResult<PubAck> o) {
+      std::lock_guard lock(mutex);
+      outcome = std::move(o);
+      done.notify_all();
+    });
+    ASSERT_TRUE(publisher) << publisher.error().message;
+    Publication unanswered = Message("x", "", std::nullopt);
+    unanswered.subject = "silent.listener";
+    ASSERT_TRUE((*publisher)->Publish(1, unanswered, 200));
+    std::unique_lock lock(mutex);
+    ASSERT_TRUE(done.wait_for(lock, 30s, [&] { return outcome.has_value(); }));
+    ASSERT_FALSE(*outcome);
+    EXPECT_EQ(ClassifyPublishFailure(outcome->error()), PublishFailure::kTimeout);
+  }
+  auto heard = (*silent)->Next(kWaitMs);
+  ASSERT_TRUE(heard) << heard.error().message;
+  EXPECT_EQ(heard->value_or(""), "x");
+  NatsResult<PubAck> stored = connection_->Publish(Message("after", "", std::nullopt), kWaitMs);
+  ASSERT_TRUE(stored) << stored.error().message;
+  EXPECT_EQ(stored->seq, 1u);
+}
+
 TEST_F(NatsClientTest, ReconnectsToAnotherServerAndSaysSo) {
   std::atomic<int> disconnects{0};
   std::atomic<int> reconnects{0};
