@@ -166,8 +166,8 @@ class NatsConnection {
   // Connects to one of options.servers; fails when none answers.
   static NatsResult<std::unique_ptr<NatsConnection>> Connect(ConnectOptions options);
 
-  // Closes the connection; waits (at most 5 s) until nats.c has made its last callback;
-  // then destroys the subscriptions still waiting to be retired.
+  // Closes the connection, then destroys the subscriptions still waiting to be retired and
+  // the contexts kept; waits (at most 5 s) until nats.c has made its last callback.
   ~NatsConnection();
   NatsConnection(const NatsConnection&) = delete;
   NatsConnection& operator=(const NatsConnection&) = delete;
