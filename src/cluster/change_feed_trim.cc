@@ -141,21 +141,22 @@ void ChangeFeed::MaybeTrim() {
 
   // The catalog as it stands at this node's catalog position, recorded first.
   FinishCatalogMessage(std::max(ddl_seq(), next_seq() - 1));
-  CatalogSnapshot snapshot;
-  snapshot.seq = ddl_seq();
-  auto records = persistence_.ReadCatalog();
-  if (!records) {
-    spdlog::warn("change feed: cannot read the catalog to snapshot it: {}",
-                 records.error().message);
-    return;
-  }
-  snapshot.records = std::move(*records);
-  floor = std::min(floor, snapshot.seq + 1);
+  const uint64_t catalog_seq = ddl_seq();
+  floor = std::min(floor, catalog_seq + 1);
   // A newer one (a previous owner of partition 0 read further) covers this trim as well:
-  // it stays the newest.
+  // it stays the newest, and this node's catalog need not be read.
   auto latest = options_.snapshots->LatestCatalog();
-  const bool covered = latest && *latest && (*latest)->seq >= snapshot.seq;
+  const bool covered = latest && *latest && (*latest)->seq >= catalog_seq;
   if (!covered) {
+    CatalogSnapshot snapshot;
+    snapshot.seq = catalog_seq;
+    auto records = persistence_.ReadCatalog();
+    if (!records) {
+      spdlog::warn("change feed: cannot read the catalog to snapshot it: {}",
+                   records.error().message);
+      return;
+    }
+    snapshot.records = std::move(*records);
     if (auto written = options_.snapshots->WriteCatalog(snapshot); !written) {
       spdlog::warn("change feed: cannot publish the catalog snapshot at {}: {}", snapshot.seq,
                    written.error().message);
@@ -168,7 +169,7 @@ void ChangeFeed::MaybeTrim() {
     return;
   }
   spdlog::info("change feed: {} trimmed below {} (was from {}; catalog snapshot at {})",
-               options_.stream, floor, state->first_seq, covered ? (*latest)->seq : snapshot.seq);
+               options_.stream, floor, state->first_seq, covered ? (*latest)->seq : catalog_seq);
   std::lock_guard lock(mutex_);
   ++trims_;
   trimmed_below_ = floor;
