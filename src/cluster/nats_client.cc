@@ -284,6 +284,11 @@ void NatsConnection::KeepUntilClosed(JsHandle context) {
   retiring_->kept.push_back(std::move(context));
 }
 
+size_t NatsConnection::contexts_kept() const {
+  std::lock_guard lock(retiring_->mutex);
+  return retiring_->kept.size();
+}
+
 void NatsConnection::RetireLoop() {
   // A flush that does not come back (no server now) bounds the wait; the subscriptions are
   // unsubscribed by then, and a read loop without a server delivers nothing.

@@ -212,6 +212,8 @@ class NatsConnection {
   // Holds a JetStream context until the connection closes, when destroying it could race
   // with its reply subscription's messages (see the facts above). Any thread.
   void KeepUntilClosed(JsHandle context);
+  // How many contexts KeepUntilClosed holds now.
+  size_t contexts_kept() const;
 
  private:
   struct Callbacks;

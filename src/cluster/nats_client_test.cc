@@ -202,7 +202,9 @@ TEST_F(NatsClientTest, APublisherWhosePublishTimedOutGoesAwayAndTheConnectionWor
     ASSERT_TRUE(done.wait_for(lock, 30s, [&] { return outcome.has_value(); }));
     ASSERT_FALSE(*outcome);
     EXPECT_EQ(ClassifyPublishFailure(outcome->error()), PublishFailure::kTimeout);
+    EXPECT_EQ(connection_->contexts_kept(), 0u);
   }
+  EXPECT_EQ(connection_->contexts_kept(), 1u) << "the publisher's context was destroyed";
   auto heard = (*silent)->Next(kWaitMs);
   ASSERT_TRUE(heard) << heard.error().message;
   EXPECT_EQ(heard->value_or(""), "x");
