@@ -85,8 +85,8 @@ PartitionLog::~PartitionLog() {
   {
     std::lock_guard lock(mutex_);
     stopping_ = true;
+    Wake();
   }
-  changed_.notify_all();
   durable_cv_.notify_all();
   if (thread_.joinable()) thread_.join();
   publisher_.reset();  // waits for the outcomes still due, which call OnOutcome
@@ -112,7 +112,7 @@ Result<uint64_t> PartitionLog::Append(RecordKind kind, std::string record) {
   entry.bytes = std::move(record);
   entries_.push_back(std::move(entry));
   ++stats_.appended;
-  changed_.notify_one();
+  Wake();
   return appended_seq_;
 }
 
@@ -152,12 +152,15 @@ PartitionLog::Entry* PartitionLog::Find(uint64_t seq) {
 void PartitionLog::Run() {
   std::unique_lock lock(mutex_);
   PartitionLogProgress reported = ProgressLocked();
+  bool timer_woke = false;
   while (!stopping_) {
-    PopDurable();
+    const uint64_t seen = wakeups_;  // everything below looks at the entries as of now
+    if (PopDurable() > 0 && timer_woke) ++stats_.late_durable;
     if (state_ != PartitionLogState::kFenced && !entries_.empty() &&
         entries_.front().state == EntryState::kFailed &&
         Clock::now() >= entries_.front().retry_at) {
-      HandleHeadFailure(lock);
+      HandleHeadFailure(lock);  // may find the head durable (by a lookup)
+      PopDurable();
     }
     if (state_ != PartitionLogState::kFenced) SendWindow(lock);
     UpdateStall();
@@ -181,17 +184,25 @@ void PartitionLog::Run() {
         wake = std::min(wake, head.first_sent + std::chrono::milliseconds(options_.stall_after_ms));
       }
     }
-    changed_.wait_until(lock, wake);
+    timer_woke = !changed_.wait_until(lock, wake, [&] { return wakeups_ != seen; });
   }
 }
 
-void PartitionLog::PopDurable() {
+void PartitionLog::Wake() {
+  ++wakeups_;
+  changed_.notify_one();
+}
+
+size_t PartitionLog::PopDurable() {
+  size_t popped = 0;
   while (!entries_.empty() && entries_.front().state == EntryState::kDurable) {
     durable_seq_ = entries_.front().seq;
     durable_sent_at_ = std::max(durable_sent_at_, entries_.front().first_sent);
     entries_.pop_front();
     if (sent_ > 0) --sent_;
+    ++popped;
   }
+  return popped;
 }
 
 void PartitionLog::MarkDurable(Entry& entry, bool duplicate) {
@@ -283,6 +294,7 @@ void PartitionLog::SendWindow(std::unique_lock<std::mutex>& lock) {
     publication.headers = std::span<const MessageHeader>(headers, pipelined ? 2 : 1);
     lock.unlock();
     const NatsStatus sent = publisher_->Publish(attempt, publication, options_.publish_timeout_ms);
+    if (options_.after_send) options_.after_send();
     lock.lock();
     if (!sent) {
       attempts_.erase(attempt);
@@ -328,7 +340,7 @@ void PartitionLog::OnOutcome(uint64_t attempt, NatsResult<PubAck> outcome) {
     if (outcome->seq == seq && outcome->stream == options_.stream) {
       if (entry != nullptr && entry->state != EntryState::kDurable) {
         MarkDurable(*entry, outcome->duplicate);
-        changed_.notify_one();
+        Wake();
       }
       return;
     }
@@ -360,7 +372,7 @@ void PartitionLog::OnOutcome(uint64_t attempt, NatsResult<PubAck> outcome) {
   ++entry->failures;
   entry->retry_at = Clock::now() + (failure == Failure::kRetry ? RetryDelay(entry->failures)
                                                                : std::chrono::milliseconds(0));
-  changed_.notify_one();
+  Wake();
 }
 
 }  // namespace tally::cluster

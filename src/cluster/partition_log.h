@@ -63,6 +63,9 @@ struct PartitionLogOptions {
   int64_t retry_delay_ms = 50;        // before resending after a refusal or a lookup failure
   int64_t stall_after_ms = 1000;      // the head waiting this long makes the log kStalled
   size_t max_record_bytes = 256 * 1024;
+  // Tests: called on the log's thread, with its lock released, right after each send (a
+  // pause there lets the send's outcome arrive while the log is not waiting for it).
+  std::function<void()> after_send;
 };
 
 enum class PartitionLogState {
@@ -104,6 +107,9 @@ struct PartitionLogStats {
   uint64_t other_failures = 0;
   uint64_t send_failures = 0;   // publishes nats.c refused to send
   int64_t longest_wait_ms = 0;  // longest time from a record's first send to durable
+  // Records the log thread found durable only when it woke up on its timer: their outcome's
+  // wake-up was lost, and their replies waited up to a second. Stays 0 (see wakeups_).
+  uint64_t late_durable = 0;
 };
 
 // A random, non-zero writer number for a new claim (RecordHeader::writer).
@@ -166,7 +172,7 @@ class PartitionLog {
   void Run();
   // Each of these runs on the log's thread with mutex_ held (the lock is passed in when
   // it may be released for a NATS call).
-  void PopDurable();
+  size_t PopDurable();  // returns how many it popped
   void HandleHeadFailure(std::unique_lock<std::mutex>& lock);
   void ResendFromHead();
   void SendWindow(std::unique_lock<std::mutex>& lock);
@@ -178,6 +184,8 @@ class PartitionLog {
   void OnOutcome(uint64_t attempt, NatsResult<PubAck> outcome);
   Entry* Find(uint64_t seq);
   PartitionLogProgress ProgressLocked() const;
+  // Tells Run that something changed (see wakeups_). REQUIRES: mutex_ held.
+  void Wake();
 
   NatsConnection& connection_;
   const PartitionLogOptions options_;
@@ -187,7 +195,7 @@ class PartitionLog {
   std::unique_ptr<AsyncPublisher> publisher_;
 
   mutable std::mutex mutex_;
-  std::condition_variable changed_;     // outcomes, appends, stop
+  std::condition_variable changed_;     // outcomes, appends, stop: see Wake()
   std::condition_variable durable_cv_;  // durable_seq_ or state_ changed
   // Guarded by mutex_:
   std::deque<Entry> entries_;  // every record not yet popped as durable, in order
@@ -198,6 +206,12 @@ class PartitionLog {
   std::chrono::steady_clock::time_point durable_sent_at_;
   uint64_t appended_seq_;
   PartitionLogState state_ = PartitionLogState::kWriting;
+  // Counts Wake()s. Run lets go of the lock while it publishes and reports progress; an
+  // outcome that arrives then (a PubAck can come before the publish call returns) found no
+  // one waiting. Run waits only while this count is what it was when it last looked at the
+  // entries, so such a wake-up is not lost (lost, it left the durable record unnoticed and
+  // every reply behind it waiting until the next timed wake-up, up to a second).
+  uint64_t wakeups_ = 0;
   std::optional<FenceInfo> fence_;
   PartitionLogStats stats_;
   bool stopping_ = false;

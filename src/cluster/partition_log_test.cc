@@ -131,6 +131,25 @@ TEST_F(PartitionLogTest, ChainedAsyncPublishingLandsEveryRecordOnceInOrder) {
   EXPECT_EQ(oversized.error().code, ErrorCode::kInvalidArgument);
 }
 
+// An outcome that comes while the log's thread is still sending (it has let go of its lock)
+// is acted on at once, not at the thread's next timed wake-up: the pause after each send
+// makes every PubAck come then. Before the fix (wakeups_), each of these records became
+// durable only at a timed wake-up, up to a second later.
+TEST_F(PartitionLogTest, AnOutcomeThatComesWhileTheLogSendsIsActedOn) {
+  Owner owner = Claim(*connection_, 4, "a", [] { std::this_thread::sleep_for(50ms); });
+  ASSERT_TRUE(owner.log);
+  ASSERT_EQ(owner.log->WaitDurable(1, 60s).durable_seq, 1u);
+  constexpr int64_t kRecords = 20;
+  for (int64_t n = 0; n < kRecords; ++n) {
+    auto seq = AppendBatch(owner, n);
+    ASSERT_TRUE(seq) << seq.error().message;
+    ASSERT_EQ(owner.log->WaitDurable(*seq, 60s).durable_seq, *seq);
+  }
+  const PartitionLogStats stats = owner.log->stats();
+  EXPECT_EQ(stats.durable, static_cast<uint64_t>(kRecords) + 1);
+  EXPECT_EQ(stats.late_durable, 0u);
+}
+
 // A stale writer is refused at its first record after another's claim, and none of the
 // records it had in flight behind that one lands; the new owner writes on.
 TEST_F(PartitionLogTest, FencedStaleWriterWritesNothing) {

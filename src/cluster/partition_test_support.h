@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -56,14 +57,18 @@ class PartitionStreamTest : public ::testing::Test {
   }
 
   // Starts a writer at the stream's tail and appends its claim; the claim is not awaited.
-  Owner Claim(NatsConnection& connection, size_t in_flight, const std::string& node) {
+  // `after_send`: PartitionLogOptions::after_send.
+  Owner Claim(NatsConnection& connection, size_t in_flight, const std::string& node,
+              std::function<void()> after_send = {}) {
     Owner owner;
     auto state = connection.GetStreamState(kStream);
     EXPECT_TRUE(state) << state.error().message;
     const uint64_t tail = state ? state->last_seq : 0;
     owner.header.writer = NewWriterId();
     owner.header.term = tail + 1;
-    auto log = PartitionLog::Start(connection, Options(in_flight), tail, owner.header.writer);
+    PartitionLogOptions options = Options(in_flight);
+    options.after_send = std::move(after_send);
+    auto log = PartitionLog::Start(connection, std::move(options), tail, owner.header.writer);
     EXPECT_TRUE(log) << log.error().message;
     if (!log) return owner;
     owner.log = std::move(*log);
