@@ -15,6 +15,8 @@
 //
 //   build/bin/cluster_log_bench                     the sweep (P x in-flight x batch shape)
 //   build/bin/cluster_log_bench 12 4 100 2          one row: P, in-flight, keys (0 = hot), seconds
+//   build/bin/cluster_log_bench 1 1 0 5 buffered    the same with nats.c's buffered publishing
+//                                                   (ConnectOptions::send_asap false), to compare
 #include <unistd.h>
 
 #include <algorithm>
@@ -26,6 +28,8 @@
 #include <fstream>
 #include <random>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include "cluster/nats_test_cluster.h"
@@ -215,6 +219,11 @@ bool RunRow(NatsTestCluster& cluster, NatsConnection& connection, const Row& row
 
 int Main(int argc, char** argv) {
   std::vector<Row> rows;
+  ConnectOptions connect;
+  if (argc == 6 && std::string_view(argv[5]) == "buffered") {
+    connect.send_asap = false;
+    --argc;
+  }
   if (argc == 5) {
     rows.push_back(Row{static_cast<uint32_t>(std::atoi(argv[1])),
                        static_cast<size_t>(std::atoi(argv[2])),
@@ -227,7 +236,8 @@ int Main(int argc, char** argv) {
         rows.push_back(Row{12, in_flight, keys, 3});
     }
   } else {
-    std::fprintf(stderr, "usage: %s [partitions in-flight keys(0 = hot) seconds]\n", argv[0]);
+    std::fprintf(stderr, "usage: %s [partitions in-flight keys(0 = hot) seconds [buffered]]\n",
+                 argv[0]);
     return 2;
   }
   auto cluster = NatsTestCluster::Start();
@@ -235,7 +245,7 @@ int Main(int argc, char** argv) {
     std::fprintf(stderr, "nats-servers: %s\n", cluster.error().message.c_str());
     return 1;
   }
-  auto connection = (*cluster)->Connect();
+  auto connection = (*cluster)->Connect(std::move(connect));
   if (!connection) {
     std::fprintf(stderr, "connect: %s\n", connection.error().message.c_str());
     return 1;
