@@ -96,9 +96,9 @@ struct ConnectOptions {
   // true: a publish is written to the socket by the thread that publishes, at once (nats.c's
   // SendAsap). false, nats.c's default: its flusher thread writes it, after waiting up to
   // 1 ms for more (nats.c 3.4.1, conn.c _flusher) — a wait on the path of every record of a
-  // partition, whose acknowledgements it delays. Measured on three nats-servers sharing one
-  // core, 2 KB messages to an R3 stream: 970 against 2,100-2,600 acknowledged messages/s with
-  // one in flight, 3,300-3,450 against 5,300-7,000 with four.
+  // partition, whose acknowledgements it delays. `taskset -c 1 build/bin/cluster_log_bench
+  // 1 1 0 4 [buffered]` (one record in flight): 2,857-3,008 records/s with it, 946-953 without
+  // (docs/benchmarks.md, "The acknowledgement path").
   bool send_asap = true;
   // When any field is set, every connection is TLS (1.2 or later, nats.c's default), each
   // server's certificate checked against tls.ca_cert_file's CAs (the system's when empty)

@@ -152,10 +152,13 @@ PartitionLog::Entry* PartitionLog::Find(uint64_t seq) {
 void PartitionLog::Run() {
   std::unique_lock lock(mutex_);
   PartitionLogProgress reported = ProgressLocked();
-  bool timer_woke = false;
+  bool timer_woke = false;  // the last wait ended on its timer, not on a Wake()
   while (!stopping_) {
     const uint64_t seen = wakeups_;  // everything below looks at the entries as of now
-    if (PopDurable() > 0 && timer_woke) ++stats_.late_durable;
+    // Only the first look after such a wait: a later pass (after on_progress_) may find
+    // records an outcome made durable, with its Wake(), while the lock was let go.
+    const bool after_timer = std::exchange(timer_woke, false);
+    if (PopDurable() > 0 && after_timer) ++stats_.late_durable;
     if (state_ != PartitionLogState::kFenced && !entries_.empty() &&
         entries_.front().state == EntryState::kFailed &&
         Clock::now() >= entries_.front().retry_at) {

@@ -86,6 +86,9 @@ class PartitionLogTest : public PartitionStreamTest {
     EXPECT_EQ(progress.durable_seq, static_cast<uint64_t>(batches) + 1);
     EXPECT_EQ(progress.state, PartitionLogState::kWriting);
     const PartitionLogStats stats = owner.log->stats();
+    // Every record, whether its PubAck or a lookup after a refusal made it durable, was
+    // acted on at once (see AnOutcomeThatComesWhileTheLogSendsIsActedOn).
+    EXPECT_EQ(stats.late_durable, 0u);
     Print(what, stats, seconds);
     return stats;
   }
@@ -270,6 +273,7 @@ TEST_F(PartitionLogTest, QuorumLossIsNeverAcknowledgedAndWritesResume) {
   EXPECT_EQ(progress.state, PartitionLogState::kWriting);
   EXPECT_GT(progress.durable_sent_at, start);  // the last record was first sent meanwhile
   const PartitionLogStats stats = owner.log->stats();
+  EXPECT_EQ(stats.late_durable, 0u);
   Print("quorum lost, then back", stats, std::chrono::duration<double>(resumed - start).count());
   std::printf(
       "[ figures  ] quorum lost for %.2f s; every record durable %.2f s after a "
