@@ -41,6 +41,7 @@
 #include "engine/commit_batch.h"
 #include "engine/persistence.h"
 #include "storage/stream_position.h"
+#include "storage/table_format.h"
 
 namespace rocksdb {
 class DB;
@@ -52,7 +53,7 @@ namespace tally::storage {
 struct ClusterTablesOptions {
   std::string path;              // the data directory; the tables are in <path>/tables
   uint32_t partition_count = 0;  // fixed when the store is created
-  size_t write_buffer_bytes = 8 << 20;
+  size_t write_buffer_bytes = kDefaultWriteBufferBytes;  // RocksDB memtable
   size_t block_cache_bytes = 4 << 20;
 };
 

@@ -19,6 +19,7 @@
 #include "core/status.h"
 #include "engine/persistence.h"
 #include "storage/commit_log.h"
+#include "storage/table_format.h"
 
 namespace rocksdb {
 class DB;
@@ -27,9 +28,9 @@ class DB;
 namespace tally::storage {
 
 struct RocksDbOptions {
-  std::string path;                     // the directory; created when missing
-  size_t write_buffer_bytes = 8 << 20;  // RocksDB memtable; default 8 MiB
-  size_t block_cache_bytes = 4 << 20;   // read cache; counters are read once, at start
+  std::string path;                                      // the directory; created when missing
+  size_t write_buffer_bytes = kDefaultWriteBufferBytes;  // RocksDB memtable
+  size_t block_cache_bytes = 4 << 20;  // read cache; counters are read once, at start
 };
 
 class RocksDbStore final : public engine::Persistence {

@@ -51,6 +51,12 @@ Result<std::unique_ptr<rocksdb::DB>> OpenTables(const TableOptions& options, Tab
   db_options.write_buffer_size = options.write_buffer_bytes;
   db_options.max_write_buffer_number = 2;
   db_options.IncreaseParallelism(2);
+  // Only checkpoints write the tables, and they are read in full once, at start: an L0 file
+  // more costs that one scan a merge step, a compaction fewer saves rewriting every counter
+  // (random keys overlap the whole of L1). 8 (RocksDB's default is 4) and the 64 MiB memtable
+  // (kDefaultWriteBufferBytes) together took a sixth off a checkpoint of random keys'
+  // CPU (build/bin/checkpoint_bench; docs/benchmarks.md, "Checkpoints").
+  db_options.level0_file_num_compaction_trigger = 8;
   // The tables are never point-read (counters live in memory and are read from here once,
   // in order, at start), so an append-only vector memtable fits: an insert is an append
   // instead of a skip-list search, and the sort happens once, at flush.

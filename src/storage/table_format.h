@@ -45,6 +45,11 @@ inline constexpr char kCatalogPrefix = 'k';
 enum class TableLayout { kSingleNode, kCluster };
 std::string_view TableLayoutName(TableLayout layout);
 
+// The memtable's size unless a store is told otherwise: a checkpoint of half a million
+// random counters fits in one, so it is one flush and one L0 file, not several
+// (build/bin/checkpoint_bench).
+inline constexpr size_t kDefaultWriteBufferBytes = 64 << 20;
+
 struct TableOptions {
   std::string path;           // the database's directory; created when missing
   size_t write_buffer_bytes;  // RocksDB memtable
