@@ -10,8 +10,10 @@
 // pipeline); each log keeps at most `inflight` records in flight.
 //
 // Printed per row: commits/s, changed keys/s, NATS messages/s, the commit latency (append
-// to every share durable) p50/p99, and the CPU of the three nats-servers and of this
-// process per changed key and per message (utime + stime from /proc).
+// to every share durable) p50/p99, the CPU of the three nats-servers and of this process
+// per changed key and per message (utime + stime from /proc), and "led here": how many of
+// the P streams the server this process is connected to leads (nats.c picks the server at
+// random, and each stream's leader is elected, so it varies from run to run).
 //
 //   build/bin/cluster_log_bench                     the sweep (P x in-flight x batch shape)
 //   build/bin/cluster_log_bench 12 4 100 2          one row: P, in-flight, keys (0 = hot), seconds
@@ -84,6 +86,22 @@ struct Pending {
   Clock::time_point appended;
   std::vector<uint64_t> seqs;
 };
+
+// How many of the first `partitions` streams the server this connection is on leads. A
+// record published to its stream's leader skips a hop between servers each way: with one
+// record in flight, about a fifth less nats-server CPU a record (docs/benchmarks.md).
+uint32_t StreamsLedWhereConnected(NatsTestCluster& cluster, NatsConnection& connection,
+                                  uint32_t partitions) {
+  const std::string url = connection.connected_url();
+  uint32_t led = 0;
+  for (uint32_t p = 0; p < partitions; ++p) {
+    auto state = connection.GetStreamState(StreamName(p));
+    if (!state) continue;
+    const int index = cluster.IndexOf(state->leader);
+    if (index >= 0 && cluster.url(index) == url) ++led;
+  }
+  return led;
+}
 
 bool RunRow(NatsTestCluster& cluster, NatsConnection& connection, const Row& row, int round) {
   std::vector<std::unique_ptr<PartitionLog>> logs;
@@ -197,15 +215,16 @@ bool RunRow(NatsTestCluster& cluster, NatsConnection& connection, const Row& row
   };
   uint64_t resends = 0;
   for (const auto& log : logs) resends += log->stats().resend_rounds;
+  const uint32_t led = StreamsLedWhereConnected(cluster, connection, row.partitions);
   std::printf(
       "| %3u | %2zu | %5s | %8.0f | %10.0f | %7.0f | %7.0f | %6.2f | %6.2f | %7.2f | %6.1f | "
-      "%6.1f | %5.0f | %" PRIu64 " |\n",
+      "%6.1f | %5.0f | %" PRIu64 " | %u |\n",
       row.partitions, row.in_flight, row.keys == 0 ? "hot" : std::to_string(row.keys).c_str(),
       commits / seconds, keys / seconds, messages / seconds, bytes / seconds / 1024,
       percentile(0.5), percentile(0.99), 1e6 * cpu_servers / static_cast<double>(keys),
       1e6 * cpu_servers / static_cast<double>(messages),
       1e6 * cpu_self / static_cast<double>(messages), 100 * (cpu_servers + cpu_self) / seconds,
-      resends);
+      resends, led);
   std::fflush(stdout);
   logs.clear();
   for (uint32_t p = 0; p < row.partitions; ++p) {
@@ -252,8 +271,9 @@ int Main(int argc, char** argv) {
   }
   std::printf(
       "|   P | in-flight | keys/commit | commits/s | keys/s | msgs/s | KB/s | p50 ms | p99 ms "
-      "| nats µs CPU/key | nats µs CPU/msg | owner µs CPU/msg | CPU %% | resends |\n"
-      "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
+      "| nats µs CPU/key | nats µs CPU/msg | owner µs CPU/msg | CPU %% | resends | led here |\n"
+      "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- "
+      "|\n");
   int round = 0;
   for (const Row& row : rows) {
     if (!RunRow(**cluster, **connection, row, round++)) return 1;

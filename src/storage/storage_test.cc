@@ -112,6 +112,29 @@ TEST_F(StoreTest, CheckpointsCoverTheLogAndClearAllWorks) {
   EXPECT_EQ(loaded.counters["z"].value, 3);
 }
 
+// A checkpoint writes a batch's puts sorted by key (table_format.cc): every key arrives,
+// and a key put twice in one batch keeps its later value, as written in order would.
+TEST_F(StoreTest, ACheckpointKeepsEveryPutAndTheLaterOfTwo) {
+  {
+    Collected loaded;
+    auto store = Open(&loaded);
+    auto batch = Batch(1);
+    for (int i = 99; i >= 0; --i) batch.AddPut("k" + std::to_string(i), {i, 0});
+    batch.AddPut("k5", {-5, 0});
+    // Not committed: what is loaded comes from the tables alone.
+    auto token = store->BeginCheckpoint();
+    ASSERT_TRUE(token.has_value());
+    ASSERT_TRUE(store->CheckpointWrite(batch).has_value());
+    ASSERT_TRUE(store->FinishCheckpoint(*token).has_value());
+  }
+  Collected loaded;
+  auto store = Open(&loaded);
+  ASSERT_EQ(loaded.counters.size(), 100u);
+  EXPECT_EQ(loaded.counters["k5"].value, -5);
+  EXPECT_EQ(loaded.counters["k0"].value, 0);
+  EXPECT_EQ(loaded.counters["k99"].value, 99);
+}
+
 TEST_F(StoreTest, AnUnfinishedCheckpointChangesNothingRecoveryUses) {
   CrashAfter([&] {
     Collected loaded;

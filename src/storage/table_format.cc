@@ -7,6 +7,7 @@
 #include <rocksdb/table.h>
 #include <rocksdb/write_batch.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <optional>
@@ -152,9 +153,19 @@ Status WriteCheckpointBatch(rocksdb::DB& db, const engine::CommitBatch& batch,
   for (size_t i = 0; i < batch.delete_count(); ++i) {
     write_batch.Delete(counter_key(batch.delete_key(i)));
   }
-  char value[16];
+  // The puts reach the memtable in key order. The vector memtable is sorted at flush, and a
+  // checkpoint's keys come in hash order: sorted runs of a batch make that sort cheaper by
+  // more than sorting the batch costs (checkpoint_bench: 1.35-1.46 µs CPU a key written
+  // before, 1.19-1.23 after).
+  std::vector<std::pair<std::string, uint32_t>> puts;  // stored key, index in the batch
+  puts.reserve(batch.put_count());
   for (size_t i = 0; i < batch.put_count(); ++i) {
-    write_batch.Put(counter_key(batch.put_key(i)), EncodeCounterValue(batch.put_record(i), value));
+    puts.emplace_back(counter_key(batch.put_key(i)), static_cast<uint32_t>(i));
+  }
+  std::sort(puts.begin(), puts.end());  // a key put twice keeps its order (by index)
+  char value[16];
+  for (const auto& [key, i] : puts) {
+    write_batch.Put(key, EncodeCounterValue(batch.put_record(i), value));
   }
   return FromRocks(db.Write(write_options, &write_batch), "checkpoint write");
 }
