@@ -56,7 +56,7 @@ Result<std::unique_ptr<rocksdb::DB>> OpenTables(const TableOptions& options, Tab
   // more costs that one scan a merge step, a compaction fewer saves rewriting every counter
   // (random keys overlap the whole of L1). 8 (RocksDB's default is 4) and the 64 MiB memtable
   // (kDefaultWriteBufferBytes) together took a sixth off a checkpoint of random keys'
-  // CPU (build/bin/checkpoint_bench; docs/benchmarks.md, "Checkpoints").
+  // CPU (build/bin/checkpoint_bench; docs/benchmarks.md, "The tables' share").
   db_options.level0_file_num_compaction_trigger = 8;
   // The tables are never point-read (counters live in memory and are read from here once,
   // in order, at start), so an append-only vector memtable fits: an insert is an append

@@ -79,8 +79,8 @@ Status LoadCounterRange(rocksdb::DB& db, size_t key_prefix_bytes, const std::str
                         engine::LoadVisitor& visitor);
 
 // Writes a checkpoint's batch without RocksDB's WAL (a store makes it durable by a flush):
-// clear_all() deletes every counter, then the deletes and the puts, each counter under
-// counter_key(its key).
+// clear_all() deletes every counter, then the deletes and the puts (the puts in key order; a
+// key put twice ends with its later value), each counter under counter_key(its key).
 Status WriteCheckpointBatch(rocksdb::DB& db, const engine::CommitBatch& batch,
                             std::string (*counter_key)(std::string_view));
 
