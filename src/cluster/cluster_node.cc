@@ -114,6 +114,7 @@ Result<std::unique_ptr<ClusterNode>> ClusterNode::Open(const ClusterOptions& opt
     }
   };
   const bool secure = connect->tls.any();
+  const ConnectOptions per_server = *connect;
   auto connection = NatsConnection::Connect(std::move(*connect));
   if (!connection) {
     return MakeError(ErrorCode::kUnavailable,
@@ -121,6 +122,7 @@ Result<std::unique_ptr<ClusterNode>> ClusterNode::Open(const ClusterOptions& opt
                                  fmt::join(options.nats_servers, ","), connection.error().message));
   }
   std::unique_ptr<ClusterNode> node(new ClusterNode(options, std::move(*connection)));
+  node->leaders_ = LeaderConnections::Open(per_server);
   if (auto status = node->EnsureLayout(); !status) return tl::unexpected(status.error());
   if (auto status = node->EnsureStreams(); !status) return tl::unexpected(status.error());
 
@@ -135,6 +137,7 @@ Result<std::unique_ptr<ClusterNode>> ClusterNode::Open(const ClusterOptions& opt
   // follower started again): the partition is not left changing hands for long.
   persistence.catch_up_timeout_ms = std::max<int64_t>(options.lease_ms * 5, 10000);
   persistence.follow_on_load = false;  // StartChanges starts the followers
+  persistence.leaders = node->leaders_.get();
   persistence.snapshot_every_records = options.snapshot_every_records;
   persistence.snapshot_stream = Upper(options.name) + "_SNAPSHOTS";
   persistence.snapshot_subject_prefix = options.name + ".snap.";

@@ -87,6 +87,9 @@ class ClusterNode {
 
   const ClusterOptions options_;
   std::unique_ptr<NatsConnection> connection_;
+  // A connection on each NATS server, for partitions' logs to publish to their stream's
+  // leader (ClusterPersistenceOptions::leaders); outlives persistence_.
+  std::unique_ptr<LeaderConnections> leaders_;
   std::unique_ptr<ClusterPersistence> persistence_;
   std::unique_ptr<Routing> routing_;
   std::unique_ptr<Membership> membership_;

@@ -81,6 +81,7 @@
 #include <vector>
 
 #include "cluster/follower.h"
+#include "cluster/leader_connections.h"
 #include "cluster/nats_client.h"
 #include "cluster/partition_log.h"
 #include "cluster/snapshot_store.h"
@@ -123,6 +124,11 @@ struct ClusterPersistenceOptions {
   // wrote after that scan and before the observer would be missing from them for good.
   // Claiming options.owned needs the followers: Load starts them then, whatever this says.
   bool follow_on_load = true;
+  // When set, a claimed partition's log publishes through the connection on the server
+  // that led its stream when the claim began (LeaderConnections::On), when there is one:
+  // each record and PubAck cross no route between servers. Else through `connection`.
+  // REQUIRES: outlives the ClusterPersistence.
+  const LeaderConnections* leaders = nullptr;
 };
 
 // The stream and subject of partition p under `options`' prefixes.
@@ -155,6 +161,9 @@ struct PartitionStatus {
   // seen yet), and the owner's latest record seen.
   PartitionOwner owner;
   std::string failure;  // kFailed: why
+  // Owned: the NATS server its records go to, named, when its log was started on the
+  // connection to its stream's leader (ClusterPersistenceOptions::leaders); else empty.
+  std::string log_server;
   // The newest snapshot this node wrote or restored from (its position's sequence), and
   // the sequence its stream was trimmed below by this node; 0: none.
   uint64_t snapshot_seq = 0;
@@ -295,6 +304,8 @@ class ClusterPersistence final : public engine::Persistence {
     storage::StreamPosition from;        // where to follow from (a follower to start)
     bool follower_wanted = false;        // kFollowing without a follower: start one
     uint64_t claim_tail = 0;             // kCatchingUp: the tail the claim goes after
+    std::string claim_leader;            // kCatchingUp: its stream's leader then
+    std::string log_server;              // PartitionStatus::log_server
     PartitionOwner claim_seen;           // kCatchingUp: the owner the claim replaces
     uint64_t claim_seq = 0;              // kClaiming: the claim's sequence
     std::chrono::steady_clock::time_point claim_deadline;

@@ -90,7 +90,8 @@ class ClusterPersistenceTest : public ::testing::Test {
   // Starts a node on data directory `name` owning `owned`, over `connection`.
   static void StartNode(Node* node, NatsConnection& connection, const std::filesystem::path& dir,
                         std::vector<uint32_t> owned, size_t max_record_bytes = 256 * 1024,
-                        bool follow_on_load = true, uint64_t snapshot_every_records = 0) {
+                        bool follow_on_load = true, uint64_t snapshot_every_records = 0,
+                        const LeaderConnections* leaders = nullptr) {
     ClusterPersistenceOptions options;
     options.data_dir = dir.string();
     options.partition_count = kPartitions;
@@ -100,6 +101,7 @@ class ClusterPersistenceTest : public ::testing::Test {
     options.max_record_bytes = max_record_bytes;
     options.snapshot_every_records = snapshot_every_records;
     options.snapshot_chunk_bytes = 2000;  // snapshots of a few hundred keys in several chunks
+    options.leaders = leaders;
     auto persistence = ClusterPersistence::Open(connection, options);
     ASSERT_TRUE(persistence) << persistence.error().message;
     node->persistence = std::move(*persistence);
@@ -194,6 +196,30 @@ TEST_F(ClusterPersistenceTest, WritesOnAnOwnerAppearOnTheNodeFollowingIt) {
   EXPECT_EQ(b.persistence->log(1)->progress().durable_seq, 2u);
   EXPECT_EQ(b.persistence->follower(0)->stats().applied_records, 2u);
   EXPECT_EQ(a.persistence->follower(1)->stats().applied_records, 1u);
+}
+
+// With LeaderConnections, a claimed partition's log publishes through the connection on its
+// stream's leader and says so in its status; its records reach the other node as any do.
+TEST_F(ClusterPersistenceTest, AClaimedPartitionPublishesOnItsStreamsLeader) {
+  ConnectOptions options;
+  options.servers = cluster_->urls();
+  const auto leaders = LeaderConnections::Open(options);  // outlives the nodes
+  Node a, b;
+  ASSERT_NO_FATAL_FAILURE(
+      StartNode(&a, *connection_a_, dir_ / "a", {0}, 256 * 1024, true, 0, leaders.get()));
+  ASSERT_NO_FATAL_FAILURE(StartNode(&b, *connection_b_, dir_ / "b", {1}));
+  auto state = connection_a_->GetStreamState("TALLY_P0");
+  ASSERT_TRUE(state) << state.error().message;
+  ASSERT_FALSE(state->leader.empty());
+  EXPECT_EQ(a.persistence->status(0).log_server, state->leader);
+  EXPECT_EQ(b.persistence->status(1).log_server, "");  // b has none: its own connection
+
+  const std::vector<std::string> keys = KeysOf(0, 40);
+  ASSERT_NO_FATAL_FAILURE(Increment(a, keys, 3));
+  ASSERT_NO_FATAL_FAILURE(WaitFollowed(b, a, 0));
+  Snapshot expected;
+  for (const std::string& key : keys) expected[key] = {3, 0};
+  EXPECT_EQ(b.Values(), expected);
 }
 
 TEST_F(ClusterPersistenceTest, ARestartedNodeResumesFromItsCheckpointedPositions) {

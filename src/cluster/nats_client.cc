@@ -202,6 +202,7 @@ NatsResult<std::unique_ptr<NatsConnection>> NatsConnection::Connect(ConnectOptio
            natsOptions_SetMaxPingsOut(raw, o.max_pings_out),
            natsOptions_SetReconnectBufSize(raw, o.reconnect_buffer_bytes),
            natsOptions_SetSendAsap(raw, o.send_asap),
+           natsOptions_SetNoRandomize(raw, o.no_randomize),
            natsOptions_SetDisconnectedCB(raw, &Callbacks::Disconnected, closure),
            natsOptions_SetReconnectedCB(raw, &Callbacks::Reconnected, closure),
            natsOptions_SetClosedCB(raw, &Callbacks::Closed, closure),

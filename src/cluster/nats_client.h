@@ -100,6 +100,9 @@ struct ConnectOptions {
   // 1 1 0 4 [buffered]` (one record in flight): 2,857-3,008 records/s with it, 946-953 without
   // (docs/benchmarks.md, "The acknowledgement path").
   bool send_asap = true;
+  // true: the servers are tried in the order given (nats.c's NoRandomize), so a connection
+  // stays on the first while it is up. false: in a random order, spreading clients.
+  bool no_randomize = false;
   // When any field is set, every connection is TLS (1.2 or later, nats.c's default), each
   // server's certificate checked against tls.ca_cert_file's CAs (the system's when empty)
   // and, when tls.server_name is set, that name (nats.c 3.4 checks no name otherwise).

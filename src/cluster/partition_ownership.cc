@@ -40,6 +40,7 @@ Status ClusterPersistence::BeginClaim(uint32_t partition, const PartitionOwner& 
   }
   p.role = PartitionRole::kCatchingUp;
   p.claim_tail = state->last_seq;
+  p.claim_leader = state->leader;
   p.claim_seen = seen;
   p.claim_deadline = Clock::now() + std::chrono::milliseconds(options_.catch_up_timeout_ms);
   return OkStatus();
@@ -107,11 +108,13 @@ bool ClusterPersistence::StepCatchingUp(uint32_t partition) {
   // lock, when this returns.
   std::unique_ptr<Follower> stale;
   uint64_t tail;
+  std::string leader;
   {
     std::lock_guard lock(mutex_);
     Partition& p = partitions_[partition];
     const FollowerPosition reached = p.follower->position();
     tail = p.claim_tail;
+    leader = p.claim_leader;
     const PartitionOwner owner = p.follower->owner();
     if (owner.term != p.claim_seen.term || owner.last_record_seq > p.claim_seen.last_record_seq) {
       spdlog::info("partition {}: its owner wrote meanwhile (term {}, sequence {}); claim given up",
@@ -150,6 +153,7 @@ bool ClusterPersistence::StepCatchingUp(uint32_t partition) {
   header.writer = NewWriterId();
   header.owner_unix_ms = NowUnixMs();
   std::shared_ptr<PartitionLog> log;
+  std::string log_server;  // named when the log is on its stream's leader
   if (reached.seq <= tail) {
     PartitionLogOptions log_options;
     log_options.stream = PartitionStream(options_, partition);
@@ -159,10 +163,13 @@ bool ClusterPersistence::StepCatchingUp(uint32_t partition) {
     log_options.publish_timeout_ms = options_.publish_timeout_ms;
     log_options.max_record_bytes = options_.max_record_bytes;
     const uint64_t writer = header.writer;
-    auto started = PartitionLog::Start(connection_, log_options, tail, writer,
-                                       [this, partition, writer](const PartitionLogProgress& p) {
-                                         OnLogProgress(partition, writer, p);
-                                       });
+    NatsConnection* on_leader = options_.leaders ? options_.leaders->On(leader) : nullptr;
+    if (on_leader) log_server = leader;
+    auto started =
+        PartitionLog::Start(on_leader ? *on_leader : connection_, log_options, tail, writer,
+                            [this, partition, writer](const PartitionLogProgress& p) {
+                              OnLogProgress(partition, writer, p);
+                            });
     if (started) {
       log = std::move(*started);
     } else {
@@ -198,6 +205,7 @@ bool ClusterPersistence::StepCatchingUp(uint32_t partition) {
   }
   p.role = PartitionRole::kClaiming;
   p.log = std::move(log);
+  p.log_server = std::move(log_server);
   p.header = header;
   p.claim = std::move(claim);
   p.claim_seq = *seq;

@@ -75,9 +75,12 @@ struct TopologyPartition {
   uint64_t owner_seq = 0;       // the owner's latest record this node saw
   int64_t owner_silent_ms = 0;  // since this node last saw the owner write (0 when owned here)
   std::string detail;           // why it is not served, when it is not
-  uint64_t snapshot_seq = 0;    // the newest snapshot this node wrote or restored from
-  uint64_t trimmed_below = 0;   // this node trimmed the stream below this sequence
-  bool restoring = false;       // being restored from a snapshot: so many counters of so many
+  // Owned here: the NATS server its records are published to when that is its stream's
+  // leader (LeaderConnections); empty: through the node's own connection.
+  std::string log_server;
+  uint64_t snapshot_seq = 0;   // the newest snapshot this node wrote or restored from
+  uint64_t trimmed_below = 0;  // this node trimmed the stream below this sequence
+  bool restoring = false;      // being restored from a snapshot: so many counters of so many
   uint64_t restored_counters = 0;
   uint64_t restore_counters = 0;
 };

@@ -98,6 +98,12 @@ std::string ClusterJson(const cluster::Topology& topology) {
                              : 0);
     json.Key("owner_silent_ms").Int(partition.owner_silent_ms);
     json.Key("detail").String(partition.detail);
+    json.Key("log_server");
+    if (partition.log_server.empty()) {
+      json.Null();
+    } else {
+      json.String(partition.log_server);
+    }
     json.Key("snapshot_seq").UInt(partition.snapshot_seq);
     json.Key("trimmed_below").UInt(partition.trimmed_below);
     json.Key("restore");

@@ -302,6 +302,9 @@ void ClusterSection(CommandContext& ctx, std::string& out) {
                    partition.owner_name, partition.owner_address, partition.term,
                    partition.applied_seq, partition.owner_seq, lag, partition.owner_silent_ms,
                    partition.snapshot_seq, partition.trimmed_below);
+    if (!partition.log_server.empty()) {
+      fmt::format_to(std::back_inserter(out), ",log_server={}", partition.log_server);
+    }
     if (partition.restoring) {
       fmt::format_to(std::back_inserter(out), ",restoring={}/{}", partition.restored_counters,
                      partition.restore_counters);
