@@ -40,17 +40,6 @@ bool Settling(const NatsError& error) {
          error.js_code == JSClusterNoPeersErr || error.js_code == JSInsufficientResourcesErr;
 }
 
-// The host a NATS URL names: [scheme://][user[:password]@]host[:port], host maybe [IPv6].
-std::string_view UrlHost(std::string_view url) {
-  if (const size_t scheme = url.find("://"); scheme != std::string_view::npos) {
-    url.remove_prefix(scheme + 3);
-  }
-  url = url.substr(0, url.find('/'));
-  if (const size_t at = url.rfind('@'); at != std::string_view::npos) url.remove_prefix(at + 1);
-  if (url.starts_with('[')) return url.substr(1, url.find(']') - 1);
-  return url.substr(0, url.find(':'));
-}
-
 }  // namespace
 
 Result<ConnectOptions> NatsConnectOptions(const ClusterOptions& options) {
@@ -69,18 +58,18 @@ Result<ConnectOptions> NatsConnectOptions(const ClusterOptions& options) {
   }
   // The name to check is always set from here on: it is also what makes the connection TLS.
   if (connect.tls.server_name.empty() && !options.nats_servers.empty()) {
-    const std::string_view host = UrlHost(options.nats_servers.front());
+    const std::string_view host = ParseNatsUrl(options.nats_servers.front()).host;
     if (host.empty()) {
       return MakeError(ErrorCode::kInvalidArgument,
                        fmt::format("TLS to NATS: {} names no host", options.nats_servers.front()));
     }
     for (const std::string& url : options.nats_servers) {
-      if (UrlHost(url) != host) {
+      if (ParseNatsUrl(url).host != host) {
         return MakeError(ErrorCode::kInvalidArgument,
                          fmt::format("TLS to NATS: the servers' URLs name different hosts ({} and "
                                      "{}); give --cluster-nats-tls-server-name, a name every "
                                      "server's certificate carries",
-                                     host, UrlHost(url)));
+                                     host, ParseNatsUrl(url).host));
       }
     }
     connect.tls.server_name = host;

@@ -35,9 +35,6 @@ namespace tally::cluster {
 // cannot be reached or sends no name within `timeout`.
 Result<std::string> ReadServerName(const std::string& url, std::chrono::milliseconds timeout);
 
-// "host:port" of a NATS URL, to compare a connection's server with a configured URL.
-std::string UrlHostPort(std::string_view url);
-
 class LeaderConnections {
  public:
   // A connection to each of options.servers (options otherwise as given, the servers tried
@@ -55,7 +52,7 @@ class LeaderConnections {
 
  private:
   struct Pinned {
-    std::string url;
+    std::string address;  // "host:port" of its own server's URL
     std::string name;
     std::unique_ptr<NatsConnection> connection;
   };

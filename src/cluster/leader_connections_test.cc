@@ -16,11 +16,17 @@ namespace {
 
 using namespace std::chrono_literals;
 
-TEST(UrlHostPortTest, KeepsHostAndPortOnly) {
-  EXPECT_EQ(UrlHostPort("nats://127.0.0.1:4222"), "127.0.0.1:4222");
-  EXPECT_EQ(UrlHostPort("tls://user:secret@nats.example:4443"), "nats.example:4443");
-  EXPECT_EQ(UrlHostPort("127.0.0.1:4222"), "127.0.0.1:4222");
-  EXPECT_EQ(UrlHostPort("nats://[::1]:4222/"), "[::1]:4222");
+TEST(ParseNatsUrlTest, KeepsHostAndPortOnly) {
+  const auto parsed = [](std::string_view url) {
+    const NatsUrlAddress address = ParseNatsUrl(url);
+    return std::string(address.host) + "|" + std::string(address.port);
+  };
+  EXPECT_EQ(parsed("nats://127.0.0.1:4222"), "127.0.0.1|4222");
+  EXPECT_EQ(parsed("tls://user:secret@nats.example:4443"), "nats.example|4443");
+  EXPECT_EQ(parsed("127.0.0.1:4222"), "127.0.0.1|4222");
+  EXPECT_EQ(parsed("nats://[::1]:4222/"), "::1|4222");
+  EXPECT_EQ(parsed("nats://nats.example"), "nats.example|");
+  EXPECT_EQ(parsed("[::1]"), "::1|");
 }
 
 // Three servers and the stream TALLY_P0 (PartitionStreamTest's).
@@ -65,7 +71,10 @@ TEST_F(LeaderConnectionsTest, HandsOutTheConnectionOnTheLeaderWhileItIsThere) {
 
   NatsConnection* on_leader = leaders->On(leader);
   ASSERT_NE(on_leader, nullptr);
-  EXPECT_EQ(UrlHostPort(on_leader->connected_url()), UrlHostPort(cluster_->url(index)));
+  const NatsUrlAddress connected = ParseNatsUrl(on_leader->connected_url());
+  const NatsUrlAddress configured = ParseNatsUrl(cluster_->url(index));
+  EXPECT_EQ(connected.host, configured.host);
+  EXPECT_EQ(connected.port, configured.port);
   // It publishes like any connection.
   Publication publication;
   publication.subject = kSubject;

@@ -176,6 +176,25 @@ struct NatsConnection::Callbacks {
   }
 };
 
+NatsUrlAddress ParseNatsUrl(std::string_view url) {
+  if (const size_t scheme = url.find("://"); scheme != std::string_view::npos) {
+    url.remove_prefix(scheme + 3);
+  }
+  url = url.substr(0, url.find('/'));
+  if (const size_t at = url.rfind('@'); at != std::string_view::npos) url.remove_prefix(at + 1);
+  NatsUrlAddress address;
+  size_t host_end = url.find(':');
+  if (url.starts_with('[')) {
+    const size_t bracket = url.find(']');
+    address.host = url.substr(1, bracket == std::string_view::npos ? bracket : bracket - 1);
+    host_end = bracket == std::string_view::npos ? bracket : url.find(':', bracket);
+  } else {
+    address.host = url.substr(0, host_end);
+  }
+  if (host_end != std::string_view::npos) address.port = url.substr(host_end + 1);
+  return address;
+}
+
 NatsResult<std::unique_ptr<NatsConnection>> NatsConnection::Connect(ConnectOptions options) {
   if (options.servers.empty()) {
     return tl::unexpected(NatsError{NATS_INVALID_ARG, 0, "no NATS server given"});

@@ -114,6 +114,14 @@ struct ConnectOptions {
   std::function<void(const std::string& text)> on_error;  // asynchronous errors
 };
 
+// The host and port a NATS URL names: [scheme://][user[:password]@]host[:port][/...], an
+// IPv6 host in brackets (returned without them); port is empty when the URL gives none.
+struct NatsUrlAddress {
+  std::string_view host;
+  std::string_view port;
+};
+NatsUrlAddress ParseNatsUrl(std::string_view url);
+
 // A stream's configuration as tally creates it: limits retention (trimmed only by explicit
 // purges), refusal rather than silent loss when full, file storage by default.
 struct StreamConfig {
