@@ -628,7 +628,7 @@ PartitionStatus ClusterPersistence::status(uint32_t partition) const {
   }
   status.snapshot_seq = p.snapshot_seq;
   status.trimmed_below = p.trimmed_below;
-  if (p.log) status.log_server = p.log_server;
+  if (p.role == PartitionRole::kOwned) status.log_server = p.log_server;
   status.restoring = p.restoring || p.restore_wanted;
   status.restored_counters = p.restored_counters;
   status.restore_counters = p.restore_counters;

@@ -526,7 +526,7 @@ void Coordinator::Publish(const std::vector<PartitionStatus>& statuses,
     partition.owner_silent_ms = status.role == PartitionRole::kOwned ? 0 : silent_ms;
     partition.snapshot_seq = status.snapshot_seq;
     partition.trimmed_below = status.trimmed_below;
-    if (status.role == PartitionRole::kOwned) partition.log_server = status.log_server;
+    partition.log_server = status.log_server;
     partition.restoring = status.restoring;
     partition.restored_counters = status.restored_counters;
     partition.restore_counters = status.restore_counters;
