@@ -71,8 +71,10 @@ TEST_F(LeaderConnectionsTest, HandsOutTheConnectionOnTheLeaderWhileItIsThere) {
 
   NatsConnection* on_leader = leaders->On(leader);
   ASSERT_NE(on_leader, nullptr);
-  const NatsUrlAddress connected = ParseNatsUrl(on_leader->connected_url());
-  const NatsUrlAddress configured = ParseNatsUrl(cluster_->url(index));
+  const std::string connected_url = on_leader->connected_url();  // the views below point in
+  const std::string configured_url = cluster_->url(index);
+  const NatsUrlAddress connected = ParseNatsUrl(connected_url);
+  const NatsUrlAddress configured = ParseNatsUrl(configured_url);
   EXPECT_EQ(connected.host, configured.host);
   EXPECT_EQ(connected.port, configured.port);
   // It publishes like any connection.

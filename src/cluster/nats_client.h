@@ -116,6 +116,7 @@ struct ConnectOptions {
 
 // The host and port a NATS URL names: [scheme://][user[:password]@]host[:port][/...], an
 // IPv6 host in brackets (returned without them); port is empty when the URL gives none.
+// The views point into `url`: keep it alive while they are used.
 struct NatsUrlAddress {
   std::string_view host;
   std::string_view port;
