@@ -108,6 +108,23 @@ def slots_problem(ask_ports, live_ports):
     return None
 
 
+def _all_threads_stopped(pid):
+    """True when every thread of process `pid` is stopped (state T in /proc) or gone."""
+    try:
+        tasks = os.listdir("/proc/%d/task" % pid)
+    except OSError:
+        return True
+    for tid in tasks:
+        try:
+            with open("/proc/%d/task/%s/stat" % (pid, tid)) as f:
+                state = f.read().rpartition(")")[2].split()[0]
+        except (OSError, IndexError):
+            continue
+        if state not in ("T", "t"):
+            return False
+    return True
+
+
 class TallyCluster(StartedInWith):
     """`nodes` tallyd nodes in cluster mode over `nats_servers` nats-servers, all on
     127.0.0.1. partitions, replicas, lease_ms and name become --cluster-partitions,
@@ -174,8 +191,14 @@ class TallyCluster(StartedInWith):
         REQUIRES: node i runs."""
         if not self._nodes[i].alive():
             raise RuntimeError("node %d is not running" % i)
-        os.kill(self._nodes[i].pid(), signal.SIGSTOP)
+        pid = self._nodes[i].pid()
+        os.kill(pid, signal.SIGSTOP)
         self._paused.add(i)
+        # kill() returns before every thread has stopped: a thread still running could read
+        # a request sent "while frozen" and serve it. Wait (bounded) until all are stopped.
+        deadline = time.monotonic() + 10.0
+        while time.monotonic() < deadline and not _all_threads_stopped(pid):
+            time.sleep(0.005)
 
     def sigcont(self, i):
         """Resumes node i after sigstop(i)."""
