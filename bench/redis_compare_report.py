@@ -97,7 +97,8 @@ def tally_label(cfg: Config) -> str:
     return "tally (redis-server stand-in)" if cfg.tally_is_redis else "tally"
 
 
-def header_section(cfg: Config, work_fs: str, fsync_us: tuple[float, float]) -> list[str]:
+def header_section(cfg: Config, work_fs: str,
+                   fsync_us: tuple[float, float, float]) -> list[str]:
     lines = [f"# tally vs redis-server — {datetime.datetime.now():%Y-%m-%d %H:%M}", ""]
     if cfg.tally_is_redis:
         lines += ["**SELF-TEST: the tally column is redis-server without persistence, not "
@@ -113,7 +114,8 @@ def header_section(cfg: Config, work_fs: str, fsync_us: tuple[float, float]) -> 
     return lines + [
         f"- commit {git_revision()}; {cpu_model()}, {os.cpu_count()} CPUs, Linux "
         f"{platform.release()}; server data on {work_fs}, where fdatasync after a 4 KiB append "
-        f"took {fsync_us[0]:.0f} µs (median; p99 {fsync_us[1]:.0f} µs)",
+        f"took {fsync_us[0]:.0f} µs (median; p99 {fsync_us[1]:.0f} µs) and {fsync_us[2]:.0f} µs "
+        f"of CPU",
         f"- tally: `{tally_cmd}` ({version or binary})",
         f"- redis: {command_output([cfg.redis_binary, '--version']) or cfg.redis_binary}",
         f"- load: {command_output([cfg.benchmark_binary, '--version']) or 'redis-benchmark'}, "
@@ -243,7 +245,7 @@ def memory_section(cfg: Config, mem: dict[str, Memory]) -> tuple[list[str], bool
 
 
 def report(cfg: Config, results, counted, mem: dict[str, Memory] | None, work_fs: str,
-           fsync_us: tuple[float, float]) -> tuple[str, bool]:
+           fsync_us: tuple[float, float, float]) -> tuple[str, bool]:
     """The whole markdown report, and whether every run succeeded."""
     lines, ok = header_section(cfg, work_fs, fsync_us), True
     sections = ((throughput_section, (results,)), (per_request_section, (results, counted)),
