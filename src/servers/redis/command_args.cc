@@ -2,22 +2,9 @@
 
 #include <fmt/format.h>
 
-#include <cctype>
-
 #include "core/integer.h"
 
 namespace tally::redis {
-
-bool EqualsIgnoreCase(std::string_view a, std::string_view b) {
-  if (a.size() != b.size()) return false;
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (std::tolower(static_cast<unsigned char>(a[i])) !=
-        std::tolower(static_cast<unsigned char>(b[i]))) {
-      return false;
-    }
-  }
-  return true;
-}
 
 void ReplyUnknownSubcommand(CommandContext& ctx, std::string_view command) {
   ctx.reply.Error(
@@ -54,7 +41,7 @@ std::optional<int64_t> Deadline(CommandContext& ctx, int64_t amount, ExpiryUnit 
                                 bool require_positive) {
   const auto invalid = [&] {
     std::string command(ctx.args[0]);
-    for (char& c : command) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    for (char& c : command) c = AsciiLower(c);
     ctx.reply.Error(fmt::format("ERR invalid expire time in '{}' command", command));
     return std::nullopt;
   };

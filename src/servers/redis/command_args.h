@@ -13,7 +13,15 @@ namespace tally::redis {
 inline constexpr std::string_view kNotInteger = "ERR value is not an integer or out of range";
 inline constexpr std::string_view kSyntaxError = "ERR syntax error";
 
-bool EqualsIgnoreCase(std::string_view a, std::string_view b);
+// ASCII case-insensitive equality (command names, keywords). Inline: every request's command
+// name is compared with the session's last one.
+inline bool EqualsIgnoreCase(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (AsciiLower(a[i]) != AsciiLower(b[i])) return false;
+  }
+  return true;
+}
 
 // Redis's answer to an unknown subcommand of `command` (CLIENT, COMMAND, CONFIG).
 void ReplyUnknownSubcommand(CommandContext& ctx, std::string_view command);

@@ -1,6 +1,5 @@
 #include "servers/redis/command_table.h"
 
-#include <cctype>
 #include <unordered_map>
 
 namespace tally::redis {
@@ -103,9 +102,7 @@ const std::unordered_map<std::string_view, const CommandSpec*>& Index() {
 const CommandSpec* FindCommand(std::string_view name) {
   if (name.size() > 32) return nullptr;
   char lower[32];
-  for (size_t i = 0; i < name.size(); ++i) {
-    lower[i] = static_cast<char>(std::tolower(static_cast<unsigned char>(name[i])));
-  }
+  for (size_t i = 0; i < name.size(); ++i) lower[i] = AsciiLower(name[i]);
   const auto& index = Index();
   const auto it = index.find(std::string_view(lower, name.size()));
   return it == index.end() ? nullptr : it->second;

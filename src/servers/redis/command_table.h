@@ -63,6 +63,12 @@ struct CommandSpec {
 
 // The spec for a command name in any case, or null.
 const CommandSpec* FindCommand(std::string_view name);
+
+// ASCII case folding, as Redis folds command names and keywords (no locale).
+inline char AsciiLower(char c) {
+  return c >= 'A' && c <= 'Z' ? static_cast<char>(c + ('a' - 'A')) : c;
+}
+
 std::span<const CommandSpec> AllCommands();
 
 // Positions of the key arguments of a request (empty when the command has none).

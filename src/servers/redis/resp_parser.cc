@@ -151,14 +151,43 @@ RequestParser::Step RequestParser::FindLineEnd(std::string_view request, size_t 
   return Step::kDone;
 }
 
+RequestParser::Step RequestParser::ReadLengthLine(std::string_view request, size_t line_start,
+                                                  const char* too_big,
+                                                  std::optional<int64_t>* value, size_t* cr) {
+  // Nearly every count and length is a few digits ("*3", "$5"): read them at once instead of
+  // searching for the CR and parsing the line apart, a third of the cost of a small request.
+  // Only what the general path below would read the same way is taken here: 1 to 4 digits
+  // without a leading zero, then the CR, within max_inline_length, with a byte after it.
+  constexpr size_t kShortDigits = 4;
+  const size_t first = line_start + 1;
+  size_t end = first;
+  int64_t number = 0;
+  while (end < request.size() && end - first < kShortDigits && request[end] >= '0' &&
+         request[end] <= '9') {
+    number = number * 10 + (request[end] - '0');
+    ++end;
+  }
+  if (end > first && request[first] != '0' && end + 1 < request.size() && request[end] == '\r' &&
+      end - line_start <= limits_.max_inline_length) {
+    *value = number;
+    *cr = end;
+    scanned_ = end;
+    return Step::kDone;
+  }
+  const Step step = FindLineEnd(request, line_start, '\r', too_big, cr);
+  if (step != Step::kDone) return step;
+  // Redis steps over the byte after CR without looking at it, but waits for it.
+  if (*cr + 1 >= request.size()) return Step::kNeedMore;
+  *value = ParseInt64(request.substr(first, *cr - first));
+  return Step::kDone;
+}
+
 RequestParser::Step RequestParser::ParseMultibulk(std::string_view request, size_t* length) {
   if (args_left_ == 0) {
     size_t cr;
-    const Step step = FindLineEnd(request, 0, '\r', kTooBigCount, &cr);
+    std::optional<int64_t> count;
+    const Step step = ReadLengthLine(request, 0, kTooBigCount, &count, &cr);
     if (step != Step::kDone) return step;
-    // Redis steps over the byte after CR without looking at it, but waits for it.
-    if (cr + 1 >= request.size()) return Step::kNeedMore;
-    const std::optional<int64_t> count = ParseInt64(request.substr(1, cr - 1));
     if (!count || *count > limits_.max_multibulk_length) return Fail(kInvalidCount);
     position_ = cr + 2;
     if (*count <= 0) {
@@ -170,17 +199,15 @@ RequestParser::Step RequestParser::ParseMultibulk(std::string_view request, size
   while (args_left_ > 0) {
     if (bulk_length_ < 0) {
       size_t cr;
-      const Step step = FindLineEnd(request, position_, '\r', kTooBigLength, &cr);
+      std::optional<int64_t> bulk_length;
+      const Step step = ReadLengthLine(request, position_, kTooBigLength, &bulk_length, &cr);
       if (step != Step::kDone) return step;
-      if (cr + 1 >= request.size()) return Step::kNeedMore;
       const char type = request[position_];
       if (type != '$') {
         // An error line cannot hold CR or LF; Redis prints them as spaces.
         const char shown = type == '\r' || type == '\n' ? ' ' : type;
         return Fail(std::string("Protocol error: expected '$', got '") + shown + "'");
       }
-      const std::optional<int64_t> bulk_length =
-          ParseInt64(request.substr(position_ + 1, cr - position_ - 1));
       if (!bulk_length || *bulk_length < 0 || *bulk_length > limits_.max_bulk_length) {
         return Fail(kInvalidLength);
       }

@@ -26,6 +26,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -80,6 +81,12 @@ class RequestParser {
   // is longer than max_inline_length.
   Step FindLineEnd(std::string_view request, size_t line_start, char terminator,
                    const char* too_big, size_t* end);
+  // Reads the number of the line "*<count>" or "$<length>" that starts at `line_start` (its
+  // first byte is not looked at): kDone, with the number (nullopt when the line holds no
+  // integer) and its CR, once the line and the byte after the CR are there; else as
+  // FindLineEnd.
+  Step ReadLengthLine(std::string_view request, size_t line_start, const char* too_big,
+                      std::optional<int64_t>* value, size_t* cr);
   Step Fail(std::string message);
   void StartRequest();
 

@@ -380,6 +380,29 @@ TEST(RequestParser, RefusesTooLongLines) {
               ElementsAre(ElementsAre(std::string(100, 'p'))));
 }
 
+// Counts and lengths of one to four digits are read without the general line search: the
+// same requests, errors and limits either way, whatever the cut.
+TEST(RequestParser, ReadsShortAndLongLengthsAlike) {
+  for (const size_t size : {0, 1, 9, 10, 99, 100, 999, 1000, 9999, 10000, 12345}) {
+    const Args request = {"SET", std::string(size, 'v')};
+    for (const size_t piece : {0, 1, 7}) {
+      EXPECT_THAT(Feed(Multibulk(request), piece).requests, ElementsAre(request))
+          << size << " bytes in pieces of " << piece;
+    }
+  }
+  Args many(1000, "a");
+  EXPECT_THAT(Feed(Multibulk(many), 3).requests, ElementsAre(many));
+  // A line the limit refuses is refused even when it is short enough to be read at once.
+  const ParserLimits tiny{.max_inline_length = 2};
+  EXPECT_EQ(ErrorOf("*123\r\n", tiny), "Protocol error: too big mbulk count string");
+  EXPECT_EQ(ErrorOf("*1\r\n$100\r\n", tiny), "Protocol error: too big bulk count string");
+  EXPECT_THAT(Feed("*1\r\n$2\r\nab\r\n", 1, tiny).requests, ElementsAre(ElementsAre("ab")));
+  // A length is only taken once the byte after its CR is there, as Redis does.
+  EXPECT_EQ(Feed("*1\r\n$2\r").left, 7u);
+  EXPECT_EQ(ErrorOf("*1\r\n$2x\r\nab\r\n"), "Protocol error: invalid bulk length");
+  EXPECT_EQ(ErrorOf("*1\r\n#2\r\nab\r\n"), "Protocol error: expected '$', got '#'");
+}
+
 TEST(RequestParser, RefusesTooLongLinesWithTheDefaultLimit) {
   EXPECT_EQ(Feed(std::string(size_t{64} * 1024, 'A')).error, "");
   EXPECT_EQ(ErrorOf(std::string(size_t{64} * 1024 + 1, 'A')),

@@ -126,7 +126,11 @@ void Session::Reject(const CommandSpec& spec, std::string_view error) {
 
 void Session::Execute(std::span<const std::string_view> args) {
   WorkerStats::Bump(shard_.stats().commands);
-  const CommandSpec* spec = FindCommand(args[0]);
+  const CommandSpec* spec =
+      last_command_ != nullptr && EqualsIgnoreCase(args[0], last_command_->name)
+          ? last_command_
+          : FindCommand(args[0]);
+  if (spec != nullptr) last_command_ = spec;
   if (spec == nullptr) {
     if (in_multi_) multi_failed_ = true;
     RejectUnknown(args);

@@ -179,6 +179,9 @@ class Session {
   std::vector<QueuedCommand> multi_queue_;
   PubSubState pubsub_;
   std::function<std::shared_ptr<engine::SubscriberSink>()> sink_factory_;
+  // The command this session ran last: a client mostly repeats one, and comparing its name
+  // is cheaper than looking it up (a tenth of a small request's instructions).
+  const CommandSpec* last_command_ = nullptr;
   // Scratch, reused by every request.
   std::vector<size_t> key_positions_;
   std::vector<engine::HashedKey> keys_;

@@ -163,6 +163,21 @@ TEST_F(SessionTest, UnknownCommandsAndWrongArity) {
             (std::vector<std::pair<std::string, uint64_t>>{{"ERR", 6}}));
 }
 
+// The session reuses the spec of the command it ran last when the name is the same in any
+// case; any other name, of any length, is looked up.
+TEST_F(SessionTest, EachRequestRunsTheCommandItNames) {
+  EXPECT_EQ(Call({"INCR", "a"}), ":1\r\n");
+  EXPECT_EQ(Call({"iNcR", "a"}), ":2\r\n");
+  EXPECT_EQ(Call({"DECR", "a"}), ":1\r\n");
+  EXPECT_EQ(Call({"INCRX", "a"}),
+            "-ERR unknown command 'INCRX', with args beginning with: 'a' \r\n");
+  EXPECT_EQ(Call({"INC", "a"}), "-ERR unknown command 'INC', with args beginning with: 'a' \r\n");
+  EXPECT_EQ(Call({"incr", "a"}), ":2\r\n");
+  EXPECT_EQ(Call({"INCR", "a", "b"}), WrongArity("incr"));
+  EXPECT_EQ(Call({"GET", "a"}), "$1\r\n2\r\n");
+  EXPECT_EQ(Call({"GET\xc5", "a"}).substr(0, 20), "-ERR unknown command");
+}
+
 TEST_F(SessionTest, AProtocolErrorIsAnsweredAndCloses) {
   session_->ProtocolError("Protocol error: invalid multibulk length");
   EXPECT_EQ(session_->output(), "-ERR Protocol error: invalid multibulk length\r\n");
