@@ -178,6 +178,13 @@ TEST_F(SessionTest, EachRequestRunsTheCommandItNames) {
   EXPECT_EQ(Call({"GET\xc5", "a"}).substr(0, 20), "-ERR unknown command");
 }
 
+// INFO's section names are folded like command names (ASCII, any case).
+TEST_F(SessionTest, InfoSectionsAreNamedInAnyCase) {
+  const std::string reply = Call({"INFO", "PerSistence"});
+  EXPECT_NE(reply.find("# Persistence"), std::string::npos) << reply;
+  EXPECT_EQ(reply.find("# Server"), std::string::npos) << reply;
+}
+
 TEST_F(SessionTest, AProtocolErrorIsAnsweredAndCloses) {
   session_->ProtocolError("Protocol error: invalid multibulk length");
   EXPECT_EQ(session_->output(), "-ERR Protocol error: invalid multibulk length\r\n");

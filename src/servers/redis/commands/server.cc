@@ -4,7 +4,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cctype>
 #include <chrono>
 #include <type_traits>
 #include <variant>
@@ -367,7 +366,7 @@ void Info(CommandContext& ctx) {
   std::vector<std::string> wanted;
   for (size_t i = 1; i < ctx.args.size(); ++i) {
     std::string name(ctx.args[i]);
-    for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    for (char& c : name) c = AsciiLower(c);
     wanted.push_back(std::move(name));
   }
   const bool everything = !wanted.empty() && (wanted[0] == "all" || wanted[0] == "everything");
