@@ -16,10 +16,15 @@ constexpr size_t kMaxInfoBytes = 64 * 1024;  // an INFO line is a few hundred by
 constexpr std::chrono::milliseconds kNameTimeout{1000};
 constexpr char kDefaultPort[] = "4222";
 
-// The server a URL names, as "host:port" (the default port when it gives none), to compare.
+// The port a URL names, or NATS's default when it gives none.
+std::string_view PortOf(const NatsUrlAddress& address) {
+  return address.port.empty() ? kDefaultPort : address.port;
+}
+
+// The server a URL names, as "host:port", to compare and to name in messages.
 std::string ServerAddress(std::string_view url) {
   const NatsUrlAddress address = ParseNatsUrl(url);
-  return fmt::format("{}:{}", address.host, address.port.empty() ? kDefaultPort : address.port);
+  return fmt::format("{}:{}", address.host, PortOf(address));
 }
 
 // Closes a socket when it goes out of scope.
@@ -32,9 +37,8 @@ struct SocketCloser {
 
 Result<std::string> ReadServerName(const std::string& url, std::chrono::milliseconds timeout) {
   const NatsUrlAddress address = ParseNatsUrl(url);
-  const std::string port(address.port.empty() ? kDefaultPort : address.port);
-  const std::string host_port = fmt::format("{}:{}", address.host, port);
-  auto fd = ConnectTcp(std::string(address.host), port, timeout, timeout);
+  const std::string host_port = ServerAddress(url);
+  auto fd = ConnectTcp(std::string(address.host), std::string(PortOf(address)), timeout, timeout);
   if (!fd) {
     return MakeError(ErrorCode::kUnavailable,
                      fmt::format("cannot connect to {}: {}", host_port, fd.error().message));
