@@ -44,6 +44,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from redis_compare_setup import (  # noqa: E402
     BenchError,
+    DiskProbe,
     CLIENTS,
     Config,
     HOST,
@@ -137,13 +138,12 @@ def proc_cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def fdatasync_latency_us(directory: str, cpu: int | None,
-                         count: int = 300) -> tuple[float, float, float]:
-    """Median and p99 of fdatasync after a 4 KiB append in `directory`, in microseconds: what
-    each durable commit (tally sync, appendfsync always) waits for on this disk; and the CPU
-    time of an append and its fdatasync, on CPU `cpu` (the servers' own, where a durable
-    server pays it) when given. On a virtual disk that CPU is mostly the exits to the
-    hypervisor of each request to the disk (see docs/benchmarks.md)."""
+def probe_disk(directory: str, cpu: int | None, count: int = 300) -> DiskProbe:
+    """fdatasync after a 4 KiB append in `directory`: what each durable commit (tally sync,
+    appendfsync always) waits for on this disk, and the CPU time of an append and its
+    fdatasync, on CPU `cpu` (the servers' own, where a durable server pays it) when given. On
+    a virtual disk that CPU is mostly the exits to the hypervisor of each request to the disk
+    (see docs/benchmarks.md)."""
     path = os.path.join(directory, "fdatasync-probe")
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     times = []
@@ -164,8 +164,8 @@ def fdatasync_latency_us(directory: str, cpu: int | None,
         os.close(fd)
         os.unlink(path)
     times.sort()
-    return (statistics.median(times), times[min(len(times) - 1, int(len(times) * 0.99))],
-            cpu_us)
+    return DiskProbe(median_us=statistics.median(times),
+                     p99_us=times[min(len(times) - 1, int(len(times) * 0.99))], cpu_us=cpu_us)
 
 
 def proc_memory_kb(pid: int) -> dict[str, int]:
@@ -544,9 +544,8 @@ def main(argv: list[str]) -> int:
     os.makedirs(cfg.work_base, exist_ok=True)
     work_dir = tempfile.mkdtemp(prefix="tally-bench-", dir=cfg.work_base)
     work_fs = filesystem_of(work_dir)
-    fsync_us = fdatasync_latency_us(work_dir, cfg.server_cpu if cfg.pinned else None)
-    log(f"fdatasync of 4 KiB appends in {work_dir}: median {fsync_us[0]:.0f} µs, "
-        f"p99 {fsync_us[1]:.0f} µs, {fsync_us[2]:.0f} µs CPU an append")
+    disk = probe_disk(work_dir, cfg.server_cpu if cfg.pinned else None)
+    log(f"in {work_dir}: {disk.describe()}")
     if work_fs in ("tmpfs", "ramfs"):
         log(f"warning: {work_dir} is on {work_fs}: fsync costs nothing there, so the durable "
             "configurations (tally sync, appendfsync always) look faster than on a disk")
@@ -571,7 +570,7 @@ def main(argv: list[str]) -> int:
         else:
             shutil.rmtree(work_dir, ignore_errors=True)
 
-    text, ok = report(cfg, results, counted, mem, work_fs, fsync_us)
+    text, ok = report(cfg, results, counted, mem, work_fs, disk)
     print(text)
     if cfg.out:
         os.makedirs(os.path.dirname(os.path.abspath(cfg.out)), exist_ok=True)

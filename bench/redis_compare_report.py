@@ -13,6 +13,7 @@ from redis_compare_setup import (
     CLIENTS,
     CLIENT_BOUND,
     Config,
+    DiskProbe,
     KINDS,
     Memory,
     REDIS_KINDS,
@@ -97,8 +98,7 @@ def tally_label(cfg: Config) -> str:
     return "tally (redis-server stand-in)" if cfg.tally_is_redis else "tally"
 
 
-def header_section(cfg: Config, work_fs: str,
-                   fsync_us: tuple[float, float, float]) -> list[str]:
+def header_section(cfg: Config, work_fs: str, disk: DiskProbe) -> list[str]:
     lines = [f"# tally vs redis-server — {datetime.datetime.now():%Y-%m-%d %H:%M}", ""]
     if cfg.tally_is_redis:
         lines += ["**SELF-TEST: the tally column is redis-server without persistence, not "
@@ -113,9 +113,7 @@ def header_section(cfg: Config, work_fs: str,
         REPO + os.sep) else cfg.tally_binary
     return lines + [
         f"- commit {git_revision()}; {cpu_model()}, {os.cpu_count()} CPUs, Linux "
-        f"{platform.release()}; server data on {work_fs}, where fdatasync after a 4 KiB append "
-        f"took {fsync_us[0]:.0f} µs (median; p99 {fsync_us[1]:.0f} µs) and {fsync_us[2]:.0f} µs "
-        f"of CPU",
+        f"{platform.release()}; server data on {work_fs}, where {disk.describe()}",
         f"- tally: `{tally_cmd}` ({version or binary})",
         f"- redis: {command_output([cfg.redis_binary, '--version']) or cfg.redis_binary}",
         f"- load: {command_output([cfg.benchmark_binary, '--version']) or 'redis-benchmark'}, "
@@ -245,9 +243,9 @@ def memory_section(cfg: Config, mem: dict[str, Memory]) -> tuple[list[str], bool
 
 
 def report(cfg: Config, results, counted, mem: dict[str, Memory] | None, work_fs: str,
-           fsync_us: tuple[float, float, float]) -> tuple[str, bool]:
+           disk: DiskProbe) -> tuple[str, bool]:
     """The whole markdown report, and whether every run succeeded."""
-    lines, ok = header_section(cfg, work_fs, fsync_us), True
+    lines, ok = header_section(cfg, work_fs, disk), True
     sections = ((throughput_section, (results,)), (per_request_section, (results, counted)),
                 (memory_section, (mem,)))
     for section, data in sections:

@@ -248,3 +248,15 @@ class Memory:
     error: str = ""
 
 
+@dataclasses.dataclass(frozen=True)
+class DiskProbe:
+    """fdatasync after a 4 KiB append on the servers' disk: what a durable commit waits
+    (median and p99) and the CPU an append and its fdatasync cost."""
+
+    median_us: float
+    p99_us: float
+    cpu_us: float
+
+    def describe(self) -> str:
+        return (f"fdatasync after a 4 KiB append took {self.median_us:.0f} µs (median; p99 "
+                f"{self.p99_us:.0f} µs) and {self.cpu_us:.0f} µs of CPU")
